@@ -1,0 +1,91 @@
+"""Allreduce: ring (reduce-scatter + encrypt-once allgather) for large messages, recursive
+doubling for small ones (Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005).
+
+ring:  2(p-1) alpha + 2n(p-1)/p beta + n(p-1)/p gamma; crypto on 2n(p-1)/p bytes per rank.
+recursive doubling: lg p alpha + n lg p (beta + gamma + seal + open); non-powers of two fold the
+first 2r ranks pairwise before and after (MPICH's scheme).  Every pairwise reduction puts the
+lower-ranked operand first, so all ranks end bitwise identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import as_bytes
+from ..engine import Recv, Send
+from . import Collective, register
+from .allgather import ring_allgather
+from .common import Blocks, chunk_views
+from .reduce_scatter import ring_reduce_scatter
+
+
+def _divide(arr: np.ndarray, p: int) -> None:
+    if p > 1 and arr.size:
+        np.divide(arr, arr.dtype.type(p), out=arr)
+
+
+def ring(run, send, recv, ufunc, avg=False):
+    blocks = Blocks(recv.size, run.size)
+    mine = blocks.typed(recv, run.rank)
+    ring_reduce_scatter(run, send, mine, ufunc, blocks)
+    if avg:
+        _divide(mine, run.size)
+    ring_allgather(run, mine, recv, blocks)
+
+
+def recursive_doubling(run, send, recv, ufunc, avg=False):
+    p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
+    if not np.shares_memory(send, recv):
+        np.copyto(recv, send)
+    if p > 1 and recv.size:
+        u8 = as_bytes(recv)
+        tmp = run.sc._ws.get("rdtmp", u8.size)[: u8.size]
+        pieces, elems = chunk_views(u8, 0, recv.size, ce, isz)
+        outs, _ = chunk_views(tmp, 0, recv.size, ce, isz)
+        pof2 = 1 << (p.bit_length() - 1)
+        rem = p - pof2
+
+        def reducer(lower_first):
+            def consume(j, pt):
+                lo, hi = j * ce, j * ce + elems[j]
+                theirs = np.frombuffer(pt, recv.dtype)
+                if lower_first:
+                    ufunc(theirs, recv[lo:hi], out=recv[lo:hi])
+                else:
+                    ufunc(recv[lo:hi], theirs, out=recv[lo:hi])
+            return consume
+
+        if r < 2 * rem:  # fold: even ranks hand their data to the next odd rank
+            if r % 2 == 0:
+                run.exchange(Send(dst=r + 1, step=0, pieces=pieces), None)
+                newrank = -1
+            else:
+                run.exchange(None, Recv(src=r - 1, step=0, elems=elems, outs=outs,
+                                        consume=reducer(True)))
+                newrank = r // 2
+        else:
+            newrank = r - rem
+        step, mask = 1, 1
+        if newrank >= 0:
+            while mask < pof2:
+                newdst = newrank ^ mask
+                dst = newdst * 2 + 1 if newdst < rem else newdst + rem
+                run.exchange(Send(dst=dst, step=step, pieces=pieces),
+                             Recv(src=dst, step=step, elems=elems, outs=outs,
+                                  consume=reducer(newdst < newrank)))
+                mask <<= 1
+                step += 1
+        step = 1 + (pof2.bit_length() - 1)
+        if r < 2 * rem:  # unfold: odd ranks return the result
+            if r % 2:
+                run.exchange(Send(dst=r - 1, step=step, pieces=pieces), None)
+            else:
+                run.exchange(None, Recv(src=r + 1, step=step, elems=elems,
+                                        outs=chunk_views(u8, 0, recv.size, ce, isz)[0]))
+    if avg:
+        _divide(recv, p)
+
+
+register(Collective("allreduce", lambda n: 2 * (n - 1) / n,
+                    {"ring": ring, "recursive_doubling": recursive_doubling},
+                    doc="ring (RS + encrypt-once AG) or recursive doubling"))

@@ -1,0 +1,50 @@
+"""Ring reduce-scatter (Patarasuk & Yuan, JPDC 69(2) 2009): p-1 steps; each hop opens the
+incoming block under the direction key, reduces it with the local block, and seals the partial
+result for the next rank.  Cost: (p-1) alpha + n(p-1)/p (beta + gamma + seal + open)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import as_bytes
+from ..engine import Recv, Send
+from . import Collective, register
+from .common import Blocks, chunk_views
+
+
+def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> None:
+    """Reduce every rank's ``send`` (flat) so that ``dest`` (this rank's block) holds the
+    reduction of block ``rank`` over all ranks.  Rank r ends owning block r."""
+    p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
+    if p == 1:
+        np.copyto(dest, send[: dest.size])
+        return
+    nxt, prv = (r + 1) % p, (r - 1) % p
+    send_u8 = as_bytes(send)
+    accs = [run.sc._ws.get(f"acc{i}", blocks.max * isz)[: blocks.max * isz] for i in (0, 1)]
+    dt = send.dtype
+    for s in range(p - 1):
+        sb, rb = (r - 1 - s) % p, (r - 2 - s) % p
+        if s == 0:
+            pieces, _ = blocks.views(send_u8, sb, ce, isz)
+        else:
+            pieces, _ = chunk_views(accs[(s - 1) % 2], 0, blocks.counts[sb], ce, isz)
+        outs, elems = chunk_views(accs[s % 2], 0, blocks.counts[rb], ce, isz)
+        own = blocks.typed(send, rb)
+        target = dest if s == p - 2 else accs[s % 2].view(dt)
+
+        def consume(j, pt, own=own, target=target):
+            lo, hi = j * ce, j * ce + len(pt) // isz
+            ufunc(own[lo:hi], np.frombuffer(pt, dt), out=target[lo:hi])
+
+        run.exchange(Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
+                     Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None)
+
+
+def _run(run, sendbuf, recvbuf, ufunc):
+    blocks = Blocks(sendbuf.size, run.size)
+    ring_reduce_scatter(run, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, blocks)
+
+
+register(Collective("reduce_scatter", lambda n: (n - 1) / n, {"ring": _run},
+                    doc="ring; block r of the balanced partition ends on rank r"))

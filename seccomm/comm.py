@@ -1,0 +1,313 @@
+"""``SecureComm``: encrypted and authenticated collectives over an MPI communicator."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import collectives as _coll
+from .dtypes import DTYPES, as_bytes, check_buffer, check_op
+from .engine import OpRun
+from .errors import CommClosedError, ConfigMismatchError, KeyScheduleError, SecCommError
+from .framing import AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS, Workspace, block_counts
+from .handshake import verify_settings
+from .keys import KEY_EXCHANGES, KeySchedule, load_secret
+from .suites import SUITES, get_suite
+from .transport import MPITransport
+
+ALGORITHMS = ("auto", "ring", "recursive_doubling")
+ENCRYPT_POLICIES = ("all", "inter-node")
+DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_SMALL_BYTES = 64 << 10       # auto: recursive doubling at or below this many bytes
+DEFAULT_BCAST_CHAIN_BYTES = 512 << 10  # bcast: pipelined chain above, binomial tree at or below
+
+
+class SecureComm:
+    """Secure collectives on ``comm`` (an ``mpi4py.MPI.Intracomm``); a collective call.
+
+    Parameters (all ranks must pass the same values; construction verifies this with one
+    authenticated exchange and raises ``ConfigMismatchError`` on every rank otherwise):
+
+    - ``suite``: ``"aes-256-gcm"`` (default), ``"chacha20-poly1305"``, ``"aes-256-gmac"``
+      (integrity only) or ``"none"`` (same algorithms, no crypto).
+    - ``algorithm``: allreduce algorithm, ``"auto"`` (recursive doubling at or below
+      ``small_bytes`` bytes or fewer elements than ranks, else ring), ``"ring"``,
+      ``"recursive_doubling"``.
+    - ``encrypt``: ``"all"`` or ``"inter-node"`` (hops between ranks of one node, found with
+      ``Split_type(COMM_TYPE_SHARED)`` or given as ``node_ids``, use the ``none`` suite).
+    - ``chunk_bytes``: frame payload size in bytes (default 1 MiB), >= 16, < 2**31 - 64.
+    - ``key_exchange``: ``"psk"`` or ``"psk-dhe"`` (ephemeral X25519, forward secrecy).
+    - ``psk``: job secret (bytes or hex); default from ``SECCOMM_PSK_FILE``/``SECCOMM_PSK``.
+    - ``job_id``: label bound into keys and AAD (default ``SECCOMM_JOB_ID``/``SLURM_JOB_ID``).
+    - ``timeout``: seconds any single wait may block before ``TransportTimeout`` (default 60,
+      or ``SECCOMM_TIMEOUT``).
+    - ``crypto_threads``: crypto thread-pool size (default: cores per local rank, at most 8;
+      1 means crypto on the calling thread).
+    - ``rotate_after_frames``: frames per key before the next epoch (default: the suite's usage
+      limit for ``chunk_bytes``); lower it to force rotations.
+    - ``wrap_transport``: callable wrapping the transport (tests, attacker harness, recording).
+
+    Raises ``ValueError``/``TypeError`` for bad arguments, ``KeyScheduleError`` for a missing or
+    unsafe secret, ``ConfigMismatchError`` when ranks disagree, ``TransportTimeout`` when a rank
+    never joins.
+    """
+
+    def __init__(self, comm, suite: str = "aes-256-gcm", *, algorithm: str = "auto",
+                 encrypt: str = "all", chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 key_exchange: str = "psk", psk=None, job_id: str | None = None,
+                 timeout: float | None = None, crypto_threads: int | None = None,
+                 rotate_after_frames: int | None = None, small_bytes: int = DEFAULT_SMALL_BYTES,
+                 bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES, node_ids=None,
+                 wrap_transport=None):
+        self.timeout = float(timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60))
+        transport = MPITransport(comm, timeout=self.timeout)
+        self._transport = wrap_transport(transport) if wrap_transport else transport
+        self.rank, self.size = transport.rank, transport.size
+        self._broken: str | None = None
+        self._pool = None
+        local_error, secret = None, None
+        try:
+            self.suite = get_suite(suite)
+            _check_choice("algorithm", algorithm, ALGORITHMS)
+            _check_choice("encrypt", encrypt, ENCRYPT_POLICIES)
+            _check_choice("key_exchange", key_exchange, KEY_EXCHANGES)
+            _check_int("chunk_bytes", chunk_bytes, 16, (1 << 31) - 64)
+            _check_int("small_bytes", small_bytes, 0, 1 << 62)
+            _check_int("bcast_chain_bytes", bcast_chain_bytes, 0, 1 << 62)
+            if rotate_after_frames is not None:
+                _check_int("rotate_after_frames", rotate_after_frames, 1, 1 << 63)
+            if not self.timeout > 0:
+                raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+            if self.size > MAX_RANKS:
+                raise ValueError(f"world size {self.size} exceeds {MAX_RANKS} (16-bit step field)")
+            if node_ids is not None and len(node_ids) != self.size:
+                raise ValueError(f"node_ids has {len(node_ids)} entries, world size is {self.size}")
+            try:
+                secret, self.secret_source = load_secret(psk)
+            except KeyScheduleError:
+                if suite != "none":
+                    raise
+                secret, self.secret_source = bytes(32), "none (suite 'none' uses no key)"
+        except (ValueError, TypeError, KeyScheduleError) as e:
+            local_error = e
+            self.suite = SUITES["none"]
+        self.algorithm, self.encrypt, self.chunk_bytes = algorithm, encrypt, chunk_bytes
+        self.key_exchange, self.small_bytes, self.bcast_chain_bytes = key_exchange, small_bytes, bcast_chain_bytes
+        label = job_id if job_id is not None else os.environ.get(
+            "SECCOMM_JOB_ID", os.environ.get("SLURM_JOB_ID", ""))
+        self.job_id = str(label)
+        self._job_id = hashlib.sha256(b"seccomm job " + self.job_id.encode()).digest()[:16]
+        cid = np.frombuffer(secrets.token_bytes(16), np.uint8).copy()
+        self._transport.bcast(cid, 0, what="communicator setup")
+        self._comm_id = cid.tobytes()
+        if node_ids is None:
+            node_ids, local = _topology(transport)
+        else:
+            node_ids, local = [int(x) for x in node_ids], sum(1 for x in node_ids if x == node_ids[self.rank])
+        self.node_ids = node_ids
+        self._multi_node = len(set(node_ids)) > 1
+        self.usage_limit = (rotate_after_frames if rotate_after_frames is not None
+                            else self.suite.usage_limit(chunk_bytes, AAD_BYTES))
+        settings = {"protocol": 1, "suite": self.suite.name if local_error is None else suite,
+                    "algorithm": algorithm, "encrypt": encrypt, "chunk_bytes": chunk_bytes,
+                    "key_exchange": key_exchange, "job_id": self.job_id,
+                    "comm_id": self._comm_id.hex(), "world_size": self.size,
+                    "usage_limit": self.usage_limit, "small_bytes": small_bytes,
+                    "bcast_chain_bytes": bcast_chain_bytes,
+                    "node_ids": hashlib.sha256(repr(node_ids).encode()).hexdigest()[:16]}
+        self._keys = None
+        if secret is not None:
+            self._keys = KeySchedule(secret, self.suite, self._job_id, self._comm_id, self.rank)
+        del secret
+        verify_settings(self._transport, settings,
+                        None if self._keys is None else self._keys.confirm_key(), local_error)
+        if key_exchange == "psk-dhe":
+            self._keys.run_dhe(self._transport)
+        self._clear_suite = SUITES["none"]
+        self._ws = Workspace()
+        self._seq = 0
+        self.epoch, self._epoch_ops, self._epoch_frames = 0, 0, 0
+        self.rotations = 0
+        threads = crypto_threads if crypto_threads is not None else int(
+            os.environ.get("SECCOMM_CRYPTO_THREADS", 0)) or min(8, max(1, (os.cpu_count() or 1) // local))
+        self.crypto_threads = threads
+        if threads > 1 and self.suite.name != "none":
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="seccomm-crypto")
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def __repr__(self):
+        return (f"<SecureComm rank={self.rank} size={self.size} suite={self.suite.name} "
+                f"algorithm={self.algorithm} encrypt={self.encrypt} epoch={self.epoch}>")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Free the private communicator and the crypto threads.  Local; safe after errors."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._broken != "closed":
+            self._broken = "closed"
+            self._transport.close()
+        self._keys = None
+
+    def _encrypted_hop(self, a: int, b: int, group: bool) -> bool:
+        if self.encrypt == "all":
+            return True
+        if group:
+            return self._multi_node
+        return self.node_ids[a] != self.node_ids[b]
+
+    def block_counts(self, count: int) -> list[int]:
+        """Elements of each rank's block when ``count`` elements are split for reduce-scatter or
+        allgather (balanced: the first ``count % size`` ranks hold one more)."""
+        return block_counts(count, self.size)
+
+    def _rotate(self) -> None:
+        self.epoch += 1
+        self._epoch_ops = self._epoch_frames = 0
+        self.rotations += 1
+        self._keys.forget_before(self.epoch)
+
+    def _begin(self, op: str, dname: str, count: int, itemsize: int) -> OpRun:
+        if self._broken:
+            raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
+        nbytes, p = count * itemsize, self.size
+        chunks = math.ceil(nbytes / self.chunk_bytes) + 1
+        if chunks > MAX_CHUNKS_PER_HOP:
+            raise ValueError(f"{op} of {nbytes} bytes needs {chunks} chunks per hop; at most "
+                             f"{MAX_CHUNKS_PER_HOP}: raise chunk_bytes")
+        # Upper bound of frames sealed under any one key by this op, identical on every rank.
+        bound = (2 * p + 2 * p.bit_length() + 4) * chunks
+        if bound > self.usage_limit:
+            raise ValueError(f"{op} of {nbytes} bytes may seal {bound} frames under one key, over "
+                             f"the usage limit {self.usage_limit}: raise chunk_bytes")
+        if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
+            self._rotate()
+        self._seq += 1
+        run = OpRun(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops)
+        self._epoch_ops += 1
+        self._epoch_frames += bound
+        return run
+
+    def _run(self, run: OpRun, fn, *args) -> None:
+        try:
+            fn(run, *args)
+        except SecCommError as e:
+            self._broken = f"{run.op} #{run.ctx.seq} failed ({type(e).__name__})"
+            self._transport.cancel(run.pending)
+            self._stale = run.pending  # keep buffers referenced while MPI may still touch them
+            raise
+
+    # -- collectives ---------------------------------------------------------------------------
+    def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
+        """Reduce ``sendbuf`` over all ranks into ``recvbuf`` on every rank.
+
+        ``sendbuf``, ``recvbuf``: C-contiguous numpy arrays of one dtype (float16, bfloat16,
+        float32, float64, uint8, int32, int64) and equal size; ``recvbuf is sendbuf`` works in
+        place.  ``op``: sum, avg (floats), max, min, prod.  Every rank gets bitwise identical
+        results.  Raises ``TypeError``/``ValueError`` before traffic for bad arguments,
+        ``AuthenticationError``/``FrameError``/``TransportTimeout`` on the wire.
+        """
+        dname = _check_pair(sendbuf, recvbuf, same_size=True)
+        ufunc = check_op(op, recvbuf.dtype)
+        count = recvbuf.size
+        alg = self.algorithm
+        if alg == "auto":
+            small = count * recvbuf.itemsize <= self.small_bytes or count < self.size
+            alg = "recursive_doubling" if small else "ring"
+        run = self._begin("allreduce", dname, count, recvbuf.itemsize)
+        fn = _coll.get_collective("allreduce").algorithms[alg]
+        self._run(run, fn, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
+
+    def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
+        """Reduce ``sendbuf`` (N elements, same N on every rank) over all ranks; ``recvbuf`` gets
+        this rank's block: ``block_counts(N)[rank]`` elements starting at the sum of the earlier
+        blocks.  Errors as for :meth:`allreduce`."""
+        dname = _check_pair(sendbuf, recvbuf, same_size=False)
+        ufunc = check_op(op, recvbuf.dtype)
+        want = block_counts(sendbuf.size, self.size)[self.rank]
+        if recvbuf.size != want:
+            raise ValueError(f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
+                             f"{self.rank}'s block of {sendbuf.size} over {self.size} ranks has "
+                             f"{want} (see SecureComm.block_counts)")
+        run = self._begin("reduce_scatter", dname, sendbuf.size, recvbuf.itemsize)
+        self._run(run, _coll.get_collective("reduce_scatter").algorithms["ring"], sendbuf, recvbuf, ufunc)
+        if op == "avg" and self.size > 1 and recvbuf.size:
+            np.divide(recvbuf, recvbuf.dtype.type(self.size), out=recvbuf)
+
+    def allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
+        """Gather every rank's ``sendbuf`` into ``recvbuf`` (N elements on every rank) in rank
+        order; ``sendbuf`` holds ``block_counts(N)[rank]`` elements (equal blocks when N is a
+        multiple of the world size).  Errors as for :meth:`allreduce`."""
+        dname = _check_pair(sendbuf, recvbuf, same_size=False)
+        want = block_counts(recvbuf.size, self.size)[self.rank]
+        if sendbuf.size != want:
+            raise ValueError(f"allgather: sendbuf has {sendbuf.size} elements; rank {self.rank}'s "
+                             f"block of {recvbuf.size} over {self.size} ranks has {want} "
+                             f"(see SecureComm.block_counts)")
+        run = self._begin("allgather", dname, recvbuf.size, recvbuf.itemsize)
+        self._run(run, _coll.get_collective("allgather").algorithms["ring"], sendbuf, recvbuf)
+
+    def bcast(self, buf: np.ndarray, root: int = 0) -> None:
+        """Broadcast ``buf`` from ``root`` to every rank (same size and dtype everywhere).
+        Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above."""
+        dname = check_buffer(buf, "buf")
+        _writeable(buf, "buf")
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+            raise ValueError(f"root must be a rank in [0, {self.size - 1}], got {root!r}")
+        alg = "binomial" if buf.nbytes <= self.bcast_chain_bytes else "chain"
+        run = self._begin("bcast", dname, buf.size, buf.itemsize)
+        self._run(run, _coll.get_collective("bcast").algorithms[alg], buf.reshape(-1), int(root))
+
+
+def _check_choice(what, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _check_int(what, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _writeable(arr, what):
+    if not arr.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+
+
+def _check_pair(sendbuf, recvbuf, same_size: bool) -> str:
+    s = check_buffer(sendbuf, "sendbuf")
+    r = check_buffer(recvbuf, "recvbuf")
+    _writeable(recvbuf, "recvbuf")
+    if s != r:
+        raise TypeError(f"sendbuf is {s} but recvbuf is {r}; both must have one dtype")
+    if same_size and sendbuf.size != recvbuf.size:
+        raise ValueError(f"sendbuf has {sendbuf.size} elements, recvbuf {recvbuf.size}; they must match")
+    if recvbuf.size and sendbuf.size and np.shares_memory(sendbuf, recvbuf):
+        same = (same_size and sendbuf.__array_interface__["data"][0]
+                == recvbuf.__array_interface__["data"][0])
+        if not same:
+            raise ValueError("sendbuf and recvbuf overlap; pass the same array for in-place")
+    return s
+
+
+def _topology(transport):
+    from .topology import node_ids
+
+    inner = transport
+    while not isinstance(inner, MPITransport):
+        inner = inner.inner
+    return node_ids(inner.comm)
+
+
+__all__ = ["SecureComm", "ConfigMismatchError"]

@@ -1,0 +1,67 @@
+"""Error hierarchy: every failure of a secure collective derives from :class:`SecCommError`.
+
+Bad arguments are reported with the built-in ``TypeError``/``ValueError`` (naming the allowed
+values) before any traffic; what goes wrong on the wire or across ranks is a ``SecCommError``.
+No exception ever carries key material: messages name ranks, operations, sequence numbers and
+chunk indices only.
+"""
+
+from __future__ import annotations
+
+
+class SecCommError(Exception):
+    """Base class of every seccomm runtime error (authentication, framing, transport, config)."""
+
+
+class AuthenticationError(SecCommError):
+    """A frame failed AEAD verification: tampered, replayed, reordered, misdirected or foreign.
+
+    Attributes name where it happened, never what the key was:
+    ``peer`` (rank the frame came from), ``op`` (operation kind), ``seq`` (operation sequence
+    number on this communicator), ``step`` (hop index), ``chunk`` and ``chunks`` (chunk index
+    and count), ``epoch`` (key epoch), ``suite``.
+    """
+
+    def __init__(self, *, peer, op, seq, step=None, chunk=None, chunks=None, epoch=None,
+                 suite=None, detail=""):
+        self.peer, self.op, self.seq, self.step = peer, op, seq, step
+        self.chunk, self.chunks, self.epoch, self.suite = chunk, chunks, epoch, suite
+        where = f"{op} #{seq}"
+        if step is not None:
+            where += f", step {step}"
+        if chunk is not None:
+            where += f", chunk {chunk}/{chunks}"
+        if epoch is not None:
+            where += f", epoch {epoch}"
+        msg = f"{suite or 'AEAD'} authentication failed on a frame from rank {peer} ({where})"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+
+class FrameError(SecCommError):
+    """A frame had the wrong length (truncated or oversized) or could not be received."""
+
+    def __init__(self, msg, *, peer=None, op=None, seq=None):
+        self.peer, self.op, self.seq = peer, op, seq
+        super().__init__(msg)
+
+
+class TransportTimeout(SecCommError):
+    """A blocking wait passed its deadline: the named peer stopped sending or receiving."""
+
+    def __init__(self, msg, *, peer=None, op=None, seq=None, timeout_s=None):
+        self.peer, self.op, self.seq, self.timeout_s = peer, op, seq, timeout_s
+        super().__init__(msg)
+
+
+class ConfigMismatchError(SecCommError):
+    """Ranks disagree on suite, key, or settings; raised on every rank at construction."""
+
+
+class KeyScheduleError(SecCommError):
+    """The job secret is missing, too short, unreadable, or stored with unsafe permissions."""
+
+
+class CommClosedError(SecCommError):
+    """The communicator was closed, or an earlier error left it unusable."""

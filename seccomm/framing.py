@@ -1,0 +1,127 @@
+"""Wire framing: chunk plans, the AAD header, the deterministic nonce, and wire workspaces.
+
+A payload is cut into chunks of at most ``chunk_bytes`` (rounded down to whole elements); each
+chunk is sealed on its own as ``ciphertext || tag``.  Both ends compute the nonce and AAD header
+from what they already know (operation, step, chunk, ranks, dtype, counts), so nothing but the
+frame itself is sent, and a frame that arrives anywhere else than where it was meant fails its tag.
+
+Nonce (96 bits, big-endian; NIST SP 800-38D §8.2.1 deterministic construction)::
+
+    epoch-local op index (32) | step (16) | chunk index (24) | sealing rank or origin (24)
+
+Under a direction key (src->dst) only ``src`` seals; under the group key each origin seals only
+its own data with its rank in the nonce; steps are unique per op and sender; the op index restarts
+only with a fresh epoch key.  Hence no (key, nonce) pair ever repeats.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .suites import NONCE_BYTES, TAG_BYTES, Slot
+
+PROTOCOL_MAGIC = b"SCM"
+PROTOCOL_VERSION = 1
+
+#: AAD header layout (88 bytes, big-endian), bound into every tag.
+AAD = struct.Struct(">3sBBBBB16s16sIQIIIIIQQ")
+AAD_BYTES = AAD.size
+_NONCE = struct.Struct(">IHHI")
+
+KEY_DIRECTION = 0  #: pairwise key, src -> dst
+KEY_GROUP = 1      #: group key, sealed once by the origin and forwarded unchanged
+GROUP_STEP = 0xFFFF  #: step value of group-key frames (direction steps stay below it)
+ANY_RANK = 0xFFFFFFFF  #: AAD destination of group-key frames (bound to the origin instead)
+
+OP_KINDS = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "bcast": 4}
+
+MAX_RANKS = 1 << 16          # steps of a ring allreduce must fit the 16-bit step field
+MAX_CHUNKS_PER_HOP = 1 << 24  # chunk index field
+MAX_OPS_PER_EPOCH = (1 << 32) - 1
+SLOT_ALIGN = 64
+
+
+def make_nonce(out: memoryview, op_index: int, step: int, chunk: int, sender: int) -> None:
+    """Write the 12-byte nonce for (epoch-local op index, step, chunk, sender) into ``out``."""
+    v = (chunk << 24) | sender
+    _NONCE.pack_into(out, 0, op_index, step, v >> 32, v & 0xFFFFFFFF)
+
+
+def nonce_bytes(op_index: int, step: int, chunk: int, sender: int) -> bytes:
+    """The nonce as bytes (for tests and audits)."""
+    b = bytearray(NONCE_BYTES)
+    make_nonce(memoryview(b), op_index, step, chunk, sender)
+    return bytes(b)
+
+
+def chunk_counts(count: int, chunk_elems: int) -> list[int]:
+    """Split ``count`` elements into chunks of at most ``chunk_elems`` (empty list for 0)."""
+    full, rest = divmod(count, chunk_elems)
+    return [chunk_elems] * full + ([rest] if rest else [])
+
+
+def block_counts(count: int, size: int) -> list[int]:
+    """Balanced partition of ``count`` elements over ``size`` ranks (first ranks get one more).
+
+    This is the block each rank owns in reduce-scatter and contributes in allgather.
+    """
+    q, r = divmod(count, size)
+    return [q + (1 if i < r else 0) for i in range(size)]
+
+
+def block_offsets(counts: list[int]) -> list[int]:
+    offs, acc = [], 0
+    for c in counts:
+        offs.append(acc)
+        acc += c
+    return offs
+
+
+class Workspace:
+    """Grow-only wire buffers, reused across operations (no allocation per chunk or per op)."""
+
+    def __init__(self):
+        self._bufs: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, nbytes: int) -> np.ndarray:
+        buf = self._bufs.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.empty(max(nbytes, 64), np.uint8)
+            self._bufs[name] = buf
+        return buf
+
+    def slots(self, name: str, body_sizes: list[int]) -> list[Slot]:
+        """Lay out one slot per chunk body size in buffer ``name``; return their views."""
+        sizes = [(NONCE_BYTES + AAD_BYTES + b + TAG_BYTES + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN
+                 for b in body_sizes]
+        mv = memoryview(self.get(name, sum(sizes)))
+        out, off = [], 0
+        for b, s in zip(body_sizes, sizes):
+            out.append(Slot(mv[off:off + s], AAD_BYTES, b))
+            off += s
+        return out
+
+
+class FrameContext:
+    """The per-operation constants of the AAD; ``fill`` writes one slot's nonce and header."""
+
+    __slots__ = ("suite_id", "op_code", "dtype_code", "job_id", "comm_id", "epoch", "seq",
+                 "op_index", "total_count", "itemsize", "op")
+
+    def __init__(self, *, suite_id, op, dtype_code, job_id, comm_id, epoch, seq, op_index,
+                 total_count, itemsize):
+        self.suite_id, self.op, self.op_code = suite_id, op, OP_KINDS[op]
+        self.dtype_code, self.job_id, self.comm_id = dtype_code, job_id, comm_id
+        self.epoch, self.seq, self.op_index = epoch, seq, op_index
+        self.total_count, self.itemsize = total_count, itemsize
+
+    def fill(self, slot: Slot, *, key_kind: int, suite_id: int, step: int, chunk: int,
+             chunks: int, src: int, dst: int, elems: int) -> None:
+        """Write nonce and AAD header for one chunk.  ``src`` is the sealing rank (direction key)
+        or the origin rank (group key, with ``dst == ANY_RANK`` and ``step == GROUP_STEP``)."""
+        make_nonce(slot.nonce, self.op_index, step, chunk, src)
+        AAD.pack_into(slot.header, 0, PROTOCOL_MAGIC, PROTOCOL_VERSION, suite_id, self.op_code,
+                      key_kind, self.dtype_code, self.job_id, self.comm_id, self.epoch, self.seq,
+                      step, chunk, chunks, src, dst, self.total_count, elems)

@@ -1,0 +1,196 @@
+"""Cipher suites: one registry, one seal/open interface, all CPU crypto through ``cryptography``.
+
+A suite works on a *slot*: one chunk's region of a preallocated wire buffer laid out as::
+
+    | nonce (12 B) | AAD header (framing.AAD_BYTES) | body (chunk bytes) | tag (16 B) |
+
+Only ``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce
+and header into its slot before opening, so nothing it did not expect can verify.  Sealing and
+opening are zero-copy (``encrypt_into``/``decrypt_into``); ``aes-256-gmac`` and ``none`` copy the
+payload into the body once, since it travels in the clear.
+
+Usage limits (frames per key) follow CFRG draft-irtf-cfrg-aead-limits (target advantage
+p = 2^-50, L = 16-byte blocks per frame including AAD) and NIST SP 800-38D §8.3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+NONCE_BYTES = 12
+TAG_BYTES = 16
+KEY_BYTES = 32
+_EMPTY = bytearray(0)
+
+#: CFRG draft-irtf-cfrg-aead-limits target advantage (TLS 1.3 uses 2^-60/2^-57; 2^-50 is the
+#: draft's worked example for 1 MiB messages, giving about 2^23.5 AES-GCM messages per key).
+TARGET_ADVANTAGE_LOG2 = -50
+
+
+def _gcm_limit(frame_bytes: int, aad_bytes: int) -> int:
+    """AES-GCM confidentiality limit q <= (p^0.5 * 2^64.5 - 1) / (L + 1), capped at 2^32.
+
+    Source: draft-irtf-cfrg-aead-limits §5.1 (AEAD_AES_128_GCM/256 confidentiality), and
+    NIST SP 800-38D §8.3 (2^32 invocations; binding only for random IVs, kept as a cap).
+    """
+    blocks = math.ceil(frame_bytes / 16) + math.ceil(aad_bytes / 16)
+    q = (2.0 ** (TARGET_ADVANTAGE_LOG2 / 2 + 64.5) - 1) / (blocks + 1)
+    return int(min(q, 2**32))
+
+
+class Slot:
+    """Views into one chunk's slot of a wire buffer (see the module docstring for the layout)."""
+
+    __slots__ = ("nonce", "header", "body", "tag", "frame", "header_body")
+
+    def __init__(self, mv: memoryview, hdr: int, nbody: int):
+        b0 = NONCE_BYTES + hdr
+        self.nonce = mv[:NONCE_BYTES]
+        self.header = mv[NONCE_BYTES:b0]
+        self.body = mv[b0:b0 + nbody]
+        self.tag = mv[b0 + nbody:b0 + nbody + TAG_BYTES]
+        self.frame = mv[b0:b0 + nbody + TAG_BYTES]
+        self.header_body = mv[NONCE_BYTES:b0 + nbody]
+
+
+@dataclass(frozen=True)
+class CipherSuite:
+    """A named protection level for frames.
+
+    ``name``: registry name; ``suite_id``: byte bound into the AAD; ``confidential``: payload is
+    encrypted; ``authenticated``: frames carry a verified tag; ``fips_140_3``: approval status;
+    ``limit_source``: where the usage limit comes from.
+    """
+
+    name: str
+    suite_id: int
+    confidential: bool
+    authenticated: bool
+    fips_140_3: str
+    limit_source: str
+
+    def new_key(self, key: bytes):
+        """Return the ``cryptography`` AEAD object for a 32-byte key (``None`` for ``none``)."""
+        raise NotImplementedError
+
+    def usage_limit(self, chunk_bytes: int, aad_bytes: int) -> int:
+        """Maximum frames sealed under one key before the key must be rotated."""
+        raise NotImplementedError
+
+    def seal(self, aead, slot: Slot, plaintext: memoryview) -> None:
+        """Write the frame for ``plaintext`` (uint8 view, len == len(slot.body)) into ``slot``.
+
+        ``slot.nonce`` and ``slot.header`` must already hold the nonce and AAD header.
+        """
+        raise NotImplementedError
+
+    def open(self, aead, slot: Slot, out):
+        """Verify the frame in ``slot`` and return a uint8 view of its plaintext.
+
+        Decrypting suites write into ``out`` (len == len(slot.body)) and return it; clear-text
+        suites return ``slot.body`` without copying.  Raises ``cryptography.exceptions.InvalidTag``
+        on a bad tag (the caller turns it into ``AuthenticationError`` with the context).
+        """
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<CipherSuite {self.name}>"
+
+
+class _AEADSuite(CipherSuite):
+    _cls = None
+
+    def new_key(self, key):
+        return self._cls(key)
+
+    def seal(self, aead, slot, plaintext):
+        aead.encrypt_into(slot.nonce, plaintext, slot.header, slot.frame)
+
+    def open(self, aead, slot, out):
+        aead.decrypt_into(slot.nonce, slot.frame, slot.header, out)
+        return out
+
+
+class AESGCMSuite(_AEADSuite):
+    _cls = AESGCM
+
+    def usage_limit(self, chunk_bytes, aad_bytes):
+        return _gcm_limit(chunk_bytes, aad_bytes)
+
+
+class ChaChaSuite(_AEADSuite):
+    _cls = ChaCha20Poly1305
+
+    def usage_limit(self, chunk_bytes, aad_bytes):
+        # draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit below 2^96 nonces; the cap
+        # keeps every nonce field far from wrapping.
+        return 2**48
+
+
+class GMACSuite(CipherSuite):
+    """AES-256-GCM over an empty plaintext with ``header || payload`` as AAD (NIST SP 800-38D)."""
+
+    def new_key(self, key):
+        return AESGCM(key)
+
+    def usage_limit(self, chunk_bytes, aad_bytes):
+        return _gcm_limit(0, chunk_bytes + aad_bytes)
+
+    def seal(self, aead, slot, plaintext):
+        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
+        aead.encrypt_into(slot.nonce, _EMPTY, slot.header_body, slot.tag)
+
+    def open(self, aead, slot, out):
+        aead.decrypt_into(slot.nonce, slot.tag, slot.header_body, _EMPTY)
+        return slot.body
+
+
+class NoneSuite(CipherSuite):
+    """Same framing and algorithms, no cryptography: isolates the algorithm's own cost."""
+
+    def new_key(self, key):
+        return None
+
+    def usage_limit(self, chunk_bytes, aad_bytes):
+        return 2**63
+
+    def seal(self, aead, slot, plaintext):
+        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
+
+    def open(self, aead, slot, out):
+        return slot.body
+
+
+SUITES: dict[str, CipherSuite] = {}
+
+
+def register(suite: CipherSuite) -> CipherSuite:
+    """Add ``suite`` to the registry (name and suite_id must be unique)."""
+    if suite.name in SUITES or any(s.suite_id == suite.suite_id for s in SUITES.values()):
+        raise ValueError(f"suite {suite.name!r} or id {suite.suite_id} already registered")
+    SUITES[suite.name] = suite
+    return suite
+
+
+def get_suite(name: str) -> CipherSuite:
+    """Look up a suite by name; ``ValueError`` listing the registered names."""
+    try:
+        return SUITES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown suite {name!r}; allowed: {', '.join(SUITES)}") from None
+
+
+register(NoneSuite("none", 0, False, False, "not applicable (no protection)",
+                   "none: no key is used"))
+register(AESGCMSuite("aes-256-gcm", 1, True, True,
+                     "approved (NIST SP 800-38D; FIPS 140-3 IG C.H deterministic IV)",
+                     "CFRG draft-irtf-cfrg-aead-limits §5.1, p=2^-50; SP 800-38D §8.3 cap 2^32"))
+register(ChaChaSuite("chacha20-poly1305", 2, True, True, "not approved (not a NIST algorithm)",
+                     "CFRG draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit; cap 2^48"))
+register(GMACSuite("aes-256-gmac", 3, False, True,
+                   "approved (GMAC, NIST SP 800-38D)",
+                   "CFRG draft-irtf-cfrg-aead-limits §5.1 over AAD blocks, p=2^-50; cap 2^32"))

@@ -1,0 +1,205 @@
+"""Transports: move frames (bytes) between ranks.  One registry; MPI over mpi4py is the default.
+
+A transport carries opaque byte buffers and never pickles: ``isend``/``irecv`` take contiguous
+uint8 buffers (numpy arrays or memoryviews) and return request handles; every wait has a deadline
+and raises :class:`~seccomm.errors.TransportTimeout` naming the peer instead of hanging.
+Wrappers (tampering, recording) subclass :class:`TransportWrapper` and override what they need.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .errors import FrameError, TransportTimeout
+
+_SPINS = 2000
+
+
+class Transport:
+    """Interface.  ``rank``, ``size``; all buffers are contiguous uint8."""
+
+    rank: int
+    size: int
+
+    def isend(self, buf, peer: int):
+        raise NotImplementedError
+
+    def irecv(self, buf, peer: int):
+        raise NotImplementedError
+
+    def wait_recv(self, req, timeout: float, peer: int, what: str) -> int:
+        """Wait (at most ``timeout`` seconds) for a receive; return the bytes received."""
+        raise NotImplementedError
+
+    def wait_sends(self, reqs: list, timeout: float, peers: list, what: str) -> None:
+        raise NotImplementedError
+
+    def allgather(self, sendbuf, recvbuf, what: str, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def scatter(self, sendbuf, recvbuf, root: int, what: str, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def bcast(self, buf, root: int, what: str, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def cancel(self, reqs: list) -> None:
+        """Best-effort cancel of pending requests after an error (buffers stay referenced)."""
+
+    def close(self) -> None:
+        pass
+
+
+class MPITransport(Transport):
+    """Buffer-based mpi4py point-to-point on a private duplicate of the user's communicator.
+
+    ``comm``: an ``mpi4py.MPI.Intracomm`` (duplicated here; the duplicate is freed on
+    ``close``).  ``timeout``: seconds for collective waits during setup.
+    """
+
+    def __init__(self, comm, timeout: float = 60.0, tag: int = 7):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm.Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.timeout, self.tag = timeout, tag
+        self._status = MPI.Status()
+        self._byte = MPI.BYTE
+
+    def isend(self, buf, peer):
+        return self.comm.Isend([buf, self._byte], peer, self.tag)
+
+    def irecv(self, buf, peer):
+        return self.comm.Irecv([buf, self._byte], peer, self.tag)
+
+    def _poll(self, req, timeout, status, peer, what):
+        MPI = self._MPI
+        try:
+            if req.Test(status):
+                return
+            n, deadline = 0, time.monotonic() + timeout
+            while True:
+                if req.Test(status):
+                    return
+                n += 1
+                if n > _SPINS:
+                    if n & 15 == 0 and time.monotonic() > deadline:
+                        raise TransportTimeout(
+                            f"{what}: no progress with rank {peer} before the deadline "
+                            f"(peer stopped, died, or disagrees on the call sequence)", peer=peer)
+                    if n < 20 * _SPINS:
+                        os.sched_yield()
+                    else:
+                        time.sleep(2e-5)
+        except MPI.Exception as e:
+            raise FrameError(f"{what}: MPI error with rank {peer}: {e.Get_error_string()}", peer=peer) from None
+
+    def wait_recv(self, req, timeout, peer, what):
+        st = self._status
+        self._poll(req, timeout, st, peer, what)
+        return st.Get_count(self._byte)
+
+    def wait_sends(self, reqs, timeout, peers, what):
+        for req, peer in zip(reqs, peers):
+            self._poll(req, timeout, None, peer, what)
+
+    def _coll(self, req, what, timeout):
+        self._poll(req, self.timeout if timeout is None else timeout, None, "any", what)
+
+    def allgather(self, sendbuf, recvbuf, what, timeout=None):
+        self._coll(self.comm.Iallgather([sendbuf, self._byte], [recvbuf, self._byte]), what, timeout)
+
+    def scatter(self, sendbuf, recvbuf, root, what, timeout=None):
+        self._coll(self.comm.Iscatter([sendbuf, self._byte], [recvbuf, self._byte], root), what, timeout)
+
+    def bcast(self, buf, root, what, timeout=None):
+        self._coll(self.comm.Ibcast([buf, self._byte], root), what, timeout)
+
+    def cancel(self, reqs):
+        for r in reqs:
+            try:
+                if r and not r.Test():
+                    r.Cancel()
+            except self._MPI.Exception:
+                pass
+
+    def close(self):
+        if self.comm is not None and self.comm != self._MPI.COMM_NULL:
+            self.comm.Free()
+        self.comm = None
+
+
+class TransportWrapper(Transport):
+    """Delegates everything to ``inner``; subclass to observe or alter frames on the wire."""
+
+    def __init__(self, inner: Transport):
+        self.inner = inner
+        self.rank, self.size = inner.rank, inner.size
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def isend(self, buf, peer):
+        return self.inner.isend(buf, peer)
+
+    def irecv(self, buf, peer):
+        return self.inner.irecv(buf, peer)
+
+    def wait_recv(self, req, timeout, peer, what):
+        return self.inner.wait_recv(req, timeout, peer, what)
+
+    def wait_sends(self, reqs, timeout, peers, what):
+        return self.inner.wait_sends(reqs, timeout, peers, what)
+
+    def allgather(self, sendbuf, recvbuf, what, timeout=None):
+        return self.inner.allgather(sendbuf, recvbuf, what, timeout)
+
+    def scatter(self, sendbuf, recvbuf, root, what, timeout=None):
+        return self.inner.scatter(sendbuf, recvbuf, root, what, timeout)
+
+    def bcast(self, buf, root, what, timeout=None):
+        return self.inner.bcast(buf, root, what, timeout)
+
+    def cancel(self, reqs):
+        return self.inner.cancel(reqs)
+
+    def close(self):
+        return self.inner.close()
+
+
+class TamperTransport(TransportWrapper):
+    """Flips one bit in selected outgoing frames (for tests and the attacker harness).
+
+    ``should_tamper(frame_index, peer, nbytes) -> int | None`` returns the byte offset to flip
+    (negative counts from the end, e.g. -1 hits the tag) or ``None`` to pass the frame unchanged.
+    The flipped copy is private, so the sender's buffer is untouched.
+    """
+
+    def __init__(self, inner, should_tamper):
+        super().__init__(inner)
+        self.should_tamper, self.sent, self.tampered = should_tamper, 0, 0
+        self._keep = []
+
+    def isend(self, buf, peer):
+        off = self.should_tamper(self.sent, peer, len(memoryview(buf)))
+        self.sent += 1
+        if off is not None:
+            buf = np.frombuffer(buf, np.uint8).copy()
+            buf[off] ^= 0x01
+            self._keep.append(buf)
+            self.tampered += 1
+        return self.inner.isend(buf, peer)
+
+
+TRANSPORTS = {"mpi": MPITransport}
+
+
+def get_transport(name: str):
+    try:
+        return TRANSPORTS[name]
+    except KeyError:
+        raise ValueError(f"unknown transport {name!r}; allowed: {', '.join(TRANSPORTS)}") from None
