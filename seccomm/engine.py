@@ -71,6 +71,7 @@ class OpRun:
                                 job_id=sc._job_id, comm_id=sc._comm_id, epoch=epoch, seq=seq,
                                 op_index=op_index, total_count=total_count, itemsize=itemsize)
         self.chunk_elems = max(1, sc.chunk_bytes // itemsize)
+        self.what = f"{op} #{seq}"  # names the operation in transport errors
         self.pending: list = []
 
     # -- keys and policy ---------------------------------------------------------------------
@@ -149,7 +150,7 @@ class OpRun:
         if recv is not None:
             self._drain(recv, rreqs)
         if sreqs:
-            t.wait_sends(sreqs, timeout, [send.dst] * len(sreqs), self.op)
+            t.wait_sends(sreqs, timeout, [send.dst] * len(sreqs), self.what)
 
     def _drain(self, recv: Recv, rreqs):
         t, timeout = self.t, self.sc.timeout
@@ -168,7 +169,7 @@ class OpRun:
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                got = t.wait_recv(req, timeout, recv.src, self.op)
+                got = t.wait_recv(req, timeout, recv.src, self.what)
                 want = len(recv.slots[j].frame)
                 if got != want:
                     raise FrameError(f"{self.op} #{self.ctx.seq}: frame {j}/{n} from rank "
@@ -202,7 +203,7 @@ class OpRun:
                     sreqs.append(t.isend(f, c))
                     peers.append(c)
             self.pending += sreqs
-            t.wait_sends(sreqs, timeout, peers, self.op)
+            t.wait_sends(sreqs, timeout, peers, self.what)
             return
         recv = Recv(src=parent, elems=elems, outs=pieces_or_outs, group=True, origin=origin)
         recv.slots = self.sc._ws.slots("recv", [e * self.itemsize for e in elems])
@@ -212,7 +213,7 @@ class OpRun:
         sreqs, peers = [], []
         for j, req in enumerate(rreqs):
             slot = recv.slots[j]
-            got = t.wait_recv(req, timeout, parent, self.op)
+            got = t.wait_recv(req, timeout, parent, self.what)
             if got != len(slot.frame):
                 raise FrameError(f"{self.op} #{self.ctx.seq}: frame {j}/{n} from rank {parent} "
                                  f"has {got} bytes, expected {len(slot.frame)} (truncated)",
@@ -224,7 +225,7 @@ class OpRun:
             self._fill(slot, suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             _copy_out(pieces_or_outs[j], self._open(slot, suite, aead, pieces_or_outs[j],
                                                     parent, GROUP_STEP, j, n))
-        t.wait_sends(sreqs, timeout, peers, self.op)
+        t.wait_sends(sreqs, timeout, peers, self.what)
 
 
 def frame_bytes(elems: int, itemsize: int) -> int:

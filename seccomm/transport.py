@@ -89,8 +89,9 @@ class MPITransport(Transport):
                 if n > _SPINS:
                     if n & 15 == 0 and time.monotonic() > deadline:
                         raise TransportTimeout(
-                            f"{what}: no progress with rank {peer} before the deadline "
-                            f"(peer stopped, died, or disagrees on the call sequence)", peer=peer)
+                            f"{what}: no progress with rank {peer} within {timeout:g} s "
+                            f"(the peer stopped, died, or disagrees on the call sequence)",
+                            peer=peer, op=what, timeout_s=timeout)
                     if n < 20 * _SPINS:
                         os.sched_yield()
                     else:

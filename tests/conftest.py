@@ -1,0 +1,52 @@
+"""Shared fixtures: launch real MPI ranks once per world size and cache what they report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).with_name("mpi_worker.py")
+#: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
+PLAN = {
+    1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
+    2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch"],
+    3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch"],
+    4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy"],
+    5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
+}
+
+
+def mpiexec() -> str:
+    """The mpiexec installed beside this interpreter (the ``mpich`` wheel), else on PATH."""
+    here = Path(sys.executable).with_name("mpiexec")
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if not found:
+        pytest.fail("no mpiexec: install the 'mpich' wheel (pip install -e .)")
+    return found
+
+
+def run_worker(n: int, scenarios: list[str], out: Path, timeout: float = 900) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [mpiexec(), "-n", str(n), sys.executable, str(WORKER), str(out), *scenarios]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0 or not out.exists():
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="session")
+def mpi_results(tmp_path_factory):
+    cache: dict[int, dict] = {}
+
+    def get(n: int) -> dict:
+        if n not in cache:
+            cache[n] = run_worker(n, PLAN[n], tmp_path_factory.mktemp(f"np{n}") / "results.json")
+        return cache[n]
+
+    return get

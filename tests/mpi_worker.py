@@ -1,0 +1,386 @@
+"""Runs under ``mpiexec -n K``: executes named scenarios of secure collectives on real ranks and
+checks them against native MPI (or a float64 reference where MPI has no such type).
+
+Usage: ``mpiexec -n K python tests/mpi_worker.py OUT.json SCENARIO [SCENARIO ...]``.
+Rank 0 writes ``{scenario: {"cases": N, "failures": [...]}}`` to OUT.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import ml_dtypes
+import numpy as np
+from mpi4py import MPI
+
+from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
+from seccomm.transport import TamperTransport, TransportWrapper
+
+PSK = bytes(range(32))
+SUITES = ["none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
+DTYPES = ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"]
+COUNTS = [0, 1, 7, 1001, 2**20 + 3]
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+NATIVE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
+SCENARIOS = {}
+
+
+def scenario(fn):
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def npdtype(name):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def make_data(comm, dname, n, salt=0, op="sum"):
+    rng = np.random.default_rng(1000 * comm.rank + 7 * n + salt)
+    dt = npdtype(dname)
+    if dname == "uint8":
+        return rng.integers(0, 256, n, dtype=np.uint8)
+    if dname == "int32":
+        return rng.integers(-1000, 1000, n, dtype=np.int32)
+    if dname == "int64":
+        return rng.integers(-2**40, 2**40, n, dtype=np.int64)
+    if op == "prod":
+        return rng.uniform(0.9, 1.1, n).astype(dt)
+    return rng.uniform(-1, 1, n).astype(dt)
+
+
+def native_has(dname):
+    return dname not in ("float16", "bfloat16")
+
+
+def gather_inputs(comm, x):
+    allx = np.empty((comm.size, x.size), x.dtype)
+    comm.Allgather(x.view(np.uint8), allx.view(np.uint8))
+    return allx
+
+
+def ref_reduce(comm, x, op):
+    """Reference allreduce of ``x`` and its tolerance (None: must be exact).
+
+    Native MPI where it has the type and op, else float64 over all inputs.  Float tolerance:
+    (p+1) eps sum|x_i| for sums (any summation order), (p+1) eps |ref| otherwise."""
+    dname = x.dtype.name
+    allx = gather_inputs(comm, x)
+    if native_has(dname) and op in NATIVE_OPS:
+        ref = np.empty_like(x)
+        comm.Allreduce(x, ref, NATIVE_OPS[op])
+    else:
+        fn = {"sum": np.sum, "avg": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op]
+        ref = fn(allx.astype(np.float64), axis=0)
+        if op == "avg":
+            ref = ref / comm.size
+    if dname not in FLOATS:
+        return ref, None
+    eps = float(ml_dtypes.finfo(x.dtype).eps)
+    a64 = allx.astype(np.float64)
+    if op in ("sum", "avg"):
+        tol = (comm.size + 1) * eps * np.abs(a64).sum(axis=0)
+    else:
+        tol = (comm.size + 1) * eps * np.abs(np.asarray(ref, np.float64))
+    return ref, tol
+
+
+def close(ours, ref, tol):
+    if tol is None:
+        return np.array_equal(ours, ref)
+    return bool(np.all(np.abs(ours.astype(np.float64) - np.asarray(ref, np.float64)) <= tol + 1e-30))
+
+
+def identical_on_all(comm, arr):
+    allv = gather_inputs(comm, np.ascontiguousarray(arr).reshape(-1))
+    return bool((allv.view(np.uint8) == allv[0:1].view(np.uint8)).all())
+
+
+class Recorder:
+    def __init__(self, comm):
+        self.comm, self.cases, self.fail = comm, 0, []
+
+    def __call__(self, name, ok, detail=""):
+        self.cases += 1
+        if not ok:
+            self.fail.append(f"rank {self.comm.rank}: {name} {detail}")
+
+
+def check_allreduce(comm, sc, rec, dname, n, op="sum", tag=""):
+    x = make_data(comm, dname, n, op=op)
+    y = np.full_like(x, 0)
+    sc.allreduce(x, y, op=op)
+    ref, tol = ref_reduce(comm, x, op)
+    rec(f"allreduce{tag} {sc.suite.name} {dname} n={n} op={op}",
+        close(y, ref, tol) and identical_on_all(comm, y))
+
+
+def check_reduce_scatter(comm, sc, rec, dname, n):
+    x = make_data(comm, dname, n, salt=1)
+    counts = sc.block_counts(n)
+    off = sum(counts[:comm.rank])
+    y = np.empty(counts[comm.rank], x.dtype)
+    sc.reduce_scatter(x, y)
+    full, tol = ref_reduce(comm, x, "sum")
+    ok = close(y, full[off:off + y.size], None if tol is None else tol[off:off + y.size])
+    if native_has(dname):
+        native = np.empty_like(y)
+        comm.Reduce_scatter(x, native, counts, MPI.SUM)
+        ok = ok and close(y, native, None if tol is None else tol[off:off + y.size])
+    rec(f"reduce_scatter {sc.suite.name} {dname} n={n}", ok)
+
+
+def check_allgather(comm, sc, rec, dname, n):
+    counts = sc.block_counts(n)
+    x = make_data(comm, dname, counts[comm.rank], salt=2)
+    y = np.empty(n, x.dtype)
+    sc.allgather(x, y)
+    ref = np.empty(n, x.dtype)
+    disp = [sum(counts[:i]) for i in range(comm.size)]
+    comm.Allgatherv(x.view(np.uint8), [ref.view(np.uint8), [c * x.itemsize for c in counts],
+                                       [d * x.itemsize for d in disp], MPI.BYTE])
+    rec(f"allgather {sc.suite.name} {dname} n={n}", np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
+
+
+def check_bcast(comm, sc, rec, dname, n, root):
+    x = make_data(comm, dname, n, salt=3)
+    ref = x.copy()
+    comm.Bcast(ref.view(np.uint8), root=root)
+    sc.bcast(x, root=root)
+    rec(f"bcast {sc.suite.name} {dname} n={n} root={root}", np.array_equal(x.view(np.uint8), ref.view(np.uint8)))
+
+
+@scenario
+def sweep(comm, rec):
+    """every collective x suite x dtype x count against native MPI"""
+    for suite in SUITES:
+        sc = SecureComm(comm, suite, psk=PSK, timeout=60)
+        for dname in DTYPES:
+            for n in COUNTS:
+                check_allreduce(comm, sc, rec, dname, n)
+                check_reduce_scatter(comm, sc, rec, dname, n)
+                check_allgather(comm, sc, rec, dname, n)
+                check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
+        sc.close()
+
+
+@scenario
+def algorithms(comm, rec):
+    """both allreduce algorithms, all ops, small chunks (many frames per hop), crypto pool on"""
+    for suite in SUITES:
+        for alg in ("ring", "recursive_doubling"):
+            sc = SecureComm(comm, suite, algorithm=alg, psk=PSK, chunk_bytes=1024, crypto_threads=2)
+            for dname in ("float32", "int32", "float16", "bfloat16"):
+                for n in (1, 5, 1001, 10007):
+                    for op in ("sum", "max", "min", "prod") + (("avg",) if dname.startswith(("f", "b")) else ()):
+                        check_allreduce(comm, sc, rec, dname, n, op=op, tag=f"[{alg}]")
+            sc.close()
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, bcast_chain_bytes=0, chunk_bytes=512)
+    for root in range(comm.size):
+        check_bcast(comm, sc, rec, "float32", 3001, root)
+    sc.close()
+
+
+@scenario
+def uint8_sweep(comm, rec):
+    """uint8 sum of 1..64 bytes (a public MPI bug failed exactly at 16 bytes)"""
+    for suite in SUITES:
+        for alg in ("ring", "recursive_doubling"):
+            sc = SecureComm(comm, suite, algorithm=alg, psk=PSK)
+            for n in range(1, 65):
+                check_allreduce(comm, sc, rec, "uint8", n, tag=f"[{alg}]")
+            sc.close()
+
+
+@scenario
+def rotation(comm, rec):
+    """forced key rotation mid-run gives the same results as no rotation"""
+    plain = SecureComm(comm, "aes-256-gcm", psk=PSK)
+    for mode in ("psk", "psk-dhe"):
+        rot = SecureComm(comm, "aes-256-gcm", psk=PSK, rotate_after_frames=200, chunk_bytes=4096,
+                         key_exchange=mode)
+        for i in range(30):
+            x = make_data(comm, "float32", 3000 + 17 * i, salt=i)
+            a, b = np.empty_like(x), np.empty_like(x)
+            plain.allreduce(x, a)
+            rot.allreduce(x, b)
+            counts = rot.block_counts(x.size)
+            c = np.empty(counts[comm.rank], x.dtype)
+            rot.reduce_scatter(x, c)
+            off = sum(counts[:comm.rank])
+            rec(f"rotation[{mode}] op {i} epoch {rot.epoch}",
+                np.allclose(a, b, rtol=1e-5, atol=1e-6) and np.allclose(c, b[off:off + c.size], rtol=1e-5, atol=1e-6))
+        rec(f"rotation[{mode}] happened (epoch {rot.epoch})", comm.size == 1 or rot.epoch >= 3)
+        rot.close()
+    plain.close()
+
+
+class _RecordingSuite:
+    """Wraps a suite to log which key (by derivation parameters) sealed which nonce."""
+
+    def __init__(self, inner, keys, log):
+        self.inner, self.keys, self.log = inner, keys, log
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def seal(self, aead, slot, pt):
+        keyid = next((k for k, v in self.keys._cache.items() if v is aead), None)
+        self.log.append((repr(keyid), bytes(slot.nonce)))
+        return self.inner.seal(aead, slot, pt)
+
+
+@scenario
+def nonce_unique(comm, rec):
+    """no (key, nonce) pair repeats across ranks, operations and epochs in a real run"""
+    log = []
+    sc = SecureComm(comm, "chacha20-poly1305", psk=PSK, rotate_after_frames=300, chunk_bytes=256)
+    sc.suite = _RecordingSuite(sc.suite, sc._keys, log)
+    for i in range(12):
+        x = make_data(comm, "float32", 64 * i + 1, salt=i)
+        y = np.empty_like(x)
+        sc.allreduce(x, y)
+        for alg in ("ring", "recursive_doubling"):
+            sc.algorithm = alg
+            sc.allreduce(x, y)
+        sc.algorithm = "auto"
+        counts = sc.block_counts(x.size)
+        z = np.empty(counts[comm.rank], x.dtype)
+        sc.reduce_scatter(x, z)
+        sc.allgather(z, y)
+        sc.bcast(y, root=i % comm.size)
+    everything = comm.gather(log, root=0)
+    if comm.rank == 0:
+        flat = [e for part in everything for e in part]
+        rec(f"nonce uniqueness over {len(flat)} seals, {sc.epoch + 1} epochs",
+            len(flat) == len(set(flat)) and (comm.size == 1 or len(flat) > 100))
+    sc.close()
+
+
+@scenario
+def tamper(comm, rec):
+    """a flipped bit (body or tag) raises AuthenticationError on the receiver; nothing corrupted
+    reaches recvbuf; 'none' lets it through (shows the check can fail)"""
+    if comm.size < 2:
+        return
+    for suite in SUITES:
+        for where in (0, -1):  # first body byte, last tag byte
+            victim_src = 0
+
+            def pick(i, peer, nbytes, where=where):
+                return where if comm.rank == victim_src and i == 1 else None
+
+            sc = SecureComm(comm, suite, psk=PSK, chunk_bytes=4096, timeout=2, algorithm="ring",
+                            wrap_transport=lambda t: TamperTransport(t, pick))
+            x = make_data(comm, "float32", 40000, salt=5)
+            ref, tol = ref_reduce(comm, x, "sum")
+            y = np.full_like(x, np.nan)
+            err = None
+            try:
+                sc.allreduce(x, y)
+            except SecCommError as e:
+                err = e
+            written = ~np.isnan(y)
+            clean = bool(np.all(np.abs(y[written] - ref[written]) <= 1e-4))
+            receiver = 1  # rank 0's first hop goes to rank 1 in the ring
+            if suite == "none":
+                errs = comm.allgather(err is not None)
+                rec(f"tamper {suite}@{where} passes unnoticed (no authentication)", not any(errs))
+            elif comm.rank == receiver:
+                ok = isinstance(err, AuthenticationError) and err.peer == 0 and err.op == "allreduce"
+                rec(f"tamper {suite}@{where} detected on rank {receiver}: {err!s}", ok and clean)
+            else:
+                rec(f"tamper {suite}@{where} rank {comm.rank} returned no corrupted value",
+                    clean and (err is None or isinstance(err, SecCommError)))
+            sc.close()
+            comm.Barrier()
+
+
+@scenario
+def mismatch(comm, rec):
+    """different settings, secrets or bad arguments on one rank: a clear error on every rank"""
+    if comm.size < 2:
+        return
+    last = comm.size - 1
+    cases = [
+        ("suite", dict(suite="aes-256-gcm"), dict(suite="chacha20-poly1305"), ConfigMismatchError),
+        ("psk", dict(psk=PSK), dict(psk=bytes(32)), ConfigMismatchError),
+        ("chunk", dict(chunk_bytes=4096), dict(chunk_bytes=8192), ConfigMismatchError),
+        ("bad suite", dict(suite="aes-256-gcm"), dict(suite="rot13"), (ConfigMismatchError, ValueError)),
+    ]
+    for name, base, odd, exc in cases:
+        kw = {"suite": "aes-256-gcm", "psk": PSK, "timeout": 10}
+        kw.update(odd if comm.rank == last else base)
+        try:
+            SecureComm(comm, kw.pop("suite"), **kw).close()
+            got = None
+        except SecCommError as e:
+            got = e
+        except ValueError as e:
+            got = e
+        want = ValueError if (name == "bad suite" and comm.rank == last) else ConfigMismatchError
+        rec(f"mismatch {name}: {type(got).__name__}: {got}", isinstance(got, want))
+        comm.Barrier()
+
+
+@scenario
+def policy(comm, rec):
+    """encrypt='inter-node': same-node hops travel in the clear, cross-node hops do not"""
+    if comm.size < 4:
+        return
+
+    class Record(TransportWrapper):
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.frames = []
+
+        def isend(self, buf, peer):
+            self.frames.append((peer, np.frombuffer(buf, np.uint8).copy()))
+            return self.inner.isend(buf, peer)
+
+    holder = {}
+
+    def wrap(t):
+        holder["t"] = Record(t)
+        return holder["t"]
+
+    nodes = [0 if r < comm.size // 2 else 1 for r in range(comm.size)]
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, encrypt="inter-node", node_ids=nodes,
+                    algorithm="ring", wrap_transport=wrap)
+    zeros = np.zeros(4096, np.float32)  # every partial sum is zero: a clear frame is all zero
+    sc.reduce_scatter(zeros, np.empty(sc.block_counts(zeros.size)[comm.rank], np.float32))
+    for peer, frame in holder["t"].frames:
+        in_clear = not frame[:-16].any()
+        same = nodes[peer] == nodes[comm.rank]
+        rec(f"policy frame to rank {peer} (same node: {same}) clear={in_clear}", in_clear == same)
+    rec("policy saw frames", len(holder["t"].frames) > 0)
+    x = (np.arange(4096, dtype=np.float32) + 1000 * comm.rank)
+    y = np.empty_like(x)
+    sc.allreduce(x, y)
+    ref, _ = ref_reduce(comm, x, "sum")
+    rec("policy allreduce result", np.array_equal(y, ref))
+    sc.close()
+
+
+def main():
+    out, names = sys.argv[1], sys.argv[2:]
+    comm = MPI.COMM_WORLD
+    results = {}
+    for name in names:
+        rec = Recorder(comm)
+        try:
+            SCENARIOS[name](comm, rec)
+        except Exception:  # report, don't hang the other ranks' parsing
+            rec.fail.append(f"rank {comm.rank}: exception\n{traceback.format_exc()}")
+        fails = comm.gather(rec.fail, root=0)
+        cases = comm.reduce(rec.cases, op=MPI.SUM, root=0)
+        if comm.rank == 0:
+            results[name] = {"cases": cases, "failures": [f for part in fails for f in part]}
+    if comm.rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

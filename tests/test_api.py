@@ -1,0 +1,134 @@
+"""Public API contract, argument errors before any traffic, and import hygiene (in-process,
+world size 1 on COMM_SELF)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import seccomm
+from seccomm import (AuthenticationError, ConfigMismatchError, KeyScheduleError, SecCommError,
+                     SecureComm)
+
+PSK = bytes(range(32))
+
+
+@pytest.fixture(scope="module")
+def sc():
+    from mpi4py import MPI
+
+    with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK) as s:
+        yield s
+
+
+def self_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_SELF
+
+
+def test_import_needs_no_torch_cupy_or_mpi():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['cupy'] = None\n"
+            "import seccomm\n"
+            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py imported eagerly'\n"
+            "print(seccomm.__version__, sorted(seccomm.SUITES))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "aes-256-gcm" in out.stdout
+
+
+def test_error_hierarchy():
+    for cls in (AuthenticationError, ConfigMismatchError, KeyScheduleError,
+                seccomm.FrameError, seccomm.TransportTimeout, seccomm.CommClosedError):
+        assert issubclass(cls, SecCommError)
+    e = AuthenticationError(peer=3, op="allreduce", seq=7, step=1, chunk=2, chunks=5, epoch=0,
+                            suite="aes-256-gcm")
+    assert "rank 3" in str(e) and "allreduce #7" in str(e) and "chunk 2/5" in str(e)
+
+
+def test_suite_registry():
+    assert list(seccomm.SUITES) == ["none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
+    gcm = seccomm.get_suite("aes-256-gcm")
+    assert gcm.fips_140_3.startswith("approved")
+    assert seccomm.get_suite("chacha20-poly1305").fips_140_3.startswith("not approved")
+    # CFRG draft-irtf-cfrg-aead-limits worked example: 1 MiB messages, p = 2^-50 -> ~2^23.5
+    limit = gcm.usage_limit(1 << 20, 0)
+    assert 2**23.4 < limit < 2**23.6
+    with pytest.raises(ValueError, match="allowed: none, aes-256-gcm"):
+        seccomm.get_suite("aes-128-cbc")
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(suite="rot13"), "unknown suite 'rot13'; allowed"),
+    (dict(algorithm="tree"), "unknown algorithm 'tree'; allowed: auto, ring"),
+    (dict(encrypt="some"), "unknown encrypt 'some'; allowed: all, inter-node"),
+    (dict(key_exchange="rsa"), "unknown key_exchange 'rsa'; allowed: psk, psk-dhe"),
+    (dict(chunk_bytes=8), r"chunk_bytes must be an integer in \[16"),
+    (dict(timeout=0), "timeout must be > 0"),
+])
+def test_bad_construction_args(kw, match):
+    suite = kw.pop("suite", "aes-256-gcm")
+    with pytest.raises(ValueError, match=match):
+        SecureComm(self_comm(), suite, psk=PSK, **kw)
+
+
+def test_missing_secret(monkeypatch):
+    monkeypatch.delenv("SECCOMM_PSK_FILE", raising=False)
+    monkeypatch.delenv("SECCOMM_PSK", raising=False)
+    with pytest.raises(KeyScheduleError, match="no job secret"):
+        SecureComm(self_comm(), "aes-256-gcm")
+    SecureComm(self_comm(), "none").close()  # the baseline needs no key
+
+
+def test_bad_buffers(sc):
+    x = np.ones(8, np.float32)
+    cases = [
+        (lambda: sc.allreduce(x.astype(np.complex64), x.astype(np.complex64)), TypeError,
+         "unsupported dtype complex64; allowed: float16, bfloat16"),
+        (lambda: sc.allreduce(x, np.ones(8, np.float64)), TypeError, "one dtype"),
+        (lambda: sc.allreduce(x, np.ones(9, np.float32)), ValueError, "must match"),
+        (lambda: sc.allreduce(np.ones(16, np.float32)[::2], x.copy()), ValueError, "C-contiguous"),
+        (lambda: sc.allreduce(x, x.copy(), op="xor"), ValueError, "unknown op 'xor'; allowed"),
+        (lambda: sc.allreduce(np.ones(4, np.int32), np.ones(4, np.int32), op="avg"), ValueError,
+         "needs a floating-point dtype"),
+        (lambda: sc.allreduce([1.0, 2.0], x), TypeError, "numpy.ndarray"),
+        (lambda: sc.reduce_scatter(x, np.ones(3, np.float32)), ValueError, "block_counts"),
+        (lambda: sc.allgather(np.ones(3, np.float32), x.copy()), ValueError, "block_counts"),
+        (lambda: sc.bcast(x.copy(), root=1), ValueError, r"root must be a rank in \[0, 0\]"),
+    ]
+    ro = x.copy()
+    ro.flags.writeable = False
+    cases.append((lambda: sc.allreduce(x, ro), ValueError, "read-only"))
+    big = np.ones(16, np.float32)
+    cases.append((lambda: sc.allreduce(big[:8], big[4:12]), ValueError, "overlap"))
+    seq = sc._seq
+    for fn, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            fn()
+    assert sc._seq == seq  # rejected before an operation began (no frame, no sequence number)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"])
+def test_world_size_one(sc, dtype):
+    dt = seccomm.dtypes.resolve_dtype(dtype)
+    x = (np.arange(11) % 7).astype(dt)
+    y = np.zeros_like(x)
+    sc.allreduce(x, y)
+    assert np.array_equal(y, x)
+    sc.allreduce(y, y, op="max")  # in place
+    assert np.array_equal(y, x)
+    z = np.zeros_like(x)
+    sc.reduce_scatter(x, z)
+    assert np.array_equal(z, x)
+    sc.allgather(x, z)
+    assert np.array_equal(z, x)
+    sc.bcast(z)
+    assert np.array_equal(z, x)
+
+
+def test_repr_hides_keys(sc):
+    text = repr(sc) + repr(sc._keys) + str(vars(sc))
+    assert PSK.hex() not in text and "secret" not in repr(sc).lower()

@@ -1,0 +1,24 @@
+"""Secure collectives on real ranks (mpiexec -n 1..5) against native MPI.
+
+Each world size is one mpiexec launch running the scenarios of tests/mpi_worker.py; every
+scenario checks many cases and reports failures, which these tests assert away.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import PLAN
+
+CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
+#: minimum cases a scenario must have checked at a world size (guards against a silent no-op)
+MIN_CASES = {"sweep": 560, "algorithms": 600, "uint8_sweep": 512, "rotation": 62,
+             "nonce_unique": 1, "tamper": 8, "mismatch": 4, "policy": 4}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n,scenario", CASES, ids=[f"np{n}-{s}" for n, s in CASES])
+def test_scenario(mpi_results, n, scenario):
+    res = mpi_results(n)[scenario]
+    assert not res["failures"], "\n".join(res["failures"][:20])
+    assert res["cases"] >= MIN_CASES[scenario] * (n if scenario not in ("nonce_unique",) else 1)
