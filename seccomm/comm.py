@@ -293,7 +293,7 @@ def _check_pair(sendbuf, recvbuf, same_size: bool) -> str:
         raise TypeError(f"sendbuf is {s} but recvbuf is {r}; both must have one dtype")
     if same_size and sendbuf.size != recvbuf.size:
         raise ValueError(f"sendbuf has {sendbuf.size} elements, recvbuf {recvbuf.size}; they must match")
-    if recvbuf.size and sendbuf.size and np.shares_memory(sendbuf, recvbuf):
+    if recvbuf.size and sendbuf.size and np.may_share_memory(sendbuf, recvbuf):
         same = (same_size and sendbuf.__array_interface__["data"][0]
                 == recvbuf.__array_interface__["data"][0])
         if not same:

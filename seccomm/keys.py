@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from .errors import AuthenticationError, KeyScheduleError
 
 MIN_SECRET_BYTES = 32
+_MISSING = object()
 KEY_EXCHANGES = ("psk", "psk-dhe")
 
 
@@ -149,8 +150,8 @@ class KeySchedule:
     def direction(self, epoch: int, src: int, dst: int):
         """AEAD object for frames sealed by ``src`` for ``dst`` in ``epoch``."""
         k = ("d", epoch, src, dst)
-        aead = self._cache.get(k)
-        if aead is None:
+        aead = self._cache.get(k, _MISSING)
+        if aead is _MISSING:
             ikm = self._secret
             if self._pair is not None:
                 ikm = ikm + self._pair[dst if src == self.rank else src]
@@ -161,8 +162,8 @@ class KeySchedule:
     def group(self, epoch: int):
         """AEAD object for group-key frames (encrypt-once forwarding) in ``epoch``."""
         k = ("g", epoch)
-        aead = self._cache.get(k)
-        if aead is None:
+        aead = self._cache.get(k, _MISSING)
+        if aead is _MISSING:
             ikm = self._secret + (self._group_secret or b"")
             aead = self._cache[k] = self.suite.new_key(hkdf(ikm, self._salt, self._info(b"group", epoch)))
         return aead

@@ -10,14 +10,16 @@ import numpy as np
 from ..dtypes import as_bytes
 from ..engine import Recv, Send
 from . import Collective, register
+from ..framing import block_counts
 from .common import Blocks, chunk_views
+from .native import as_bytes_spec
 
 
 def ring_allgather(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> None:
     """Gather every rank's ``own`` block into ``out`` (flat, blocks in rank order)."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     mine = blocks.typed(out, r)
-    if not np.shares_memory(mine, own):
+    if not np.may_share_memory(mine, own):
         np.copyto(mine, own)
     if p == 1:
         return
@@ -45,5 +47,24 @@ def _run(run, sendbuf, recvbuf):
     ring_allgather(run, sendbuf.reshape(-1), recvbuf.reshape(-1), Blocks(recvbuf.size, run.size))
 
 
-register(Collective("allgather", lambda n: (n - 1) / n, {"ring": _run},
-                    doc="ring, encrypt-once under the group key, frames forwarded unchanged"))
+def _native(comm, send, recv, op, root):
+    from mpi4py import MPI
+
+    size = comm.Get_size()
+    if recv.size % size == 0:
+        comm.Allgather(as_bytes_spec(send), as_bytes_spec(recv))
+        return
+    counts = [c * recv.itemsize for c in block_counts(recv.size, size)]
+    comm.Allgatherv(as_bytes_spec(send), [recv.view(np.uint8), counts, None, MPI.BYTE])
+
+
+def _buffers(nbytes, isz, size, rank):
+    count = nbytes // isz
+    return block_counts(count, size)[rank], count
+
+
+register(Collective(
+    "allgather", busbw_factor=lambda n: (n - 1) / n, buffers=_buffers,
+    secure=lambda sc, send, recv, op, root: sc.allgather(send, recv),
+    native=_native, algorithms={"ring": _run}, reduces=False,
+    doc="ring, encrypt-once under the group key, frames forwarded unchanged"))

@@ -16,6 +16,7 @@ from ..engine import Recv, Send
 from . import Collective, register
 from .allgather import ring_allgather
 from .common import Blocks, chunk_views
+from .native import finish_avg, mpi_args
 from .reduce_scatter import ring_reduce_scatter
 
 
@@ -35,7 +36,7 @@ def ring(run, send, recv, ufunc, avg=False):
 
 def recursive_doubling(run, send, recv, ufunc, avg=False):
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
-    if not np.shares_memory(send, recv):
+    if not np.may_share_memory(send, recv):
         np.copyto(recv, send)
     if p > 1 and recv.size:
         u8 = as_bytes(recv)
@@ -86,6 +87,16 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
         _divide(recv, p)
 
 
-register(Collective("allreduce", lambda n: 2 * (n - 1) / n,
-                    {"ring": ring, "recursive_doubling": recursive_doubling},
-                    doc="ring (RS + encrypt-once AG) or recursive doubling"))
+def _native(comm, send, recv, op, root):
+    sspec, mop = mpi_args(send, op)
+    rspec, _ = mpi_args(recv, op)
+    comm.Allreduce(sspec, rspec, mop)
+    finish_avg(recv, op, comm.Get_size())
+
+
+register(Collective(
+    "allreduce", busbw_factor=lambda n: 2 * (n - 1) / n,
+    buffers=lambda nbytes, isz, size, rank: (nbytes // isz, nbytes // isz),
+    secure=lambda sc, send, recv, op, root: sc.allreduce(send, recv, op=op),
+    native=_native, algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
+    doc="ring (RS + encrypt-once AG) or recursive doubling"))

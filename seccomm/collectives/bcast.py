@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..dtypes import as_bytes
 from . import Collective, register
 from .common import chunk_views
+from .native import as_bytes_spec
 
 
 def binomial_links(vr: int, p: int):
@@ -41,6 +42,17 @@ def _tree(links):
     return run_tree
 
 
-register(Collective("bcast", lambda n: 1.0,
-                    {"binomial": _tree(binomial_links), "chain": _tree(chain_links)},
-                    doc="binomial tree (small) or pipelined chain (large), encrypt-once"))
+def _native(comm, send, recv, op, root):
+    comm.Bcast(as_bytes_spec(recv), root=root)
+
+
+def _secure(sc, send, recv, op, root):
+    sc.bcast(recv, root=root)
+
+
+register(Collective(
+    "bcast", busbw_factor=lambda n: 1.0,
+    buffers=lambda nbytes, isz, size, rank: (nbytes // isz, nbytes // isz),
+    secure=_secure, native=_native, reduces=False,
+    algorithms={"binomial": _tree(binomial_links), "chain": _tree(chain_links)},
+    doc="binomial tree (small) or pipelined chain (large), encrypt-once; recv is the buffer"))

@@ -9,7 +9,9 @@ import numpy as np
 from ..dtypes import as_bytes
 from ..engine import Recv, Send
 from . import Collective, register
+from ..framing import block_counts
 from .common import Blocks, chunk_views
+from .native import finish_avg, mpi_args
 
 
 def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> None:
@@ -46,5 +48,21 @@ def _run(run, sendbuf, recvbuf, ufunc):
     ring_reduce_scatter(run, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, blocks)
 
 
-register(Collective("reduce_scatter", lambda n: (n - 1) / n, {"ring": _run},
-                    doc="ring; block r of the balanced partition ends on rank r"))
+def _native(comm, send, recv, op, root):
+    counts = block_counts(send.size, comm.Get_size())
+    sspec, mop = mpi_args(send, op)
+    rspec, _ = mpi_args(recv, op)
+    comm.Reduce_scatter(sspec, rspec, counts, mop)
+    finish_avg(recv, op, comm.Get_size())
+
+
+def _buffers(nbytes, isz, size, rank):
+    count = nbytes // isz
+    return count, block_counts(count, size)[rank]
+
+
+register(Collective(
+    "reduce_scatter", busbw_factor=lambda n: (n - 1) / n, buffers=_buffers,
+    secure=lambda sc, send, recv, op, root: sc.reduce_scatter(send, recv, op=op),
+    native=_native, algorithms={"ring": _run},
+    doc="ring; block r of the balanced partition ends on rank r"))

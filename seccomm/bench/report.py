@@ -1,0 +1,140 @@
+"""Rank 0's output: the nccl-tests-style table, its footer, and the JSON / CSV / plot files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+from .machine import machine_info
+
+_COLS = ("size [B]", "count", "type", "redop", "variant", "time [us]", "algbw [GB/s]",
+         "busbw [GB/s]", "overhead [x]", "#wrong")
+_FMT = "{:>12} {:>12} {:>9} {:>6} {:>18} {:>11} {:>12} {:>12} {:>12} {:>7}"
+CSV_FIELDS = ("collective", "size_bytes", "count", "dtype", "redop", "root", "variant", "ranks",
+              "time_us_min", "time_us_median", "time_us_max", "algbw_gbps", "busbw_gbps",
+              "overhead_x", "wrong")
+
+
+class Report:
+    def __init__(self, cfg, comm, out=None):
+        self.cfg, self.comm, self.out = cfg, comm, out or sys.stdout
+        self.all_rows: list[dict] = []
+        self.machine = machine_info()
+        total = len(cfg.collectives) * len(cfg.sizes())
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="size", file=sys.stderr, leave=False)
+        self._current = None
+
+    def line(self, text=""):
+        if self.bar is not None:
+            self.bar.write(text, file=self.out)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def header(self, comms):
+        c, m = self.cfg, self.machine
+        sc = next(iter(comms.values()), None)
+        nodes = len(set(sc.node_ids)) if sc else "?"
+        self.line(f"# seccomm bench {m['seccomm']}: {self.comm.Get_size()} ranks on {nodes} node(s), "
+                  f"{m['mpi_library']}, {m['openssl']}")
+        self.line(f"# cpu: {m['cpu']['model']} ({m['cpu']['cores']} cores, aes={m['cpu']['aes']} "
+                  f"vaes={m['cpu']['vaes']} pclmulqdq={m['cpu']['pclmulqdq']})")
+        self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) "
+                  f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
+                  f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B")
+        self.line("# time: median over iterations of the slowest rank; overhead: vs native at the "
+                  "same size; busbw per nccl-tests doc/PERFORMANCE.md")
+
+    def rows(self, rows):
+        coll = rows[0]["collective"]
+        if coll != self._current:
+            self._current = coll
+            self.line(f"#\n# {coll}")
+            self.line("# " + _FMT.format(*_COLS)[2:])
+        for r in rows:
+            self.line(_FMT.format(r["size_bytes"], r["count"], r["dtype"], r["redop"], r["variant"],
+                                  f"{r['time_us']['median']:.1f}", f"{r['algbw_gbps']:.3f}",
+                                  f"{r['busbw_gbps']:.3f}", f"{r['overhead_x']:.2f}", r["wrong"]))
+        self.all_rows += rows
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def footer(self):
+        if self.bar is not None:
+            self.bar.close()
+        wrong = sum(r["wrong"] for r in self.all_rows)
+        self.line(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        for coll in self.cfg.collectives:
+            for v in ["native"] + list(self.cfg.suites):
+                rs = [r for r in self.all_rows if r["collective"] == coll and r["variant"] == v]
+                if rs:
+                    avg = sum(r["busbw_gbps"] for r in rs) / len(rs)
+                    big = max(rs, key=lambda r: r["size_bytes"])
+                    self.line(f"# Avg bus bandwidth {coll:>14} {v:>18} : {avg:8.3f} GB/s   "
+                              f"overhead at {big['size_bytes']} B: {big['overhead_x']:.2f}x")
+        self.line(f"# Result: {'OK' if wrong == 0 else f'FAILED ({wrong} wrong elements)'}")
+
+    def document(self) -> dict:
+        return {"machine": self.machine, "config": self.cfg.as_dict(),
+                "world_size": self.comm.Get_size(), "rows": self.all_rows}
+
+    def write_files(self):
+        c = self.cfg
+        if c.json:
+            with open(c.json, "w") as f:
+                json.dump(self.document(), f, indent=1)
+        if c.csv:
+            write_csv(c.csv, self.all_rows)
+        if c.plot:
+            plot(c.plot, self.all_rows)
+
+
+def flatten(row: dict) -> dict:
+    flat = {k: v for k, v in row.items() if k != "time_us"}
+    for k in ("min", "median", "max"):
+        flat[f"time_us_{k}"] = row["time_us"][k]
+    return {k: flat[k] for k in CSV_FIELDS}
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(flatten(r))
+
+
+def plot(path: str, rows: list[dict]) -> None:
+    """Overhead (x) and busbw (GB/s) vs size, log-x, one line per variant and collective."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    keys = sorted({(r["collective"], r["variant"]) for r in rows}, key=lambda k: (k[0], k[1] != "native", k[1]))
+    for coll, var in keys:
+        rs = sorted((r for r in rows if r["collective"] == coll and r["variant"] == var),
+                    key=lambda r: r["size_bytes"])
+        x = [r["size_bytes"] for r in rs]
+        label = f"{coll} {var}" if len({k[0] for k in keys}) > 1 else var
+        if var != "native":
+            ax1.plot(x, [r["overhead_x"] for r in rs], marker="o", ms=3, label=label)
+        ax2.plot(x, [r["busbw_gbps"] for r in rs], marker="o", ms=3, label=label,
+                 linestyle="--" if var == "native" else "-")
+    ax1.axhline(1.0, color="grey", lw=0.8)
+    for ax, yl in ((ax1, "overhead vs native [x]"), (ax2, "busbw [GB/s]")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size [B]")
+        ax.set_ylabel(yl)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ranks = rows[0]["ranks"] if rows else "?"
+    fig.suptitle(f"seccomm bench, {ranks} ranks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
