@@ -14,9 +14,6 @@ A chunk's plaintext reaches the caller's buffer only after its tag verified; a f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
@@ -25,34 +22,28 @@ from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContex
 from .suites import TAG_BYTES
 
 
-@dataclass
 class Send:
     """Outgoing chunks of one step: ``pieces`` (uint8 plaintext views, sealed here) or
     ``frames`` (already-sealed group frames forwarded unchanged)."""
 
-    dst: int
-    step: int = 0
-    group: bool = False
-    origin: int = -1  # group frames: the rank that sealed them
-    pieces: list | None = None
-    frames: list | None = None
-    ws: str = "send"
+    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws")
+
+    def __init__(self, dst, step=0, group=False, origin=-1, pieces=None, frames=None, ws="send"):
+        self.dst, self.step, self.group, self.origin = dst, step, group, origin
+        self.pieces, self.frames, self.ws = pieces, frames, ws
 
 
-@dataclass
 class Recv:
     """Incoming chunks of one step.  ``outs[j]``: uint8 view where chunk j's plaintext goes;
-    ``consume(j, pt)``: called after chunk j verified (default: copy into ``outs[j]``)."""
+    ``consume(j, pt)``: called after chunk j verified (default: copy into ``outs[j]``).
+    ``origin``: for group frames, the rank that sealed them."""
 
-    src: int
-    elems: list
-    outs: list
-    step: int = 0
-    group: bool = False
-    origin: int = -1
-    consume: Callable | None = None
-    ws: str = "recv"
-    slots: list = field(default_factory=list)  # filled by exchange (frames to forward)
+    __slots__ = ("src", "elems", "outs", "step", "group", "origin", "consume", "ws", "slots")
+
+    def __init__(self, src, elems, outs, step=0, group=False, origin=-1, consume=None, ws="recv"):
+        self.src, self.elems, self.outs, self.step = src, elems, outs, step
+        self.group, self.origin, self.consume, self.ws = group, origin, consume, ws
+        self.slots = None  # filled by exchange (frames to forward)
 
 
 def _copy_out(out, pt):
@@ -65,11 +56,10 @@ class OpRun:
 
     def __init__(self, sc, op: str, dtype_code: int, total_count: int, itemsize: int, epoch: int,
                  seq: int, op_index: int):
-        self.sc, self.t, self.rank, self.size = sc, sc._transport, sc.rank, sc.size
-        self.op, self.itemsize = op, itemsize
-        self.ctx = FrameContext(suite_id=sc.suite.suite_id, op=op, dtype_code=dtype_code,
-                                job_id=sc._job_id, comm_id=sc._comm_id, epoch=epoch, seq=seq,
-                                op_index=op_index, total_count=total_count, itemsize=itemsize)
+        self.sc, self.t, self.ws, self.rank, self.size = sc, sc._transport, sc._ws, sc.rank, sc.size
+        self.op, self.itemsize, self.timeout = op, itemsize, sc.timeout
+        self.ctx = FrameContext(sc.suite.suite_id, op, dtype_code, sc._job_id, sc._comm_id, epoch,
+                                seq, op_index, total_count)
         self.chunk_elems = max(1, sc.chunk_bytes // itemsize)
         self.what = f"{op} #{seq}"  # names the operation in transport errors
         self.pending: list = []
@@ -87,25 +77,36 @@ class OpRun:
 
     def _fill(self, slot, suite, group, step, j, n, sender, dst, elems):
         if group:
-            self.ctx.fill(slot, key_kind=KEY_GROUP, suite_id=suite.suite_id, step=GROUP_STEP,
-                          chunk=j, chunks=n, src=sender, dst=ANY_RANK, elems=elems)
+            self.ctx.fill(slot, KEY_GROUP, suite.suite_id, GROUP_STEP, j, n, sender, ANY_RANK, elems)
         else:
-            self.ctx.fill(slot, key_kind=KEY_DIRECTION, suite_id=suite.suite_id, step=step,
-                          chunk=j, chunks=n, src=sender, dst=dst, elems=elems)
+            self.ctx.fill(slot, KEY_DIRECTION, suite.suite_id, step, j, n, sender, dst, elems)
 
-    # -- sealing and opening -----------------------------------------------------------------
+    def _open(self, slot, suite, aead, out, peer, step, j, n):
+        try:
+            return suite.open(aead, slot, out)
+        except InvalidTag:
+            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
+                                      step=None if step == GROUP_STEP else step, chunk=j,
+                                      chunks=n, epoch=self.ctx.epoch, suite=suite.name) from None
+
+    def _check_len(self, got, slot, j, n, peer):
+        if got != len(slot.frame):
+            raise FrameError(f"{self.what}: frame {j}/{n} from rank {peer} has {got} bytes, "
+                             f"expected {len(slot.frame)} (truncated or oversized)",
+                             peer=peer, op=self.op, seq=self.ctx.seq)
+
+    # -- sealing -----------------------------------------------------------------------------
     def sealed_frames(self, send: Send):
         """Seal ``send.pieces`` into slots of workspace ``send.ws`` and yield each frame as soon
-        as it is sealed (sealing runs in the crypto pool when there is more than one chunk)."""
+        as it is sealed (in the crypto pool when there is more than one chunk)."""
         group, pieces, n = send.group, send.pieces, len(send.pieces)
         sender = send.origin if group else self.rank
-        dst = ANY_RANK if group else send.dst
         suite, aead = self._protect(group, sender, send.dst)
-        slots = self.sc._ws.slots(send.ws, [len(p) for p in pieces])
+        slots = self.ws.slots(send.ws, [len(p) for p in pieces])
+        isz, step, dst = self.itemsize, send.step, send.dst
 
         def job(j):
-            self._fill(slots[j], suite, group, send.step, j, n, sender, dst,
-                       len(pieces[j]) // self.itemsize)
+            self._fill(slots[j], suite, group, step, j, n, sender, dst, len(pieces[j]) // isz)
             suite.seal(aead, slots[j], pieces[j])
 
         pool = self.sc._pool if n > 1 else None
@@ -123,62 +124,52 @@ class OpRun:
             for f in futs:
                 f.cancel()
 
-    def _open(self, slot, suite, aead, out, peer, step, j, n):
-        try:
-            return suite.open(aead, slot, out)
-        except InvalidTag:
-            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
-                                      step=None if step == GROUP_STEP else step, chunk=j,
-                                      chunks=n, epoch=self.ctx.epoch, suite=suite.name) from None
-
     # -- one step ----------------------------------------------------------------------------
     def exchange(self, send: Send | None = None, recv: Recv | None = None) -> None:
         """Run one step: post receives, seal+send, then open+consume in chunk order."""
-        t, sc, timeout = self.t, self.sc, self.sc.timeout
-        rreqs = []
+        t = self.t
+        rreqs = sreqs = None
         if recv is not None:
-            recv.slots = sc._ws.slots(recv.ws, [e * self.itemsize for e in recv.elems])
-            for slot in recv.slots:
-                rreqs.append(t.irecv(slot.frame, recv.src))
+            isz = self.itemsize
+            recv.slots = self.ws.slots(recv.ws, [e * isz for e in recv.elems])
+            rreqs = [t.irecv(slot.frame, recv.src) for slot in recv.slots]
             self.pending += rreqs
-        sreqs = []
         if send is not None:
             frames = send.frames if send.frames is not None else self.sealed_frames(send)
-            for f in frames:
-                sreqs.append(t.isend(f, send.dst))
+            sreqs = [t.isend(f, send.dst) for f in frames]
             self.pending += sreqs
         if recv is not None:
             self._drain(recv, rreqs)
         if sreqs:
-            t.wait_sends(sreqs, timeout, [send.dst] * len(sreqs), self.what)
+            t.wait_sends(sreqs, self.timeout, [send.dst] * len(sreqs), self.what)
 
     def _drain(self, recv: Recv, rreqs):
-        t, timeout = self.t, self.sc.timeout
-        sender = recv.origin if recv.group else recv.src
-        suite, aead = self._protect(recv.group, sender, self.rank)
-        consume = recv.consume or (lambda j, pt: _copy_out(recv.outs[j], pt))
-        n = len(recv.slots)
-        pool = self.sc._pool if n > 1 else None
+        t, timeout, what = self.t, self.timeout, self.what
+        src, step, group, slots, outs = recv.src, recv.step, recv.group, recv.slots, recv.outs
+        sender = recv.origin if group else src
+        suite, aead = self._protect(group, sender, self.rank)
+        consume, n, rank, elems = recv.consume, len(slots), self.rank, recv.elems
 
         def job(j):
-            slot = recv.slots[j]
-            self._fill(slot, suite, recv.group, recv.step, j, n, sender, self.rank, recv.elems[j])
-            pt = self._open(slot, suite, aead, recv.outs[j], recv.src, recv.step, j, n)
-            consume(j, pt)
+            slot = slots[j]
+            self._fill(slot, suite, group, step, j, n, sender, rank, elems[j])
+            pt = self._open(slot, suite, aead, outs[j], src, step, j, n)
+            if consume is None:
+                _copy_out(outs[j], pt)
+            else:
+                consume(j, pt)
 
+        pool = self.sc._pool if n > 1 else None
+        if pool is None:
+            for j, req in enumerate(rreqs):
+                self._check_len(t.wait_recv(req, timeout, src, what), slots[j], j, n, src)
+                job(j)
+            return
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                got = t.wait_recv(req, timeout, recv.src, self.what)
-                want = len(recv.slots[j].frame)
-                if got != want:
-                    raise FrameError(f"{self.op} #{self.ctx.seq}: frame {j}/{n} from rank "
-                                     f"{recv.src} has {got} bytes, expected {want} (truncated)",
-                                     peer=recv.src, op=self.op, seq=self.ctx.seq)
-                if pool is None:
-                    job(j)
-                else:
-                    futs.append(pool.submit(job, j))
+                self._check_len(t.wait_recv(req, timeout, src, what), slots[j], j, n, src)
+                futs.append(pool.submit(job, j))
             for f in futs:
                 f.result()
         finally:
@@ -194,38 +185,33 @@ class OpRun:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into ``outs[j]``.  Pipelined per chunk (a chain overlaps its hops)."""
-        t, timeout, n = self.t, self.sc.timeout, len(elems)
+        t, timeout, n, what = self.t, self.timeout, len(elems), self.what
+        sreqs, peers = [], []
         if parent is None:
-            sreqs, peers = [], []
-            for f in self.sealed_frames(Send(dst=ANY_RANK, group=True, origin=origin,
+            for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin,
                                              pieces=pieces_or_outs)):
                 for c in children:
                     sreqs.append(t.isend(f, c))
                     peers.append(c)
             self.pending += sreqs
-            t.wait_sends(sreqs, timeout, peers, self.what)
+            t.wait_sends(sreqs, timeout, peers, what)
             return
-        recv = Recv(src=parent, elems=elems, outs=pieces_or_outs, group=True, origin=origin)
-        recv.slots = self.sc._ws.slots("recv", [e * self.itemsize for e in elems])
-        rreqs = [t.irecv(s.frame, parent) for s in recv.slots]
+        slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
+        rreqs = [t.irecv(s.frame, parent) for s in slots]
         self.pending += rreqs
         suite, aead = self._protect(True, origin, self.rank)
-        sreqs, peers = [], []
         for j, req in enumerate(rreqs):
-            slot = recv.slots[j]
-            got = t.wait_recv(req, timeout, parent, self.what)
-            if got != len(slot.frame):
-                raise FrameError(f"{self.op} #{self.ctx.seq}: frame {j}/{n} from rank {parent} "
-                                 f"has {got} bytes, expected {len(slot.frame)} (truncated)",
-                                 peer=parent, op=self.op, seq=self.ctx.seq)
+            slot = slots[j]
+            self._check_len(t.wait_recv(req, timeout, parent, what), slot, j, n, parent)
             for c in children:
-                sreqs.append(t.isend(slot.frame, c))
+                r = t.isend(slot.frame, c)
+                sreqs.append(r)
                 peers.append(c)
-            self.pending += sreqs[-len(children):] if children else []
+                self.pending.append(r)
             self._fill(slot, suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
-            _copy_out(pieces_or_outs[j], self._open(slot, suite, aead, pieces_or_outs[j],
-                                                    parent, GROUP_STEP, j, n))
-        t.wait_sends(sreqs, timeout, peers, self.what)
+            out = pieces_or_outs[j]
+            _copy_out(out, self._open(slot, suite, aead, out, parent, GROUP_STEP, j, n))
+        t.wait_sends(sreqs, timeout, peers, what)
 
 
 def frame_bytes(elems: int, itemsize: int) -> int:

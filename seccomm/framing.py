@@ -80,20 +80,27 @@ def block_offsets(counts: list[int]) -> list[int]:
 
 
 class Workspace:
-    """Grow-only wire buffers, reused across operations (no allocation per chunk or per op)."""
+    """Grow-only wire buffers, reused across operations (no allocation per chunk or per op).
+    Slot layouts are cached per (buffer, chunk sizes), so a repeated op shape costs a lookup."""
 
     def __init__(self):
         self._bufs: dict[str, np.ndarray] = {}
+        self._layouts: dict[tuple, list[Slot]] = {}
 
     def get(self, name: str, nbytes: int) -> np.ndarray:
         buf = self._bufs.get(name)
         if buf is None or buf.nbytes < nbytes:
             buf = np.empty(max(nbytes, 64), np.uint8)
             self._bufs[name] = buf
+            self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}
         return buf
 
     def slots(self, name: str, body_sizes: list[int]) -> list[Slot]:
         """Lay out one slot per chunk body size in buffer ``name``; return their views."""
+        key = (name, tuple(body_sizes))
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit
         sizes = [(NONCE_BYTES + AAD_BYTES + b + TAG_BYTES + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN
                  for b in body_sizes]
         mv = memoryview(self.get(name, sum(sizes)))
@@ -101,27 +108,28 @@ class Workspace:
         for b, s in zip(body_sizes, sizes):
             out.append(Slot(mv[off:off + s], AAD_BYTES, b))
             off += s
+        if len(self._layouts) > 256:
+            self._layouts.clear()
+        self._layouts[key] = out
         return out
 
 
 class FrameContext:
     """The per-operation constants of the AAD; ``fill`` writes one slot's nonce and header."""
 
-    __slots__ = ("suite_id", "op_code", "dtype_code", "job_id", "comm_id", "epoch", "seq",
-                 "op_index", "total_count", "itemsize", "op")
+    __slots__ = ("op", "epoch", "seq", "op_index", "_head")
 
-    def __init__(self, *, suite_id, op, dtype_code, job_id, comm_id, epoch, seq, op_index,
-                 total_count, itemsize):
-        self.suite_id, self.op, self.op_code = suite_id, op, OP_KINDS[op]
-        self.dtype_code, self.job_id, self.comm_id = dtype_code, job_id, comm_id
-        self.epoch, self.seq, self.op_index = epoch, seq, op_index
-        self.total_count, self.itemsize = total_count, itemsize
+    def __init__(self, suite_id, op, dtype_code, job_id, comm_id, epoch, seq, op_index, total_count):
+        self.op, self.epoch, self.seq, self.op_index = op, epoch, seq, op_index
+        self._head = (suite_id, OP_KINDS[op], dtype_code, job_id, comm_id, epoch, seq, total_count)
 
-    def fill(self, slot: Slot, *, key_kind: int, suite_id: int, step: int, chunk: int,
-             chunks: int, src: int, dst: int, elems: int) -> None:
+    def fill(self, slot: Slot, key_kind: int, suite_id: int, step: int, chunk: int, chunks: int,
+             src: int, dst: int, elems: int) -> None:
         """Write nonce and AAD header for one chunk.  ``src`` is the sealing rank (direction key)
         or the origin rank (group key, with ``dst == ANY_RANK`` and ``step == GROUP_STEP``)."""
-        make_nonce(slot.nonce, self.op_index, step, chunk, src)
-        AAD.pack_into(slot.header, 0, PROTOCOL_MAGIC, PROTOCOL_VERSION, suite_id, self.op_code,
-                      key_kind, self.dtype_code, self.job_id, self.comm_id, self.epoch, self.seq,
-                      step, chunk, chunks, src, dst, self.total_count, elems)
+        v = (chunk << 24) | src
+        _NONCE.pack_into(slot.nonce, 0, self.op_index, step, v >> 32, v & 0xFFFFFFFF)
+        _, op_code, dtype_code, job_id, comm_id, epoch, seq, total = self._head
+        AAD.pack_into(slot.header, 0, PROTOCOL_MAGIC, PROTOCOL_VERSION, suite_id, op_code,
+                      key_kind, dtype_code, job_id, comm_id, epoch, seq, step, chunk, chunks,
+                      src, dst, total, elems)

@@ -69,7 +69,7 @@ def test_aad_binds_every_field():
     ws = Workspace()
     (slot,) = ws.slots("w", [64])
     base = dict(suite_id=1, op="allreduce", dtype_code=3, job_id=b"j" * 16, comm_id=b"c" * 16,
-                epoch=2, seq=9, op_index=4, total_count=1000, itemsize=4)
+                epoch=2, seq=9, op_index=4, total_count=1000)
     chunk = dict(key_kind=0, suite_id=1, step=3, chunk=1, chunks=4, src=5, dst=6, elems=16)
 
     def header(b, c):
