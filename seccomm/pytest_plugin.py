@@ -1,1 +1,153 @@
-"""placeholder"""
+"""pytest-benchmark plugin for secure collectives (entry point ``pytest11: seccomm``).
+
+Fixtures
+- ``secure_comm(suite, **kw)``: a cached :class:`~seccomm.comm.SecureComm` on ``COMM_WORLD``.
+- ``collective_bench(collective, suite, nbytes, dtype="float32", op="sum")``: times one secure
+  collective with ``benchmark.pedantic`` (warm-up rounds, a barrier before each round and after the
+  call, so a round lasts until the slowest rank is done: the time is the max over ranks), measures
+  native MPI the same way, and records ``extra_info``: suite, collective, bytes, ranks, dtype,
+  algbw/busbw [GB/s] (nccl-tests factors) and overhead vs native [x].
+
+Under ``mpiexec -n K python -m pytest ...`` every rank runs the same rounds; only rank 0 keeps
+timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 run silently; set
+``SECCOMM_BENCH_ALL_RANKS=1`` to see them).  Options: ``--seccomm-sizes`` (e.g. ``4K,1M,64M``),
+``--seccomm-suites``, ``--seccomm-rounds``, ``--seccomm-warmup``; suites in ``benchmarks/`` read
+them through ``pytest_generate_tests``.  Nothing here imports mpi4py until a fixture is used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int:
+    """This process's rank as the launcher told it (0 when not under a launcher)."""
+    for v in _RANK_VARS:
+        if v in os.environ:
+            try:
+                return int(os.environ[v])
+            except ValueError:
+                pass
+    return 0
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("seccomm", "seccomm secure-collective benchmarks")
+    g.addoption("--seccomm-sizes", default="4K,1M,16M", help="sizes S in bytes (K/M/G suffixes)")
+    g.addoption("--seccomm-suites", default="aes-256-gcm,chacha20-poly1305,aes-256-gmac,none")
+    g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark")
+    g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
+
+
+def pytest_configure(config):
+    if launcher_rank() != 0 and not os.environ.get("SECCOMM_BENCH_ALL_RANKS"):
+        opt = config.option
+        for name, value in (("benchmark_json", None), ("benchmark_save", None),
+                            ("benchmark_autosave", False), ("benchmark_compare", None),
+                            ("benchmark_compare_fail", None), ("benchmark_histogram", None)):
+            if hasattr(opt, name):
+                setattr(opt, name, value)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+
+
+def sizes_option(config) -> list[int]:
+    from .bench import parse_size
+
+    return [parse_size(s) for s in config.getoption("--seccomm-sizes").split(",") if s.strip()]
+
+
+def suites_option(config) -> list[str]:
+    from .suites import get_suite
+
+    names = [s.strip() for s in config.getoption("--seccomm-suites").split(",") if s.strip()]
+    for n in names:
+        get_suite(n)
+    return names
+
+
+@pytest.fixture(scope="session")
+def seccomm_world():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+@pytest.fixture(scope="session")
+def secure_comm(seccomm_world):
+    from .bench.runner import _bench_secret
+    from .comm import SecureComm
+
+    secret = _bench_secret(seccomm_world)
+    cache = {}
+
+    def get(suite="aes-256-gcm", **kw):
+        key = (suite, tuple(sorted(kw.items())))
+        if key not in cache:
+            cache[key] = SecureComm(seccomm_world, suite, psk=secret, **kw)
+        return cache[key]
+
+    yield get
+    for sc in cache.values():
+        sc.close()
+
+
+def _median_native(comm, rec, send, recv, op, rounds, warmup):
+    for _ in range(warmup):
+        rec.native(comm, send, recv, op, 0)
+    ts = []
+    for _ in range(rounds):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        rec.native(comm, send, recv, op, 0)
+        comm.Barrier()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+@pytest.fixture
+def collective_bench(benchmark, secure_comm, seccomm_world, request):
+    """Return ``run(collective, suite, nbytes, dtype="float32", op="sum", **SecureComm kw)``."""
+    import numpy as np
+
+    from .bench.runner import seeded
+    from .collectives import get_collective
+    from .dtypes import resolve_dtype
+
+    rounds = request.config.getoption("--seccomm-rounds")
+    warmup = request.config.getoption("--seccomm-warmup")
+    comm = seccomm_world
+
+    def run(collective, suite, nbytes, dtype="float32", op="sum", **kw):
+        rec = get_collective(collective)
+        dt = resolve_dtype(dtype)
+        size, rank = comm.Get_size(), comm.Get_rank()
+        nsend, nrecv = rec.buffers(nbytes, dt.itemsize, size, rank)
+        send = seeded(dt.name, op, nsend, rank, size)
+        recv = np.zeros(nrecv, dt)
+        sc = secure_comm(suite, **kw)
+        native_t = _median_native(comm, rec, send, recv, op, rounds, warmup)
+
+        def once():
+            rec.secure(sc, send, recv, op, 0)
+            comm.Barrier()
+
+        benchmark.pedantic(once, setup=comm.Barrier, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        total = (nrecv if collective == "allgather" else nsend) * dt.itemsize
+        st = benchmark.stats.stats if benchmark.stats else None
+        med = st.median if st else float("nan")
+        algbw = total / med / 1e9 if med and med > 0 else float("nan")
+        benchmark.extra_info.update({
+            "suite": suite, "collective": collective, "bytes": total, "ranks": size, "dtype": dt.name,
+            "algbw_gbps": algbw, "busbw_gbps": algbw * rec.busbw_factor(size),
+            "native_median_us": native_t * 1e6, "overhead_x": med / native_t if native_t else float("nan"),
+        })
+        return benchmark.extra_info
+
+    return run

@@ -1,0 +1,19 @@
+"""Secure collectives vs native MPI, for pytest-benchmark.  Run on real ranks:
+
+    mpiexec -n 2 python -m pytest benchmarks/test_collectives.py --benchmark-json=bench.json
+    mpiexec -n 2 python -m pytest benchmarks/test_collectives.py --benchmark-autosave
+    mpiexec -n 2 python -m pytest benchmarks/test_collectives.py --benchmark-compare \\
+        --benchmark-compare-fail=median:10%
+
+Each benchmark's extra_info holds suite, collective, bytes, ranks, busbw and overhead vs native.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "allgather", "bcast"])
+def test_collective(collective_bench, collective, suite, nbytes):
+    info = collective_bench(collective, suite, nbytes)
+    assert info["bytes"] > 0 and info["overhead_x"] > 0
