@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     runners = {}
     for name, (help_, fn) in COMMANDS.items():
         runners[name] = fn(sub.add_parser(name, help=help_, description=help_))
-    prog = "seccomm"
+    prog = f"seccomm {argv[0]}" if argv and argv[0] in COMMANDS else "seccomm"
     try:
         args = top.parse_args(argv)
         if args.command is None:

@@ -44,8 +44,12 @@ def pytest_addoption(parser):
     g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config):
     if launcher_rank() != 0 and not os.environ.get("SECCOMM_BENCH_ALL_RANKS"):
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if reporter is not None:  # ranks > 0 print nothing; their exit status still counts
+            config.pluginmanager.unregister(reporter)
         opt = config.option
         for name, value in (("benchmark_json", None), ("benchmark_save", None),
                             ("benchmark_autosave", False), ("benchmark_compare", None),

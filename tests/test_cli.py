@@ -1,0 +1,125 @@
+"""`seccomm bench`: argument parsing and one-line errors (in-process), and end-to-end sweeps on
+real ranks (subprocess) checking the table, JSON and CSV schema and busbw factors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seccomm import cli, launch
+from seccomm.bench import parse_size
+from seccomm.collectives import COLLECTIVES
+
+from conftest import mpiexec
+
+SECCOMM = [sys.executable, "-m", "seccomm"]
+
+
+def test_parse_size():
+    assert parse_size("8") == 8
+    assert parse_size("64K") == 65536 and parse_size("64k") == 65536
+    assert parse_size("64M") == 64 << 20 and parse_size("1G") == 1 << 30
+    assert parse_size("64MiB") == 64 << 20 and parse_size("2MB") == 2 << 20
+    for bad in ("", "1.5M", "-8", "8T", "M"):
+        with pytest.raises(cli.UsageError):
+            parse_size(bad)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--suites", "aes-256-gcm,rot13"], "unknown suite rot13; allowed: none, aes-256-gcm"),
+    (["--collective", "alltoall"], "unknown collective alltoall; allowed: allreduce, reduce_scatter"),
+    (["-d", "complex64"], "unknown dtype 'complex64'; allowed: float16, bfloat16"),
+    (["-o", "xor"], "unknown op 'xor'; allowed: sum"),
+    (["-o", "avg", "-d", "int32"], "op avg needs a floating-point dtype"),
+    (["-b", "1M", "-e", "4K"], "minbytes (1048576) is larger than maxbytes (4096)"),
+    (["-b", "6"], "-b/--minbytes 6 is not a multiple of the float32 size (4 bytes)"),
+    (["-e", "10", "-d", "float64", "-b", "8"], "-e/--maxbytes 10 is not a multiple of the float64 size"),
+    (["-b", "12x"], "bad size '12x'"),
+    (["--np", "100000"], "--np 100000 is not sensible"),
+    (["-c", "2"], "check must be 0 or 1"),
+    (["-f", "1"], "stepfactor must be >= 2"),
+    (["--algorithm", "tree"], "invalid choice: 'tree'"),
+])
+def test_bad_arguments_one_line_exit_2(capsys, args, msg):
+    assert cli.main(["bench", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("seccomm bench: error: ") and msg in err, err
+    assert "\n" not in err and "Traceback" not in err
+
+
+def test_no_mpiexec(capsys, monkeypatch):
+    for v in launch.LAUNCHER_VARS + ("SECCOMM_LAUNCHED",):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: None)
+    assert cli.main(["bench", "-e", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "no mpiexec found" in err and "pip install mpich" in err and err.count("\n") == 1
+
+
+def test_unknown_command(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_bench_end_to_end(tmp_path, nranks):
+    j, c = tmp_path / "r.json", tmp_path / "r.csv"
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    out = subprocess.run([*SECCOMM, "bench", "-b", "8", "-e", "64K", "-f", "16", "-n", "3", "-w", "1",
+                          "--collective", "all", "--np", str(nranks), "--chunk-bytes", "4K",
+                          "--json", str(j), "--csv", str(c)],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    text = out.stdout
+    assert "size [B]" in text and "busbw [GB/s]" in text and "# Result: OK" in text
+    assert "Traceback" not in out.stderr
+    doc = json.loads(j.read_text())
+    m = doc["machine"]
+    for key in ("host", "cpu", "openssl", "cryptography", "mpi_library", "mpi4py", "seccomm", "utc",
+                "git_commit"):
+        assert key in m
+    assert {"model", "cores", "aes", "vaes", "pclmulqdq"} <= set(m["cpu"])
+    assert doc["config"]["collectives"] == list(COLLECTIVES) and doc["world_size"] == nranks
+    variants = ["native", "none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
+    sizes = [8, 128, 2048, 32768]
+    rows = doc["rows"]
+    assert len(rows) == len(COLLECTIVES) * len(sizes) * len(variants)
+    for r in rows:
+        assert {"collective", "size_bytes", "count", "dtype", "variant", "time_us", "algbw_gbps",
+                "busbw_gbps", "overhead_x", "wrong"} <= set(r)
+        assert set(r["time_us"]) == {"min", "median", "max"}
+        assert r["time_us"]["min"] <= r["time_us"]["median"] <= r["time_us"]["max"]
+        assert r["wrong"] == 0 and r["variant"] in variants
+        factor = COLLECTIVES[r["collective"]].busbw_factor(nranks)
+        expect = {"allreduce": 2 * (nranks - 1) / nranks, "reduce_scatter": (nranks - 1) / nranks,
+                  "allgather": (nranks - 1) / nranks, "bcast": 1.0}[r["collective"]]
+        assert factor == pytest.approx(expect)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * expect)
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_us"]["median"] * 1e-6) / 1e9)
+        if r["variant"] == "native":
+            assert r["overhead_x"] == pytest.approx(1.0)
+    ag = [r for r in rows if r["collective"] == "allgather" and r["size_bytes"] == 2048]
+    assert all(r["count"] == 512 for r in ag)  # S is the total gathered array
+    lines = list(csv.DictReader(c.open()))
+    assert len(lines) == len(rows)
+    assert {"time_us_median", "busbw_gbps", "overhead_x", "variant", "size_bytes"} <= set(lines[0])
+
+
+@pytest.mark.mpi
+def test_bench_wrong_results_fail_the_run():
+    out = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("bench_worker.py"))],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, SECCOMM_PSK="ab" * 32))
+    assert out.returncode != 0
+    assert "FAILED" in out.stdout
+    bad = [ln for ln in out.stdout.splitlines() if " test-corrupt " in ln and ln.strip()[0].isdigit()]
+    assert bad and all(int(ln.split()[-1]) > 0 for ln in bad)
+    good = [ln for ln in out.stdout.splitlines() if " none " in ln and ln.strip()[0].isdigit()]
+    assert good and all(int(ln.split()[-1]) == 0 for ln in good)
