@@ -84,10 +84,10 @@ def seccomm_world():
 
 @pytest.fixture(scope="session")
 def secure_comm(seccomm_world):
-    from .bench.runner import _bench_secret
+    from .bench.runner import bench_secret
     from .comm import SecureComm
 
-    secret = _bench_secret(seccomm_world)
+    secret = bench_secret(seccomm_world)[0]
     cache = {}
 
     def get(suite="aes-256-gcm", **kw):

@@ -68,14 +68,18 @@ def test_unknown_command(capsys):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_bench_end_to_end(tmp_path, nranks):
+@pytest.mark.parametrize("nranks,how", [(2, "own launcher"), (3, "user's mpiexec")])
+def test_bench_end_to_end(tmp_path, nranks, how):
+    """Run plainly, bench starts its own ranks (--np); under mpiexec it uses the ranks given."""
     j, c = tmp_path / "r.json", tmp_path / "r.csv"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    out = subprocess.run([*SECCOMM, "bench", "-b", "8", "-e", "64K", "-f", "16", "-n", "3", "-w", "1",
-                          "--collective", "all", "--np", str(nranks), "--chunk-bytes", "4K",
-                          "--json", str(j), "--csv", str(c)],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    args = ["bench", "-b", "8", "-e", "64K", "-f", "16", "-n", "3", "-w", "1", "--collective", "all",
+            "--chunk-bytes", "4K", "--json", str(j), "--csv", str(c)]
+    if how == "own launcher":
+        cmd = [*SECCOMM, *args, "--np", str(nranks)]
+    else:
+        cmd = [mpiexec(), "-n", str(nranks), *SECCOMM, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
     assert "size [B]" in text and "busbw [GB/s]" in text and "# Result: OK" in text

@@ -35,7 +35,7 @@ class Report:
         else:
             print(text, file=self.out, flush=True)
 
-    def header(self, comms):
+    def header(self, comms, secret_source=""):
         c, m = self.cfg, self.machine
         sc = next(iter(comms.values()), None)
         nodes = len(set(sc.node_ids)) if sc else "?"
@@ -46,6 +46,7 @@ class Report:
         self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) "
                   f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
                   f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B")
+        self.line(f"# job secret: {secret_source}")
         self.line("# time: median over iterations of the slowest rank; overhead: vs native at the "
                   "same size; busbw per nccl-tests doc/PERFORMANCE.md")
 

@@ -39,15 +39,25 @@ def seeded(dname: str, op: str, count: int, rank: int, size: int) -> np.ndarray:
     return rng.integers(-k, k + 1, count).astype(dt)
 
 
-def _bench_secret(comm) -> bytes:
-    """The job secret; under a foreign launcher without one, a benchmark-only secret that rank 0
-    draws and broadcasts in the clear (synthetic data only — never for real traffic)."""
+def bench_secret(comm) -> tuple[bytes, str]:
+    """(secret, where it came from): the job secret; under a launcher without one, a
+    benchmark-only secret that rank 0 draws and broadcasts in the clear (synthetic data only —
+    never for real traffic).  Collective: every rank takes the same branch."""
+    from mpi4py import MPI
+
     try:
-        return load_secret()[0]
+        secret, source = load_secret()
+        ok = 1
     except SecCommError:
-        buf = np.frombuffer(os.urandom(32), np.uint8).copy()
-        comm.Bcast(buf, root=0)
-        return buf.tobytes()
+        secret, source, ok = b"", "", 0
+    flags = np.array([ok], np.int32)
+    comm.Allreduce(MPI.IN_PLACE, flags, MPI.MIN)
+    if flags[0]:
+        return secret, source
+    buf = np.frombuffer(os.urandom(32), np.uint8).copy()
+    comm.Bcast(buf, root=0)
+    return buf.tobytes(), "ephemeral benchmark secret (broadcast in the clear; synthetic data only)"
+
 
 
 def main_ranks(cfg) -> int:
@@ -57,13 +67,13 @@ def main_ranks(cfg) -> int:
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    secret = _bench_secret(comm)
+    secret, source = bench_secret(comm)
     report = Report(cfg, comm) if rank == 0 else None
     comms = {s: SecureComm(comm, s, psk=secret, algorithm=cfg.algorithm, encrypt=cfg.encrypt,
                            chunk_bytes=cfg.chunk_bytes, timeout=cfg.timeout) for s in cfg.suites}
     del secret
     if report:
-        report.header(comms)
+        report.header(comms, source)
     total_wrong = 0
     try:
         for cname in cfg.collectives:

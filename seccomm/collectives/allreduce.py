@@ -67,13 +67,17 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
         else:
             newrank = r - rem
         step, mask = 1, 1
+        single = len(pieces) == 1
         if newrank >= 0:
             while mask < pof2:
                 newdst = newrank ^ mask
                 dst = newdst * 2 + 1 if newdst < rem else newdst + rem
-                run.exchange(Send(dst=dst, step=step, pieces=pieces),
-                             Recv(src=dst, step=step, elems=elems, outs=outs,
-                                  consume=reducer(newdst < newrank)))
+                consume = reducer(newdst < newrank)
+                if single:  # small message: one frame each way
+                    run.swap(dst, step, pieces[0], elems[0], outs[0], consume)
+                else:
+                    run.exchange(Send(dst, step, pieces=pieces),
+                                 Recv(dst, elems, outs, step, consume=consume))
                 mask <<= 1
                 step += 1
         step = 1 + (pof2.bit_length() - 1)
