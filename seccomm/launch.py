@@ -43,6 +43,8 @@ def relaunch(nranks: int, argv: list[str]) -> int:
     secret = new_secret_file()
     env = dict(os.environ, SECCOMM_PSK_FILE=secret, SECCOMM_LAUNCHED="1", PYTHONUNBUFFERED="1")
     env.pop("SECCOMM_PSK", None)
+    if sys.stderr.isatty():  # ranks see a pipe from mpiexec: tell them a person is watching
+        env["SECCOMM_PROGRESS"] = "1"
     try:
         cmd = [mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm", *argv]
         return subprocess.call(cmd, env=env)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 
 from .machine import machine_info
@@ -23,7 +24,7 @@ class Report:
         self.machine = machine_info()
         total = len(cfg.collectives) * len(cfg.sizes())
         self.bar = None
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() or os.environ.get("SECCOMM_PROGRESS") == "1":
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="size", file=sys.stderr, leave=False)
