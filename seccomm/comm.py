@@ -18,7 +18,7 @@ from .framing import AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS
 from .handshake import verify_settings
 from .keys import KEY_EXCHANGES, KeySchedule, load_secret
 from .suites import SUITES, get_suite
-from .transport import MPITransport
+from .transport import MPITransport, Transport
 
 ALGORITHMS = ("auto", "ring", "recursive_doubling")
 ENCRYPT_POLICIES = ("all", "inter-node")
@@ -28,7 +28,8 @@ DEFAULT_BCAST_CHAIN_BYTES = 512 << 10  # bcast: pipelined chain above, binomial 
 
 
 class SecureComm:
-    """Secure collectives on ``comm`` (an ``mpi4py.MPI.Intracomm``); a collective call.
+    """Secure collectives on ``comm``: an ``mpi4py.MPI.Intracomm`` (duplicated inside) or a
+    :class:`~seccomm.transport.Transport`.  Construction is a collective call.
 
     Parameters (all ranks must pass the same values; construction verifies this with one
     authenticated exchange and raises ``ConfigMismatchError`` on every rank otherwise):
@@ -65,7 +66,7 @@ class SecureComm:
                  bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES, node_ids=None,
                  wrap_transport=None):
         self.timeout = float(timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60))
-        transport = MPITransport(comm, timeout=self.timeout)
+        transport = comm if isinstance(comm, Transport) else MPITransport(comm, timeout=self.timeout)
         self._transport = wrap_transport(transport) if wrap_transport else transport
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
@@ -106,7 +107,7 @@ class SecureComm:
         self._transport.bcast(cid, 0, what="communicator setup")
         self._comm_id = cid.tobytes()
         if node_ids is None:
-            node_ids, local = _topology(transport)
+            node_ids, local = transport.node_ids()
         else:
             node_ids, local = [int(x) for x in node_ids], sum(1 for x in node_ids if x == node_ids[self.rank])
         self.node_ids = node_ids
@@ -299,15 +300,6 @@ def _check_pair(sendbuf, recvbuf, same_size: bool) -> str:
         if not same:
             raise ValueError("sendbuf and recvbuf overlap; pass the same array for in-place")
     return s
-
-
-def _topology(transport):
-    from .topology import node_ids
-
-    inner = transport
-    while not isinstance(inner, MPITransport):
-        inner = inner.inner
-    return node_ids(inner.comm)
 
 
 __all__ = ["SecureComm", "ConfigMismatchError"]

@@ -49,6 +49,10 @@ class Transport:
     def cancel(self, reqs: list) -> None:
         """Best-effort cancel of pending requests after an error (buffers stay referenced)."""
 
+    def node_ids(self) -> tuple[list[int], int]:
+        """(node id of every rank, ranks on this rank's node); collective."""
+        return list(range(self.size)), 1
+
     def close(self) -> None:
         pass
 
@@ -128,6 +132,11 @@ class MPITransport(Transport):
             except self._MPI.Exception:
                 pass
 
+    def node_ids(self):
+        from .topology import node_ids
+
+        return node_ids(self.comm)
+
     def close(self):
         if self.comm is not None and self.comm != self._MPI.COMM_NULL:
             self.comm.Free()
@@ -167,6 +176,9 @@ class TransportWrapper(Transport):
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)
+
+    def node_ids(self):
+        return self.inner.node_ids()
 
     def close(self):
         return self.inner.close()
