@@ -1,0 +1,9 @@
+"""PyTorch integration: an encrypted DDP communication hook over ``torch.distributed``.
+
+Needs the ``torch`` extra (``pip install -e '.[torch]'``); ``import seccomm`` never imports torch.
+"""
+
+from .hook import SecureHookState, secure_allreduce_hook
+from .transport import TorchTransport
+
+__all__ = ["SecureHookState", "secure_allreduce_hook", "TorchTransport"]

@@ -1,0 +1,131 @@
+"""The ``seccomm train`` run (every rank): one small MLP on scikit-learn's handwritten digits
+(``load_digits``, shipped inside the package: no download), trained twice in lockstep — DDP's
+default allreduce and the secure hook — from the same seed, on the same data order, so the two
+step times are measured under the same machine conditions and the final parameters can be
+compared element by element.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..launch import rank_and_size
+from .hook import SecureHookState, secure_allreduce_hook
+
+
+def digits(seed: int = 0):
+    """(x_train, y_train, x_test, y_test): 1,797 8x8 images scaled to [0, 1]; 1,437 train / 360 test."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data / 16.0, dtype=torch.float32)
+    y = torch.tensor(d.target, dtype=torch.int64)
+    perm = torch.from_numpy(np.random.default_rng(seed).permutation(len(y)))
+    x, y = x[perm], y[perm]
+    n = int(0.8 * len(y))
+    return x[:n], y[:n], x[n:], y[n:]
+
+
+def model() -> nn.Module:
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def _secret():
+    from ..keys import load_secret
+    from ..errors import SecCommError
+
+    try:
+        return load_secret()[0]
+    except SecCommError:  # under torchrun without a secret: benchmark-only, broadcast in the clear
+        t = torch.from_numpy(np.frombuffer(os.urandom(32), np.uint8).copy())
+        dist.broadcast(t, 0)
+        return t.numpy().tobytes()
+
+
+def main_train(args) -> int:
+    rank, world = rank_and_size()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        res = train(args, rank, world)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        report(res)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+    return 0
+
+
+def train(args, rank: int, world: int) -> dict:
+    xtr, ytr, xte, yte = digits()
+    models = {}
+    for name in ("default", "secure"):
+        torch.manual_seed(0)
+        ddp = DDP(model(), bucket_cap_mb=args.bucket_cap_mb)
+        if name == "secure":
+            state = SecureHookState(None, args.suite, psk=_secret())
+            ddp.register_comm_hook(state, secure_allreduce_hook)
+        models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9))
+    times = {k: np.zeros(args.steps) for k in models}
+    gb = args.batch * world
+    order = np.random.default_rng(1234).permutation(len(ytr))
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(args.steps):
+        lo = (step * gb) % (len(ytr) - gb + 1)
+        idx = torch.from_numpy(order[lo + rank * args.batch: lo + (rank + 1) * args.batch])
+        xb, yb = xtr[idx], ytr[idx]
+        for k in (("default", "secure") if step % 2 == 0 else ("secure", "default")):
+            ddp, opt = models[k]
+            dist.barrier()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss_fn(ddp(xb), yb).backward()
+            opt.step()
+            times[k][step] = time.perf_counter() - t0
+    out = {"world_size": world, "steps": args.steps, "suite": args.suite,
+           "bucket_cap_mb": args.bucket_cap_mb, "batch_per_rank": args.batch, "variants": {}}
+    for k, (ddp, _) in models.items():
+        t = torch.from_numpy(times[k])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step lasts until the slowest rank is done
+        with torch.no_grad():
+            m = ddp.module
+            loss = float(loss_fn(m(xtr), ytr))
+            acc = float((m(xte).argmax(1) == yte).float().mean())
+        out["variants"][k] = {"step_ms_median": float(np.median(t.numpy()) * 1e3),
+                              "step_ms_p90": float(np.percentile(t.numpy(), 90) * 1e3),
+                              "final_train_loss": loss, "test_accuracy": acc}
+    pa = [p.detach() for p in models["default"][0].module.parameters()]
+    pb = [p.detach() for p in models["secure"][0].module.parameters()]
+    out["max_abs_param_diff"] = max(float((a - b).abs().max()) for a, b in zip(pa, pb))
+    out["bitwise_equal"] = all(torch.equal(a, b) for a, b in zip(pa, pb))
+    out["overhead_x"] = out["variants"]["secure"]["step_ms_median"] / out["variants"]["default"]["step_ms_median"]
+    out["parameters"] = sum(p.numel() for p in pa)
+    return out
+
+
+def report(r: dict, file=sys.stdout) -> None:
+    v = r["variants"]
+    print(f"# seccomm train: digits MLP ({r['parameters']} parameters), {r['world_size']} ranks, "
+          f"{r['steps']} steps, batch {r['batch_per_rank']}/rank, bucket_cap_mb {r['bucket_cap_mb']}, "
+          f"suite {r['suite']}", file=file)
+    print(f"# {'hook':>8} {'step median [ms]':>17} {'step p90 [ms]':>14} {'train loss':>11} {'test acc':>9}", file=file)
+    for k in ("default", "secure"):
+        x = v[k]
+        print(f"  {k:>8} {x['step_ms_median']:17.3f} {x['step_ms_p90']:14.3f} "
+              f"{x['final_train_loss']:11.5f} {x['test_accuracy']:9.4f}", file=file)
+    same = ("bitwise equal (same reduction order)" if r["bitwise_equal"] else
+            "not bitwise equal: the secure hook sums in a different order than gloo")
+    print(f"# overhead (secure / default step time): {r['overhead_x']:.2f}x", file=file)
+    print(f"# final parameters: max |default - secure| = {r['max_abs_param_diff']:.3g}, {same}", file=file)

@@ -1,0 +1,40 @@
+"""``seccomm train``: the same DDP training run with the default hook and the secure hook."""
+
+from __future__ import annotations
+
+from .cli import UsageError, register
+from .suites import SUITES
+
+
+@register("train", "Train a small model on the digits set twice, default vs secure DDP hook (needs the torch extra).")
+def _train(p):
+    p.add_argument("--np", type=int, default=2, help="local ranks when not started by a launcher (default 2)")
+    p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
+    p.add_argument("--suite", default="aes-256-gcm", help=f"one of {', '.join(SUITES)} (default aes-256-gcm)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size cap in MiB (default 25)")
+    p.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    return _run
+
+
+def _run(args, argv) -> int:
+    from .launch import free_port, relaunch, under_launcher
+
+    if args.suite not in SUITES:
+        raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
+    if args.steps < 1 or args.batch < 1 or args.bucket_cap_mb <= 0:
+        raise UsageError("steps and batch must be >= 1 and bucket-cap-mb > 0")
+    if not 1 <= args.np <= 64:
+        raise UsageError(f"--np {args.np} is not sensible locally: use 1..64")
+    try:
+        import sklearn  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"seccomm train needs the torch extra ({e.name} missing): "
+                         "pip install torch==2.13.0 && pip install -e '.[torch]'") from None
+    if not under_launcher():
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        return relaunch(args.np, argv, env)
+    from .torch.train import main_train
+
+    return main_train(args)
