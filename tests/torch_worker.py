@@ -1,0 +1,146 @@
+"""Runs under mpiexec (ranks from PMI, gloo rendezvous on MASTER_ADDR/PORT): checks the secure
+DDP hook against DDP's default allreduce and a numpy fp16 reference.  Each rank writes
+OUT.rank<r> (JSON list of checks)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from seccomm.launch import rank_and_size
+from seccomm.torch import SecureHookState, secure_allreduce_hook
+from seccomm.torch.hook import as_numpy
+
+PSK = bytes(range(32))
+
+
+def grads_match(rank, world, rec):
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(40, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
+    ref = DDP(copy.deepcopy(base), bucket_cap_mb=0.01)  # several buckets
+    sec = DDP(copy.deepcopy(base), bucket_cap_mb=0.01)
+    state = SecureHookState(None, "aes-256-gcm", psk=PSK, chunk_bytes=4096)
+    sec.register_comm_hook(state, secure_allreduce_hook)
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_s = torch.optim.SGD(sec.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + rank)
+    worst_grad = 0.0
+    for step in range(5):
+        x = torch.randn(16, 40, generator=g)
+        y = torch.randint(0, 3, (16,), generator=g)
+        for m, o in ((ref, opt_r), (sec, opt_s)):
+            o.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+        for pr, ps in zip(ref.parameters(), sec.parameters()):
+            worst_grad = max(worst_grad, float((pr.grad - ps.grad).abs().max()))
+        opt_r.step()
+        opt_s.step()
+    worst_param = max(float((a.detach() - b.detach()).abs().max())
+                      for a, b in zip(ref.parameters(), sec.parameters()))
+    # float32, sums of `world` terms in another order: a few ulp of the gradient scale
+    rec("averaged gradients equal the default hook's (|diff| <= 1e-6)", worst_grad <= 1e-6, worst_grad)
+    rec("parameters after 5 steps match (|diff| <= 1e-5)", worst_param <= 1e-5, worst_param)
+    rec("hook ran on several buckets per step", state.buckets > 5, state.buckets)
+
+
+class Bucket:
+    """The two methods of dist.GradBucket that the hook uses."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def buffer(self):
+        return self.t
+
+
+def fp16_limits(rank, world, rec):
+    state = SecureHookState(None, "chacha20-poly1305", psk=PSK)
+    rng = np.random.default_rng(7 + rank)
+    vals = rng.uniform(-65504, 65504, 4096).astype(np.float16)
+    vals[:4] = [65504, 65504, -65504, 60000]  # near the limit: sums overflow to +/-inf
+    t = torch.from_numpy(vals.copy())
+    out = secure_allreduce_hook(state, Bucket(t)).wait()
+    allv = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(allv, torch.from_numpy(vals.copy()))
+    ref = np.zeros(4096, np.float16)
+    for v in allv:  # numpy fp16 reference: divide by world size first, add in rank order
+        ref = (ref + (v.numpy() / np.float16(world))).astype(np.float16)
+    got = out.numpy()
+    finite = np.isfinite(ref)
+    ok_inf = np.array_equal(np.isinf(got), np.isinf(ref))
+    close = np.allclose(got[finite].astype(np.float64), ref[finite].astype(np.float64), rtol=4e-3, atol=1.0)
+    rec("fp16 near +/-65504 reduces like the numpy fp16 reference", close and ok_inf,
+        f"infs ours {int(np.isinf(got).sum())} ref {int(np.isinf(ref).sum())}")
+
+
+def bf16_bucket(rank, world, rec):
+    state = SecureHookState(None, "aes-256-gcm", psk=PSK)
+    x = torch.arange(1000, dtype=torch.float32).to(torch.bfloat16) * (rank + 1)
+    out = secure_allreduce_hook(state, Bucket(x.clone())).wait()
+    want = (torch.arange(1000, dtype=torch.float64) * sum(range(1, world + 1)) / world)
+    err = (out.to(torch.float64) - want).abs() / want.abs().clamp(min=1)
+    rec("bfloat16 bucket keeps its dtype and averages", out.dtype == torch.bfloat16 and float(err.max()) < 2e-2,
+        float(err.max()))
+    arr = as_numpy(torch.zeros(3, dtype=torch.bfloat16))
+    rec("bfloat16 numpy view is zero-copy ml_dtypes", arr.dtype == np.dtype(ml_dtypes.bfloat16))
+
+
+def tamper(rank, world, rec):
+    from seccomm import AuthenticationError, SecCommError
+    from seccomm.transport import TamperTransport
+
+    state = SecureHookState(None, "aes-256-gcm", psk=PSK, timeout=3)
+    state.sc._transport = TamperTransport(state.sc._transport,
+                                          lambda i, peer, n: 5 if rank == 0 and i == 0 else None)
+    t = torch.ones(3000)
+    fut = secure_allreduce_hook(state, Bucket(t))
+    result = None
+    try:
+        result = fut.wait()
+        err = None
+    except Exception as e:  # torch wraps the hook's exception
+        err = e
+    text = f"{type(err).__name__}: {err}"
+    if rank == 1:
+        rec("tampered bucket raises AuthenticationError on the receiver",
+            err is not None and "AuthenticationError" in text or "authentication failed" in text, text[:200])
+    else:  # an error, or a correct result from untampered frames — never a corrupted one
+        ok = err is not None or bool(torch.equal(result, torch.ones(3000)))
+        rec("other ranks: error or the correct value, never a corrupted one", ok, text[:200])
+    del AuthenticationError, SecCommError
+
+
+def main():
+    out = sys.argv[1]
+    rank, world = rank_and_size()
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    results = []
+
+    def rec(name, ok, detail=""):
+        results.append({"name": name, "ok": bool(ok), "detail": str(detail), "rank": rank})
+
+    for fn in (grads_match, fp16_limits, bf16_bucket, tamper):  # tamper last: it breaks gloo pairs
+        try:
+            fn(rank, world, rec)
+        except Exception as e:  # report instead of hanging the others
+            rec(f"{fn.__name__} raised", False, repr(e))
+        if fn is not tamper:
+            dist.barrier()
+    with open(f"{out}.rank{rank}", "w") as f:  # no collective after a timeout has closed pairs
+        json.dump(results, f)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
