@@ -78,8 +78,18 @@ def fp16_limits(rank, world, rec):
     finite = np.isfinite(ref)
     ok_inf = np.array_equal(np.isinf(got), np.isinf(ref))
     close = np.allclose(got[finite].astype(np.float64), ref[finite].astype(np.float64), rtol=4e-3, atol=1.0)
-    rec("fp16 near +/-65504 reduces like the numpy fp16 reference", close and ok_inf,
-        f"infs ours {int(np.isinf(got).sum())} ref {int(np.isinf(ref).sum())}")
+    rec("fp16 near +/-65504 (hook: divide, then sum) reduces like the numpy fp16 reference",
+        close and ok_inf, f"infs ours {int(np.isinf(got).sum())} ref {int(np.isinf(ref).sum())}")
+    # a plain sum overflows to +/-inf; small messages reduce in rank order ((x0 + x1) + x2), so
+    # the numpy reference in rank order must match bit for bit, infinities included
+    summed = np.empty_like(vals)
+    state.sc.allreduce(vals, summed, op="sum")
+    ref = allv[0].numpy().copy()
+    with np.errstate(over="ignore"):
+        for v in allv[1:]:
+            ref = (ref + v.numpy()).astype(np.float16)
+    rec("fp16 sum overflows to inf exactly like numpy fp16", np.array_equal(summed, ref, equal_nan=True)
+        and np.isinf(ref).any(), f"infs {int(np.isinf(summed).sum())} vs {int(np.isinf(ref).sum())}")
 
 
 def bf16_bucket(rank, world, rec):
@@ -119,6 +129,35 @@ def tamper(rank, world, rec):
     del AuthenticationError, SecCommError
 
 
+class Net(nn.Module):
+    """Linear layers, a conv and a head: DDP buckets them in gradient-ready order."""
+
+    def __init__(self):
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(300, 300) for _ in range(8))
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.head = nn.Linear(300, 10)
+
+    def forward(self, x, img):
+        for lin in self.lins:
+            x = lin(x)
+        return self.head(x).sum() + self.conv(img).sum()
+
+
+def buckets_like_ddp(rank, world, rec):
+    from seccomm.torch.workloads import bucket_plan
+
+    for cap in (None, 0.5, 2.0, 25.0):
+        torch.manual_seed(0)
+        m = Net()
+        d = DDP(m) if cap is None else DDP(m, bucket_cap_mb=cap)
+        for _ in range(3):
+            d(torch.randn(4, 300), torch.randn(1, 3, 5, 5)).backward()
+        got = d._get_ddp_logging_data().get("rebuilt_bucket_sizes", "")
+        want = ", ".join(str(b) for b in bucket_plan(list(m.parameters()), cap))
+        rec(f"bucket plan equals DDP's rebuilt buckets (cap {cap})", got == want, f"{got} vs {want}")
+
+
 def main():
     out = sys.argv[1]
     rank, world = rank_and_size()
@@ -129,7 +168,7 @@ def main():
     def rec(name, ok, detail=""):
         results.append({"name": name, "ok": bool(ok), "detail": str(detail), "rank": rank})
 
-    for fn in (grads_match, fp16_limits, bf16_bucket, tamper):  # tamper last: it breaks gloo pairs
+    for fn in (grads_match, buckets_like_ddp, fp16_limits, bf16_bucket, tamper):  # tamper last: it breaks gloo pairs
         try:
             fn(rank, world, rec)
         except Exception as e:  # report instead of hanging the others
