@@ -48,3 +48,32 @@ def test_seccomm_train_end_to_end(tmp_path):
     d, s = r["variants"]["default"], r["variants"]["secure"]
     assert d["test_accuracy"] > 0.5 and abs(d["test_accuracy"] - s["test_accuracy"]) < 1e-6
     assert r["bitwise_equal"] and r["max_abs_param_diff"] == 0.0  # 2 ranks: a + b = b + a
+
+
+def test_workload_parameter_counts_match_published():
+    from seccomm.torch.workloads import WORKLOADS, workload
+
+    for name, (_, published) in WORKLOADS.items():
+        w = workload(name)
+        assert w["parameters"] == published, name
+        assert sum(w["buckets"]) == w["gradient_bytes"] == 4 * published
+        assert w["buckets"][0] >= 1 << 20  # first bucket closes at 1 MiB with DDP's default cap
+        assert all(b >= 25 << 20 for b in w["buckets"][1:-1]), name
+
+
+@pytest.mark.mpi
+def test_bench_workload(tmp_path):
+    j = tmp_path / "w.json"
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    proc = subprocess.run([sys.executable, "-m", "seccomm", "bench", "--workload", "resnet50",
+                           "--scale", "0.02", "-n", "2", "-w", "1", "--suites", "none,aes-256-gcm",
+                           "--json", str(j)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "25,557,032 parameters" in proc.stdout
+    doc = json.loads(j.read_text())
+    assert doc["workload"]["parameters"] == 25_557_032 and len(doc["workload"]["buckets"]) == 5
+    rows = doc["rows"]
+    assert [r["variant"] for r in rows] == ["native", "none", "aes-256-gcm"]
+    for r in rows:
+        assert r["wrong"] == 0 and r["buckets"] == 5
+        assert r["projected_step_ms"] == pytest.approx(r["time_us"]["median"] / 1e3 / 0.02)

@@ -45,6 +45,9 @@ class BenchConfig:
     csv: str | None = None
     plot: str | None = None
     np: int = 2
+    workload: str | None = None
+    scale: float | None = None
+    bucket_cap_mb: float | None = None
 
     def sizes(self) -> list[int]:
         out, s = [], self.minbytes
@@ -81,7 +84,8 @@ def config_from_args(a) -> BenchConfig:
                       dtype=a.dtype, op=a.op, collectives=colls, suites=suites,
                       algorithm=a.algorithm, encrypt=a.encrypt,
                       chunk_bytes=parse_size(a.chunk_bytes), root=a.root, timeout=a.timeout,
-                      json=a.json, csv=a.csv, plot=a.plot, np=a.np)
+                      json=a.json, csv=a.csv, plot=a.plot, np=a.np, workload=a.workload,
+                      scale=a.scale, bucket_cap_mb=a.bucket_cap_mb)
     isz = DTYPES[cfg.dtype][0].itemsize
     if cfg.minbytes < 1:
         raise UsageError("minbytes must be at least 1 byte")
@@ -104,6 +108,20 @@ def config_from_args(a) -> BenchConfig:
     if not 1 <= cfg.np <= max(64, 8 * cores):
         raise UsageError(f"--np {cfg.np} is not sensible on {cores} cores: use 1..{max(64, 8 * cores)} "
                          f"locally, or your own launcher (mpiexec -n N seccomm bench) across nodes")
+    if cfg.workload:
+        try:
+            from ..torch.workloads import WORKLOADS
+        except ImportError:
+            raise UsageError("--workload needs the torch extra: pip install torch==2.13.0 && "
+                             "pip install -e '.[torch]'") from None
+        if cfg.workload not in WORKLOADS:
+            raise UsageError(f"unknown workload {cfg.workload!r}; allowed: {', '.join(WORKLOADS)}")
+        if cfg.scale is not None and not 0 < cfg.scale <= 1:
+            raise UsageError(f"--scale must be in (0, 1], got {cfg.scale}")
+        if cfg.bucket_cap_mb is not None and cfg.bucket_cap_mb <= 0:
+            raise UsageError("--bucket-cap-mb must be > 0")
+        if cfg.dtype != "float32" or cfg.op != "sum":
+            raise UsageError("--workload runs float32 sum allreduces (DDP's gradient traffic)")
     if cfg.plot:
         try:
             import matplotlib  # noqa: F401
@@ -136,6 +154,10 @@ def _bench(p):
     p.add_argument("--csv", metavar="PATH", help="write one line per (collective, size, variant)")
     p.add_argument("--plot", metavar="PATH.png", help="plot overhead and busbw vs size (needs matplotlib)")
     p.add_argument("--np", type=int, default=2, help="local ranks when not started by a launcher (default 2)")
+    p.add_argument("--workload", metavar="NAME",
+                   help="one training step's DDP gradient traffic: resnet50, bert-large, gpt2-xl, llama2-7b")
+    p.add_argument("--scale", type=float, help="fraction of every bucket to run (default: up to 256 MiB a step)")
+    p.add_argument("--bucket-cap-mb", type=float, help="DDP bucket cap (default: DDP's, 25 MiB, first bucket 1 MiB)")
     return _run_bench
 
 

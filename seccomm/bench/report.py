@@ -22,7 +22,7 @@ class Report:
         self.cfg, self.comm, self.out = cfg, comm, out or sys.stdout
         self.all_rows: list[dict] = []
         self.machine = machine_info()
-        total = len(cfg.collectives) * len(cfg.sizes())
+        total = 0 if cfg.workload else len(cfg.collectives) * len(cfg.sizes())
         self.bar = None
         if sys.stderr.isatty() or os.environ.get("SECCOMM_PROGRESS") == "1":
             from tqdm import tqdm
@@ -65,6 +65,22 @@ class Report:
         if self.bar is not None:
             self.bar.update(1)
 
+    def workload(self, w, rows):
+        self.line(f"#\n# workload {w['name']}: {w['parameters']:,} parameters (published "
+                  f"{w['published_parameters']:,}), {w['gradient_bytes']:,} gradient bytes (float32) in "
+                  f"{len(w['buckets'])} DDP buckets, bucket_cap_mb "
+                  f"{w['bucket_cap_mb'] or '25 (first bucket 1 MiB)'}")
+        self.line(f"# run at scale {w['scale']:.4g}: {rows[0]['size_bytes']:,} bytes per step; "
+                  f"projected full step = measured / scale")
+        self.line(f"# {'variant':>18} {'step comm [ms]':>15} {'projected [ms]':>15} {'busbw [GB/s]':>13} "
+                  f"{'overhead [x]':>13} {'#wrong':>7}")
+        for r in rows:
+            self.line(f"  {r['variant']:>18} {r['time_us']['median'] / 1e3:15.3f} "
+                      f"{r['projected_step_ms']:15.3f} {r['busbw_gbps']:13.3f} {r['overhead_x']:13.2f} "
+                      f"{r['wrong']:7d}")
+        self.all_rows += rows
+        self.workload_desc = w
+
     def footer(self):
         if self.bar is not None:
             self.bar.close()
@@ -81,8 +97,11 @@ class Report:
         self.line(f"# Result: {'OK' if wrong == 0 else f'FAILED ({wrong} wrong elements)'}")
 
     def document(self) -> dict:
-        return {"machine": self.machine, "config": self.cfg.as_dict(),
-                "world_size": self.comm.Get_size(), "rows": self.all_rows}
+        doc = {"machine": self.machine, "config": self.cfg.as_dict(),
+               "world_size": self.comm.Get_size(), "rows": self.all_rows}
+        if getattr(self, "workload_desc", None):
+            doc["workload"] = self.workload_desc
+        return doc
 
     def write_files(self):
         c = self.cfg

@@ -76,7 +76,14 @@ def main_ranks(cfg) -> int:
         report.header(comms, source)
     total_wrong = 0
     try:
-        for cname in cfg.collectives:
+        if cfg.workload:
+            from .workload import bench_workload
+
+            desc, rows = bench_workload(comm, comms, cfg)
+            total_wrong = sum(r["wrong"] for r in rows)
+            if report:
+                report.workload(desc, rows)
+        for cname in ([] if cfg.workload else cfg.collectives):
             for nbytes in cfg.sizes():
                 rows = bench_one(comm, comms, cfg, cname, nbytes)
                 total_wrong += sum(r["wrong"] for r in rows)
