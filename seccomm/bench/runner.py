@@ -143,19 +143,7 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int) -> list[dict]:
         comm.Allreduce(MPI.IN_PLACE, counts, MPI.SUM)
         wrong = dict(zip(variants, (int(c) for c in counts)))
     prime()
-    for _ in range(cfg.warmup):
-        for v in variants:
-            call(v)
-    times = np.zeros((len(variants), cfg.iters))
-    k = len(variants)
-    for it in range(cfg.iters):
-        for j in range(k):
-            vi = (j + it) % k  # rotate the order so no variant always runs first
-            comm.Barrier()
-            t0 = time.perf_counter()
-            call(variants[vi])
-            times[vi, it] = time.perf_counter() - t0
-    comm.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
+    times = interleaved_times(comm, variants, call, cfg.iters, cfg.warmup)
     med = np.median(times, axis=1)
     nbytes_op = total * dt.itemsize
     rows = []
@@ -171,6 +159,28 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int) -> list[dict]:
             "wrong": wrong[v],
         })
     return rows
+
+
+def interleaved_times(comm, variants, call, iters: int, warmup: int) -> np.ndarray:
+    """``times[v, it]`` in seconds: iteration ``it`` of ``call(variants[v])``, the slowest rank's
+    (elementwise MAX over ranks).  Warm-up first; each timed call follows a barrier; the order of
+    variants rotates every iteration so that none always runs first."""
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        for v in variants:
+            call(v)
+    k = len(variants)
+    times = np.zeros((k, iters))
+    for it in range(iters):
+        for j in range(k):
+            vi = (j + it) % k
+            comm.Barrier()
+            t0 = time.perf_counter()
+            call(variants[vi])
+            times[vi, it] = time.perf_counter() - t0
+    comm.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
+    return times
 
 
 def _uint(dt):

@@ -8,12 +8,10 @@ in bytes at these sizes; small buckets' latency makes the projection slightly pe
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..collectives import get_collective
-from .runner import NATIVE, seeded
+from .runner import NATIVE, interleaved_times, seeded
 
 AUTO_STEP_BYTES = 256 << 20
 
@@ -51,19 +49,7 @@ def bench_workload(comm, comms: dict, cfg) -> tuple[dict, list[dict]]:
         for i, v in enumerate(variants[1:], 1):
             wrong[i] = np.count_nonzero(outs[v].view(np.uint32) != outs[NATIVE].view(np.uint32))
         comm.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
-    for _ in range(cfg.warmup):
-        for v in variants:
-            step(v)
-    k = len(variants)
-    times = np.zeros((k, cfg.iters))
-    for it in range(cfg.iters):
-        for j in range(k):
-            vi = (j + it) % k
-            comm.Barrier()
-            t0 = time.perf_counter()
-            step(variants[vi])
-            times[vi, it] = time.perf_counter() - t0
-    comm.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
+    times = interleaved_times(comm, variants, step, cfg.iters, cfg.warmup)
     med = np.median(times, axis=1)
     desc = {**w, "scale": scale, "buckets_run_bytes": [c * 4 for c in counts],
             "bucket_cap_mb": cfg.bucket_cap_mb}
