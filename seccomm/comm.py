@@ -86,8 +86,8 @@ class SecureComm:
                 raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
             if self.size > MAX_RANKS:
                 raise ValueError(f"world size {self.size} exceeds {MAX_RANKS} (16-bit step field)")
-            if node_ids is not None and len(node_ids) != self.size:
-                raise ValueError(f"node_ids has {len(node_ids)} entries, world size is {self.size}")
+            if node_ids is not None and (isinstance(node_ids, (str, bytes)) or len(node_ids) != self.size):
+                raise ValueError(f"node_ids must list one node id per rank ({self.size} entries)")
             try:
                 secret, self.secret_source = load_secret(psk)
             except KeyScheduleError:
@@ -106,10 +106,14 @@ class SecureComm:
         cid = np.frombuffer(secrets.token_bytes(16), np.uint8).copy()
         self._transport.bcast(cid, 0, what="communicator setup")
         self._comm_id = cid.tobytes()
-        if node_ids is None:
-            node_ids, local = transport.node_ids()
+        # Every rank makes the same collective calls up to the agreement, whatever its arguments
+        # (a rank with bad ones reports them there): the topology exchange always runs.
+        found, local = transport.node_ids()
+        if node_ids is None or local_error is not None:
+            node_ids = found
         else:
-            node_ids, local = [int(x) for x in node_ids], sum(1 for x in node_ids if x == node_ids[self.rank])
+            node_ids = [int(x) for x in node_ids]
+            local = sum(1 for x in node_ids if x == node_ids[self.rank])
         self.node_ids = node_ids
         self._multi_node = len(set(node_ids)) > 1
         self.usage_limit = (rotate_after_frames if rotate_after_frames is not None

@@ -307,9 +307,12 @@ def mismatch(comm, rec):
         ("suite", dict(suite="aes-256-gcm"), dict(suite="chacha20-poly1305"), ConfigMismatchError),
         ("psk", dict(psk=PSK), dict(psk=bytes(32)), ConfigMismatchError),
         ("chunk", dict(chunk_bytes=4096), dict(chunk_bytes=8192), ConfigMismatchError),
-        ("bad suite", dict(suite="aes-256-gcm"), dict(suite="rot13"), (ConfigMismatchError, ValueError)),
+        ("bad suite", dict(suite="aes-256-gcm"), dict(suite="rot13"), ValueError),
+        ("bad node_ids", dict(), dict(node_ids=[0]), ValueError),  # once hung in Split_type
+        ("node map", dict(node_ids=[0] * comm.size), dict(node_ids=list(range(comm.size))),
+         ConfigMismatchError),
     ]
-    for name, base, odd, exc in cases:
+    for name, base, odd, odd_exc in cases:
         kw = {"suite": "aes-256-gcm", "psk": PSK, "timeout": 10}
         kw.update(odd if comm.rank == last else base)
         try:
@@ -319,7 +322,7 @@ def mismatch(comm, rec):
             got = e
         except ValueError as e:
             got = e
-        want = ValueError if (name == "bad suite" and comm.rank == last) else ConfigMismatchError
+        want = odd_exc if comm.rank == last else ConfigMismatchError
         rec(f"mismatch {name}: {type(got).__name__}: {got}", isinstance(got, want))
         comm.Barrier()
 
