@@ -1,0 +1,108 @@
+// seccomm GPU AEAD kernels: seal/open many chunks per launch with exactly the CPU suites' framing
+// (frame = ciphertext || 16-byte tag; nonce and AAD header built by the host per chunk, see
+// docs/design.md).  Loaded with cupy.RawModule(path=...); names are extern "C".
+//
+// Layout of a batch of n chunks (all device pointers):
+//   keys   n x 32 bytes      per-chunk key (direction or group key of the hop)
+//   nonces n x 12 bytes      per-chunk nonce
+//   aads   n x aad_stride    per-chunk AAD header (aad_len bytes used)
+//   in/out byte buffers; chunk j spans [offs[j], offs[j] + lens[j]) of `in`, and its frame
+//          starts at fr_offs[j] of the frame buffer (body, then 16-byte tag)
+//   ok     n x int           open: 1 when chunk j verified, 0 otherwise
+//
+// First version: keystream in parallel over 64-byte (ChaCha20) / 16-byte (AES-CTR) blocks, one
+// thread per chunk for the MAC (Poly1305 / GHASH are sequential per chunk).  Open runs the MAC
+// kernel first and the keystream kernel writes plaintext only for chunks whose tag verified.
+#include "sc_crypto.cuh"
+
+extern "C" {
+
+// ---- ChaCha20-Poly1305 -------------------------------------------------------------------------
+__global__ void sc_chacha_xor(const uint8_t *keys, const uint8_t *nonces, const uint8_t *in,
+                              uint8_t *out, const long long *in_offs, const long long *out_offs,
+                              const long long *lens, const int *ok, int n, long long max_blocks) {
+    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int j = (int)(gid / max_blocks);
+    long long b = gid % max_blocks;
+    if (j >= n || (ok && !ok[j])) return;
+    long long len = lens[j], off = b * 64;
+    if (off >= len) return;
+    uint32_t k[8], nn[3];
+    sc_chacha_keys(keys + 32 * j, nonces + 12 * j, k, nn);
+    uint8_t ks[64];
+    sc_chacha20_block(k, (uint32_t)(1 + b), nn, ks);
+    long long m = len - off < 64 ? len - off : 64;
+    const uint8_t *src = in + in_offs[j] + off;
+    uint8_t *dst = out + out_offs[j] + off;
+    for (int i = 0; i < m; i++) dst[i] = src[i] ^ ks[i];
+}
+
+// Tag of chunk j over (aad_j, ciphertext_j).  seal: writes the tag after the body;
+// open: compares with the received tag and sets ok[j].
+__global__ void sc_chacha_tag(const uint8_t *keys, const uint8_t *nonces, const uint8_t *aads,
+                              int aad_stride, int aad_len, const uint8_t *frames,
+                              const long long *fr_offs, const long long *lens, uint8_t *tags_out,
+                              int *ok, int n) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    uint32_t k[8], nn[3];
+    sc_chacha_keys(keys + 32 * j, nonces + 12 * j, k, nn);
+    const uint8_t *ct = frames + fr_offs[j];
+    uint8_t tag[16];
+    sc_chacha_poly_tag(k, nn, aads + (long long)aad_stride * j, aad_len, ct, lens[j], tag);
+    if (ok) {
+        ok[j] = sc_tag_diff(tag, ct + lens[j]) == 0;
+    } else {
+        uint8_t *dst = tags_out + fr_offs[j] + lens[j];
+        for (int i = 0; i < 16; i++) dst[i] = tag[i];
+    }
+}
+
+// ---- AES-256-GCM / GMAC ------------------------------------------------------------------------
+__global__ void sc_gcm_xor(const uint8_t *keys, const uint8_t *nonces, const uint8_t *in,
+                           uint8_t *out, const long long *in_offs, const long long *out_offs,
+                           const long long *lens, const int *ok, int n, long long max_blocks) {
+    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int j = (int)(gid / max_blocks);
+    long long b = gid % max_blocks;
+    if (j >= n || (ok && !ok[j])) return;
+    long long len = lens[j], off = b * 16;
+    if (off >= len) return;
+    uint8_t rk[240], cb[16], ks[16];
+    sc_aes256_expand(keys + 32 * j, rk);
+    for (int i = 0; i < 12; i++) cb[i] = nonces[12 * j + i];
+    uint32_t ctr = (uint32_t)(2 + b);
+    cb[12] = (uint8_t)(ctr >> 24); cb[13] = (uint8_t)(ctr >> 16); cb[14] = (uint8_t)(ctr >> 8); cb[15] = (uint8_t)ctr;
+    sc_aes256_block(rk, cb, ks);
+    long long m = len - off < 16 ? len - off : 16;
+    const uint8_t *src = in + in_offs[j] + off;
+    uint8_t *dst = out + out_offs[j] + off;
+    for (int i = 0; i < m; i++) dst[i] = src[i] ^ ks[i];
+}
+
+// GCM tag of chunk j.  gmac != 0: authentication only — the AAD is header || body and the
+// ciphertext is empty (aes-256-gmac), so the body travels in the clear.
+__global__ void sc_gcm_tag_k(const uint8_t *keys, const uint8_t *nonces, const uint8_t *aads,
+                             int aad_stride, int aad_len, const uint8_t *frames,
+                             const long long *fr_offs, const long long *lens, uint8_t *tags_out,
+                             int *ok, int n, int gmac) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    uint8_t rk[240], tag[16];
+    sc_aes256_expand(keys + 32 * j, rk);
+    const uint8_t *body = frames + fr_offs[j];
+    const uint8_t *aad = aads + (long long)aad_stride * j;
+    if (gmac) {  // GHASH over header then body as one AAD: contiguous in the host's slot layout
+        sc_gcm_tag(rk, nonces + 12 * j, aad, aad_len + lens[j], body, 0, tag);
+    } else {
+        sc_gcm_tag(rk, nonces + 12 * j, aad, aad_len, body, lens[j], tag);
+    }
+    if (ok) {
+        ok[j] = sc_tag_diff(tag, body + lens[j]) == 0;
+    } else {
+        uint8_t *dst = tags_out + fr_offs[j] + lens[j];
+        for (int i = 0; i < 16; i++) dst[i] = tag[i];
+    }
+}
+
+}  // extern "C"

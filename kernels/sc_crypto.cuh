@@ -1,0 +1,363 @@
+// seccomm GPU AEAD arithmetic core, shared by the CUDA kernels and the host verification shim.
+//
+// Every function is __host__ __device__ (plain static inline in a host build), so the exact code
+// that runs on the GPU also compiles with the system C compiler and is checked against RFC 8439,
+// the NIST GCM vectors and pyca/cryptography (tests/test_gpu_core.py).  This is verification code
+// for our GPU kernels: CPU traffic is sealed with `cryptography`, never with this.
+//
+// Sources: ChaCha20 and Poly1305 — RFC 8439 §2.1-2.8 (Poly1305 in 26-bit limbs, as in
+// poly1305-donna); AES-256 — FIPS 197; GCM/GMAC — NIST SP 800-38D (Algorithm 1 for the GF(2^128)
+// multiply, 96-bit IV: J0 = IV || 0^31 || 1).
+#ifndef SECCOMM_CRYPTO_CUH
+#define SECCOMM_CRYPTO_CUH
+
+#if defined(__CUDACC_RTC__)  // NVRTC (cupy.RawModule): no libc headers
+typedef unsigned char uint8_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned long long size_t;
+#elif defined(__CUDACC__)
+#include <stdint.h>
+#include <stddef.h>
+#endif
+
+#ifdef __CUDACC__
+#define SC_HD __host__ __device__ __forceinline__
+#define SC_CONST __device__ __constant__
+#else
+#include <stdint.h>
+#include <stddef.h>
+#define SC_HD static inline
+#define SC_CONST static const
+#endif
+
+// ---------------------------------------------------------------- little/big endian helpers
+SC_HD uint32_t sc_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+SC_HD void sc_st_le32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+SC_HD uint64_t sc_be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+SC_HD void sc_st_be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
+}
+
+// ---------------------------------------------------------------- ChaCha20 (RFC 8439 §2.3)
+SC_HD uint32_t sc_rotl(uint32_t v, int c) { return (v << c) | (v >> (32 - c)); }
+
+#define SC_QR(a, b, c, d)                                   \
+    a += b; d ^= a; d = sc_rotl(d, 16);                     \
+    c += d; b ^= c; b = sc_rotl(b, 12);                     \
+    a += b; d ^= a; d = sc_rotl(d, 8);                      \
+    c += d; b ^= c; b = sc_rotl(b, 7);
+
+// One 64-byte keystream block for (key, counter, nonce).
+SC_HD void sc_chacha20_block(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],
+                             uint8_t out[64]) {
+    uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u,
+                      key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
+                      counter, nonce[0], nonce[1], nonce[2]};
+    uint32_t x[16];
+    for (int i = 0; i < 16; i++) x[i] = s[i];
+    for (int i = 0; i < 10; i++) {
+        SC_QR(x[0], x[4], x[8], x[12]) SC_QR(x[1], x[5], x[9], x[13])
+        SC_QR(x[2], x[6], x[10], x[14]) SC_QR(x[3], x[7], x[11], x[15])
+        SC_QR(x[0], x[5], x[10], x[15]) SC_QR(x[1], x[6], x[11], x[12])
+        SC_QR(x[2], x[7], x[8], x[13]) SC_QR(x[3], x[4], x[9], x[14])
+    }
+    for (int i = 0; i < 16; i++) sc_st_le32(out + 4 * i, x[i] + s[i]);
+}
+
+// XOR `len` bytes of keystream starting at block `counter` into out (in may equal out).
+SC_HD void sc_chacha20_xor(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],
+                           const uint8_t *in, uint8_t *out, size_t len) {
+    uint8_t ks[64];
+    for (size_t off = 0; off < len; off += 64, counter++) {
+        sc_chacha20_block(key, counter, nonce, ks);
+        size_t n = len - off < 64 ? len - off : 64;
+        for (size_t i = 0; i < n; i++) out[off + i] = in[off + i] ^ ks[i];
+    }
+}
+
+// ---------------------------------------------------------------- Poly1305 (RFC 8439 §2.5)
+typedef struct { uint32_t r[5], h[5], pad[4]; } sc_poly1305;
+
+SC_HD void sc_poly1305_init(sc_poly1305 *st, const uint8_t key[32]) {
+    st->r[0] = (sc_le32(key + 0)) & 0x3ffffff;
+    st->r[1] = (sc_le32(key + 3) >> 2) & 0x3ffff03;
+    st->r[2] = (sc_le32(key + 6) >> 4) & 0x3ffc0ff;
+    st->r[3] = (sc_le32(key + 9) >> 6) & 0x3f03fff;
+    st->r[4] = (sc_le32(key + 12) >> 8) & 0x00fffff;
+    for (int i = 0; i < 5; i++) st->h[i] = 0;
+    for (int i = 0; i < 4; i++) st->pad[i] = sc_le32(key + 16 + 4 * i);
+}
+
+// Absorb one 16-byte block; `hibit` is 1<<24 for full blocks (the appended 1 bit).
+SC_HD void sc_poly1305_block(sc_poly1305 *st, const uint8_t m[16], uint32_t hibit) {
+    const uint32_t r0 = st->r[0], r1 = st->r[1], r2 = st->r[2], r3 = st->r[3], r4 = st->r[4];
+    const uint32_t s1 = r1 * 5, s2 = r2 * 5, s3 = r3 * 5, s4 = r4 * 5;
+    uint32_t h0 = st->h[0], h1 = st->h[1], h2 = st->h[2], h3 = st->h[3], h4 = st->h[4];
+    h0 += (sc_le32(m + 0)) & 0x3ffffff;
+    h1 += (sc_le32(m + 3) >> 2) & 0x3ffffff;
+    h2 += (sc_le32(m + 6) >> 4) & 0x3ffffff;
+    h3 += (sc_le32(m + 9) >> 6) & 0x3ffffff;
+    h4 += (sc_le32(m + 12) >> 8) | hibit;
+    uint64_t d0 = (uint64_t)h0 * r0 + (uint64_t)h1 * s4 + (uint64_t)h2 * s3 + (uint64_t)h3 * s2 + (uint64_t)h4 * s1;
+    uint64_t d1 = (uint64_t)h0 * r1 + (uint64_t)h1 * r0 + (uint64_t)h2 * s4 + (uint64_t)h3 * s3 + (uint64_t)h4 * s2;
+    uint64_t d2 = (uint64_t)h0 * r2 + (uint64_t)h1 * r1 + (uint64_t)h2 * r0 + (uint64_t)h3 * s4 + (uint64_t)h4 * s3;
+    uint64_t d3 = (uint64_t)h0 * r3 + (uint64_t)h1 * r2 + (uint64_t)h2 * r1 + (uint64_t)h3 * r0 + (uint64_t)h4 * s4;
+    uint64_t d4 = (uint64_t)h0 * r4 + (uint64_t)h1 * r3 + (uint64_t)h2 * r2 + (uint64_t)h3 * r1 + (uint64_t)h4 * r0;
+    uint32_t c;
+    c = (uint32_t)(d0 >> 26); h0 = (uint32_t)d0 & 0x3ffffff; d1 += c;
+    c = (uint32_t)(d1 >> 26); h1 = (uint32_t)d1 & 0x3ffffff; d2 += c;
+    c = (uint32_t)(d2 >> 26); h2 = (uint32_t)d2 & 0x3ffffff; d3 += c;
+    c = (uint32_t)(d3 >> 26); h3 = (uint32_t)d3 & 0x3ffffff; d4 += c;
+    c = (uint32_t)(d4 >> 26); h4 = (uint32_t)d4 & 0x3ffffff; h0 += c * 5;
+    c = h0 >> 26; h0 &= 0x3ffffff; h1 += c;
+    st->h[0] = h0; st->h[1] = h1; st->h[2] = h2; st->h[3] = h3; st->h[4] = h4;
+}
+
+// Absorb `len` bytes zero-padded to a multiple of 16 (the AEAD construction pads AAD and text).
+SC_HD void sc_poly1305_padded(sc_poly1305 *st, const uint8_t *m, size_t len) {
+    size_t full = len & ~(size_t)15;
+    for (size_t i = 0; i < full; i += 16) sc_poly1305_block(st, m + i, 1u << 24);
+    if (len > full) {
+        uint8_t b[16] = {0};
+        for (size_t i = 0; i < len - full; i++) b[i] = m[full + i];
+        sc_poly1305_block(st, b, 1u << 24);
+    }
+}
+
+SC_HD void sc_poly1305_finish(sc_poly1305 *st, uint8_t tag[16]) {
+    uint32_t h0 = st->h[0], h1 = st->h[1], h2 = st->h[2], h3 = st->h[3], h4 = st->h[4], c;
+    c = h1 >> 26; h1 &= 0x3ffffff; h2 += c;
+    c = h2 >> 26; h2 &= 0x3ffffff; h3 += c;
+    c = h3 >> 26; h3 &= 0x3ffffff; h4 += c;
+    c = h4 >> 26; h4 &= 0x3ffffff; h0 += c * 5;
+    c = h0 >> 26; h0 &= 0x3ffffff; h1 += c;
+    // g = h + 5 - 2^130; take g if h >= p (constant time)
+    uint32_t g0 = h0 + 5; c = g0 >> 26; g0 &= 0x3ffffff;
+    uint32_t g1 = h1 + c; c = g1 >> 26; g1 &= 0x3ffffff;
+    uint32_t g2 = h2 + c; c = g2 >> 26; g2 &= 0x3ffffff;
+    uint32_t g3 = h3 + c; c = g3 >> 26; g3 &= 0x3ffffff;
+    uint32_t g4 = h4 + c - (1u << 26);
+    uint32_t mask = (g4 >> 31) - 1;  // all ones when g4 did not underflow (h >= p)
+    h0 = (h0 & ~mask) | (g0 & mask); h1 = (h1 & ~mask) | (g1 & mask);
+    h2 = (h2 & ~mask) | (g2 & mask); h3 = (h3 & ~mask) | (g3 & mask);
+    h4 = (h4 & ~mask) | (g4 & mask);
+    // h mod 2^128, plus s
+    uint32_t w0 = h0 | (h1 << 26), w1 = (h1 >> 6) | (h2 << 20);
+    uint32_t w2 = (h2 >> 12) | (h3 << 14), w3 = (h3 >> 18) | (h4 << 8);
+    uint64_t f;
+    f = (uint64_t)w0 + st->pad[0]; w0 = (uint32_t)f;
+    f = (uint64_t)w1 + st->pad[1] + (f >> 32); w1 = (uint32_t)f;
+    f = (uint64_t)w2 + st->pad[2] + (f >> 32); w2 = (uint32_t)f;
+    f = (uint64_t)w3 + st->pad[3] + (f >> 32); w3 = (uint32_t)f;
+    sc_st_le32(tag, w0); sc_st_le32(tag + 4, w1); sc_st_le32(tag + 8, w2); sc_st_le32(tag + 12, w3);
+}
+
+// Constant-time tag comparison: 0 when equal.
+SC_HD uint32_t sc_tag_diff(const uint8_t *a, const uint8_t *b) {
+    uint32_t d = 0;
+    for (int i = 0; i < 16; i++) d |= (uint32_t)(a[i] ^ b[i]);
+    return d;
+}
+
+SC_HD void sc_chacha_keys(const uint8_t key[32], const uint8_t nonce[12], uint32_t k[8], uint32_t n[3]) {
+    for (int i = 0; i < 8; i++) k[i] = sc_le32(key + 4 * i);
+    for (int i = 0; i < 3; i++) n[i] = sc_le32(nonce + 4 * i);
+}
+
+// Poly1305 tag of the AEAD construction over (aad, ciphertext) — RFC 8439 §2.8.
+SC_HD void sc_chacha_poly_tag(const uint32_t k[8], const uint32_t n[3], const uint8_t *aad,
+                              size_t aadlen, const uint8_t *ct, size_t len, uint8_t tag[16]) {
+    uint8_t otk[64];
+    sc_chacha20_block(k, 0, n, otk);
+    sc_poly1305 st;
+    sc_poly1305_init(&st, otk);
+    sc_poly1305_padded(&st, aad, aadlen);
+    sc_poly1305_padded(&st, ct, len);
+    uint8_t lens[16];
+    for (int i = 0; i < 8; i++) { lens[i] = (uint8_t)((uint64_t)aadlen >> (8 * i)); lens[8 + i] = (uint8_t)((uint64_t)len >> (8 * i)); }
+    sc_poly1305_block(&st, lens, 1u << 24);
+    sc_poly1305_finish(&st, tag);
+}
+
+// ChaCha20-Poly1305 seal: ct (len bytes) and tag.  pt may equal ct.
+SC_HD void sc_chacha20poly1305_seal(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad,
+                                    size_t aadlen, const uint8_t *pt, size_t len, uint8_t *ct,
+                                    uint8_t tag[16]) {
+    uint32_t k[8], n[3];
+    sc_chacha_keys(key, nonce, k, n);
+    sc_chacha20_xor(k, 1, n, pt, ct, len);
+    sc_chacha_poly_tag(k, n, aad, aadlen, ct, len, tag);
+}
+
+// ChaCha20-Poly1305 open: returns 0 and writes pt only when the tag verifies; -1 otherwise
+// (pt untouched: nothing unauthenticated is ever written).
+SC_HD int sc_chacha20poly1305_open(const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad,
+                                   size_t aadlen, const uint8_t *ct, size_t len, const uint8_t tag[16],
+                                   uint8_t *pt) {
+    uint32_t k[8], n[3];
+    uint8_t want[16];
+    sc_chacha_keys(key, nonce, k, n);
+    sc_chacha_poly_tag(k, n, aad, aadlen, ct, len, want);
+    if (sc_tag_diff(want, tag)) return -1;
+    sc_chacha20_xor(k, 1, n, ct, pt, len);
+    return 0;
+}
+
+// ---------------------------------------------------------------- AES-256 (FIPS 197)
+SC_CONST uint8_t SC_SBOX[256] = {
+    0x63,0x7c,0x77,0x7b,0xf2,0x6b,0x6f,0xc5,0x30,0x01,0x67,0x2b,0xfe,0xd7,0xab,0x76,
+    0xca,0x82,0xc9,0x7d,0xfa,0x59,0x47,0xf0,0xad,0xd4,0xa2,0xaf,0x9c,0xa4,0x72,0xc0,
+    0xb7,0xfd,0x93,0x26,0x36,0x3f,0xf7,0xcc,0x34,0xa5,0xe5,0xf1,0x71,0xd8,0x31,0x15,
+    0x04,0xc7,0x23,0xc3,0x18,0x96,0x05,0x9a,0x07,0x12,0x80,0xe2,0xeb,0x27,0xb2,0x75,
+    0x09,0x83,0x2c,0x1a,0x1b,0x6e,0x5a,0xa0,0x52,0x3b,0xd6,0xb3,0x29,0xe3,0x2f,0x84,
+    0x53,0xd1,0x00,0xed,0x20,0xfc,0xb1,0x5b,0x6a,0xcb,0xbe,0x39,0x4a,0x4c,0x58,0xcf,
+    0xd0,0xef,0xaa,0xfb,0x43,0x4d,0x33,0x85,0x45,0xf9,0x02,0x7f,0x50,0x3c,0x9f,0xa8,
+    0x51,0xa3,0x40,0x8f,0x92,0x9d,0x38,0xf5,0xbc,0xb6,0xda,0x21,0x10,0xff,0xf3,0xd2,
+    0xcd,0x0c,0x13,0xec,0x5f,0x97,0x44,0x17,0xc4,0xa7,0x7e,0x3d,0x64,0x5d,0x19,0x73,
+    0x60,0x81,0x4f,0xdc,0x22,0x2a,0x90,0x88,0x46,0xee,0xb8,0x14,0xde,0x5e,0x0b,0xdb,
+    0xe0,0x32,0x3a,0x0a,0x49,0x06,0x24,0x5c,0xc2,0xd3,0xac,0x62,0x91,0x95,0xe4,0x79,
+    0xe7,0xc8,0x37,0x6d,0x8d,0xd5,0x4e,0xa9,0x6c,0x56,0xf4,0xea,0x65,0x7a,0xae,0x08,
+    0xba,0x78,0x25,0x2e,0x1c,0xa6,0xb4,0xc6,0xe8,0xdd,0x74,0x1f,0x4b,0xbd,0x8b,0x8a,
+    0x70,0x3e,0xb5,0x66,0x48,0x03,0xf6,0x0e,0x61,0x35,0x57,0xb9,0x86,0xc1,0x1d,0x9e,
+    0xe1,0xf8,0x98,0x11,0x69,0xd9,0x8e,0x94,0x9b,0x1e,0x87,0xe9,0xce,0x55,0x28,0xdf,
+    0x8c,0xa1,0x89,0x0d,0xbf,0xe6,0x42,0x68,0x41,0x99,0x2d,0x0f,0xb0,0x54,0xbb,0x16};
+
+SC_HD uint8_t sc_xtime(uint8_t x) { return (uint8_t)((x << 1) ^ ((x >> 7) * 0x1b)); }
+
+// Expand a 256-bit key into 15 round keys (240 bytes).
+SC_HD void sc_aes256_expand(const uint8_t key[32], uint8_t rk[240]) {
+    for (int i = 0; i < 32; i++) rk[i] = key[i];
+    uint8_t rcon = 1;
+    for (int i = 8; i < 60; i++) {
+        uint8_t t[4] = {rk[4 * i - 4], rk[4 * i - 3], rk[4 * i - 2], rk[4 * i - 1]};
+        if (i % 8 == 0) {
+            uint8_t u = t[0];
+            t[0] = SC_SBOX[t[1]] ^ rcon; t[1] = SC_SBOX[t[2]]; t[2] = SC_SBOX[t[3]]; t[3] = SC_SBOX[u];
+            rcon = sc_xtime(rcon);
+        } else if (i % 8 == 4) {
+            for (int j = 0; j < 4; j++) t[j] = SC_SBOX[t[j]];
+        }
+        for (int j = 0; j < 4; j++) rk[4 * i + j] = rk[4 * i - 32 + j] ^ t[j];
+    }
+}
+
+// Encrypt one 16-byte block (state in column-major order, as FIPS 197).
+SC_HD void sc_aes256_block(const uint8_t rk[240], const uint8_t in[16], uint8_t out[16]) {
+    uint8_t s[16];
+    for (int i = 0; i < 16; i++) s[i] = in[i] ^ rk[i];
+    for (int round = 1; round <= 14; round++) {
+        uint8_t t[16];
+        for (int i = 0; i < 16; i++) t[i] = SC_SBOX[s[(i + 4 * (i % 4)) % 16]];  // SubBytes+ShiftRows
+        if (round < 14) {
+            for (int c = 0; c < 4; c++) {  // MixColumns
+                uint8_t a0 = t[4 * c], a1 = t[4 * c + 1], a2 = t[4 * c + 2], a3 = t[4 * c + 3];
+                uint8_t x = a0 ^ a1 ^ a2 ^ a3;
+                t[4 * c] = a0 ^ x ^ sc_xtime(a0 ^ a1);
+                t[4 * c + 1] = a1 ^ x ^ sc_xtime(a1 ^ a2);
+                t[4 * c + 2] = a2 ^ x ^ sc_xtime(a2 ^ a3);
+                t[4 * c + 3] = a3 ^ x ^ sc_xtime(a3 ^ a0);
+            }
+        }
+        for (int i = 0; i < 16; i++) s[i] = t[i] ^ rk[16 * round + i];
+    }
+    for (int i = 0; i < 16; i++) out[i] = s[i];
+}
+
+// ---------------------------------------------------------------- GHASH / GCM (SP 800-38D)
+typedef struct { uint64_t hi, lo; } sc_u128;
+
+// X * Y in GF(2^128) with GCM's bit order (SP 800-38D Algorithm 1).
+SC_HD sc_u128 sc_gf_mul(sc_u128 x, sc_u128 y) {
+    sc_u128 z = {0, 0}, v = y;
+    for (int i = 0; i < 128; i++) {
+        uint64_t bit = i < 64 ? (x.hi >> (63 - i)) & 1 : (x.lo >> (127 - i)) & 1;
+        uint64_t m = 0 - bit;
+        z.hi ^= v.hi & m; z.lo ^= v.lo & m;
+        uint64_t lsb = v.lo & 1;
+        v.lo = (v.lo >> 1) | (v.hi << 63);
+        v.hi = (v.hi >> 1) ^ ((0 - lsb) & 0xe100000000000000ull);
+    }
+    return z;
+}
+
+SC_HD sc_u128 sc_ld128(const uint8_t b[16]) { sc_u128 r = {sc_be64(b), sc_be64(b + 8)}; return r; }
+
+SC_HD sc_u128 sc_ghash_padded(sc_u128 y, sc_u128 h, const uint8_t *m, size_t len) {
+    size_t full = len & ~(size_t)15;
+    for (size_t i = 0; i < full; i += 16) {
+        sc_u128 b = sc_ld128(m + i);
+        y.hi ^= b.hi; y.lo ^= b.lo;
+        y = sc_gf_mul(y, h);
+    }
+    if (len > full) {
+        uint8_t t[16] = {0};
+        for (size_t i = 0; i < len - full; i++) t[i] = m[full + i];
+        sc_u128 b = sc_ld128(t);
+        y.hi ^= b.hi; y.lo ^= b.lo;
+        y = sc_gf_mul(y, h);
+    }
+    return y;
+}
+
+// The GCM tag for (aad, ct) under round keys rk and 96-bit IV.
+SC_HD void sc_gcm_tag(const uint8_t rk[240], const uint8_t iv[12], const uint8_t *aad, size_t aadlen,
+                      const uint8_t *ct, size_t len, uint8_t tag[16]) {
+    uint8_t zero[16] = {0}, hb[16], j0[16], ej0[16], lens[16];
+    sc_aes256_block(rk, zero, hb);
+    sc_u128 h = sc_ld128(hb), y = {0, 0};
+    y = sc_ghash_padded(y, h, aad, aadlen);
+    y = sc_ghash_padded(y, h, ct, len);
+    sc_st_be64(lens, (uint64_t)aadlen * 8);
+    sc_st_be64(lens + 8, (uint64_t)len * 8);
+    y = sc_ghash_padded(y, h, lens, 16);
+    for (int i = 0; i < 12; i++) j0[i] = iv[i];
+    j0[12] = 0; j0[13] = 0; j0[14] = 0; j0[15] = 1;
+    sc_aes256_block(rk, j0, ej0);
+    uint8_t yb[16];
+    sc_st_be64(yb, y.hi); sc_st_be64(yb + 8, y.lo);
+    for (int i = 0; i < 16; i++) tag[i] = yb[i] ^ ej0[i];
+}
+
+// CTR keystream XOR starting at inc32(J0) (counter 2 for the first data block).
+SC_HD void sc_gcm_ctr(const uint8_t rk[240], const uint8_t iv[12], const uint8_t *in, uint8_t *out,
+                      size_t len) {
+    uint8_t cb[16], ks[16];
+    for (int i = 0; i < 12; i++) cb[i] = iv[i];
+    uint32_t ctr = 2;
+    for (size_t off = 0; off < len; off += 16, ctr++) {
+        cb[12] = (uint8_t)(ctr >> 24); cb[13] = (uint8_t)(ctr >> 16); cb[14] = (uint8_t)(ctr >> 8); cb[15] = (uint8_t)ctr;
+        sc_aes256_block(rk, cb, ks);
+        size_t n = len - off < 16 ? len - off : 16;
+        for (size_t i = 0; i < n; i++) out[off + i] = in[off + i] ^ ks[i];
+    }
+}
+
+SC_HD void sc_aes256gcm_seal(const uint8_t key[32], const uint8_t iv[12], const uint8_t *aad, size_t aadlen,
+                             const uint8_t *pt, size_t len, uint8_t *ct, uint8_t tag[16]) {
+    uint8_t rk[240];
+    sc_aes256_expand(key, rk);
+    sc_gcm_ctr(rk, iv, pt, ct, len);
+    sc_gcm_tag(rk, iv, aad, aadlen, ct, len, tag);
+}
+
+// Returns 0 and writes pt only when the tag verifies; -1 otherwise (pt untouched).
+SC_HD int sc_aes256gcm_open(const uint8_t key[32], const uint8_t iv[12], const uint8_t *aad, size_t aadlen,
+                            const uint8_t *ct, size_t len, const uint8_t tag[16], uint8_t *pt) {
+    uint8_t rk[240], want[16];
+    sc_aes256_expand(key, rk);
+    sc_gcm_tag(rk, iv, aad, aadlen, ct, len, want);
+    if (sc_tag_diff(want, tag)) return -1;
+    sc_gcm_ctr(rk, iv, ct, pt, len);
+    return 0;
+}
+
+#endif  // SECCOMM_CRYPTO_CUH
