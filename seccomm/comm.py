@@ -65,8 +65,15 @@ class SecureComm:
                  rotate_after_frames: int | None = None, small_bytes: int = DEFAULT_SMALL_BYTES,
                  bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES, node_ids=None,
                  wrap_transport=None):
-        self.timeout = float(timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60))
-        transport = comm if isinstance(comm, Transport) else MPITransport(comm, timeout=self.timeout)
+        # Nothing may raise before the agreement below: a rank that stopped here would leave the
+        # others waiting in a collective.  Bad values are collected and reported there.
+        timeout_raw = timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
+        try:
+            self.timeout = float(timeout_raw)
+        except (TypeError, ValueError):
+            self.timeout = float("nan")
+        setup_timeout = self.timeout if self.timeout > 0 else 60.0
+        transport = comm if isinstance(comm, Transport) else MPITransport(comm, timeout=setup_timeout)
         self._transport = wrap_transport(transport) if wrap_transport else transport
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
@@ -82,8 +89,10 @@ class SecureComm:
             _check_int("bcast_chain_bytes", bcast_chain_bytes, 0, 1 << 62)
             if rotate_after_frames is not None:
                 _check_int("rotate_after_frames", rotate_after_frames, 1, 1 << 63)
+            if crypto_threads is not None:
+                _check_int("crypto_threads", crypto_threads, 1, 1024)
             if not self.timeout > 0:
-                raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+                raise ValueError(f"timeout must be a number of seconds > 0, got {timeout_raw!r}")
             if self.size > MAX_RANKS:
                 raise ValueError(f"world size {self.size} exceeds {MAX_RANKS} (16-bit step field)")
             if node_ids is not None and (isinstance(node_ids, (str, bytes)) or len(node_ids) != self.size):

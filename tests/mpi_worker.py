@@ -309,11 +309,13 @@ def mismatch(comm, rec):
         ("chunk", dict(chunk_bytes=4096), dict(chunk_bytes=8192), ConfigMismatchError),
         ("bad suite", dict(suite="aes-256-gcm"), dict(suite="rot13"), ValueError),
         ("bad node_ids", dict(), dict(node_ids=[0]), ValueError),  # once hung in Split_type
+        ("bad timeout", dict(), dict(timeout="abc"), ValueError),  # once raised before Dup
+        ("bad threads", dict(), dict(crypto_threads="x"), ValueError),
         ("node map", dict(node_ids=[0] * comm.size), dict(node_ids=list(range(comm.size))),
          ConfigMismatchError),
     ]
     for name, base, odd, odd_exc in cases:
-        kw = {"suite": "aes-256-gcm", "psk": PSK, "timeout": 10}
+        kw = {"suite": "aes-256-gcm", "psk": PSK, "timeout": 10 if name != "bad timeout" else None}
         kw.update(odd if comm.rank == last else base)
         try:
             SecureComm(comm, kw.pop("suite"), **kw).close()
