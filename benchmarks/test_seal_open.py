@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from seccomm.framing import Workspace, FrameContext, KEY_DIRECTION
+from seccomm.framing import AAD_BYTES, KEY_DIRECTION, FrameContext, Workspace
 from seccomm.suites import get_suite
 
 CRYPTO_SUITES = ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac")
@@ -34,10 +34,10 @@ def test_seal(benchmark, suite_name, path, nbytes):
     suite, aead, slot, pt, ctx = _setup(suite_name, nbytes)
     benchmark.group = f"seal {suite_name} {nbytes} B"
     out = np.empty(nbytes + 16, np.uint8)
-    nonce, aad = bytes(12), bytes(88)
+    nonce, aad = bytes(12), bytes(AAD_BYTES)
     if path == "raw":
         if suite_name == "aes-256-gmac":
-            aad_pt = bytes(88) + pt.tobytes()
+            aad_pt = bytes(AAD_BYTES) + pt.tobytes()
             fn = lambda: aead.encrypt_into(nonce, b"", aad_pt, out[:16])  # noqa: E731
         else:
             fn = lambda: aead.encrypt_into(nonce, pt, aad, out)  # noqa: E731

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import math
 import os
 import secrets
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,6 +23,16 @@ from .suites import SUITES, get_suite
 from .transport import MPITransport, Transport
 
 ALGORITHMS = ("auto", "ring", "recursive_doubling")
+_OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_comms():  # before mpi4py finalizes MPI (its atexit hook was registered earlier)
+    for sc in list(_OPEN):
+        try:
+            sc.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
 ENCRYPT_POLICIES = ("all", "inter-node")
 DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_SMALL_BYTES = 64 << 10       # auto: recursive doubling at or below this many bytes
@@ -95,8 +107,10 @@ class SecureComm:
                 raise ValueError(f"timeout must be a number of seconds > 0, got {timeout_raw!r}")
             if self.size > MAX_RANKS:
                 raise ValueError(f"world size {self.size} exceeds {MAX_RANKS} (16-bit step field)")
-            if node_ids is not None and (isinstance(node_ids, (str, bytes)) or len(node_ids) != self.size):
-                raise ValueError(f"node_ids must list one node id per rank ({self.size} entries)")
+            if node_ids is not None:
+                if isinstance(node_ids, (str, bytes)) or len(node_ids) != self.size:
+                    raise ValueError(f"node_ids must list one node id per rank ({self.size} entries)")
+                node_ids = [_as_int("node_ids entry", x) for x in node_ids]
             try:
                 secret, self.secret_source = load_secret(psk)
             except KeyScheduleError:
@@ -121,11 +135,11 @@ class SecureComm:
         if node_ids is None or local_error is not None:
             node_ids = found
         else:
-            node_ids = [int(x) for x in node_ids]
             local = sum(1 for x in node_ids if x == node_ids[self.rank])
         self.node_ids = node_ids
         self._multi_node = len(set(node_ids)) > 1
-        self.usage_limit = (rotate_after_frames if rotate_after_frames is not None
+        self._limit_forced = rotate_after_frames is not None
+        self.usage_limit = (rotate_after_frames if self._limit_forced
                             else self.suite.usage_limit(chunk_bytes, AAD_BYTES))
         settings = {"protocol": 1, "suite": self.suite.name if local_error is None else suite,
                     "algorithm": algorithm, "encrypt": encrypt, "chunk_bytes": chunk_bytes,
@@ -152,6 +166,7 @@ class SecureComm:
         self.crypto_threads = threads
         if threads > 1 and self.suite.name != "none":
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="seccomm-crypto")
+        _OPEN.add(self)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def __repr__(self):
@@ -165,11 +180,19 @@ class SecureComm:
         self.close()
 
     def close(self) -> None:
-        """Free the private communicator and the crypto threads.  Local; safe after errors."""
+        """Free the private communicator and the crypto threads.
+
+        Collective when the communicator is healthy, like ``MPI_Comm_free``: it first waits (a
+        non-blocking barrier, at most ``min(timeout, 10)`` seconds) for every rank to arrive, so
+        that transfers still draining to a rank that already returned can finish.  After an
+        error, or past that wait, it is local.  Safe to call twice.
+        """
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         if self._broken != "closed":
+            if self._broken is None:
+                self._transport.quiesce(min(self.timeout, 10.0))
             self._broken = "closed"
             self._transport.close()
         self._keys = None
@@ -184,7 +207,9 @@ class SecureComm:
     def block_counts(self, count: int) -> list[int]:
         """Elements of each rank's block when ``count`` elements are split for reduce-scatter or
         allgather (balanced: the first ``count % size`` ranks hold one more)."""
-        return block_counts(count, self.size)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"count must be an integer >= 0, got {count!r}")
+        return block_counts(int(count), self.size)
 
     def _rotate(self) -> None:
         self.epoch += 1
@@ -192,7 +217,7 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _begin(self, op: str, dname: str, count: int, itemsize: int) -> OpRun:
+    def _begin(self, op: str, dname: str, count: int, itemsize: int, redop: str = "none") -> OpRun:
         if self._broken:
             raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
         nbytes, p = count * itemsize, self.size
@@ -203,19 +228,22 @@ class SecureComm:
         # Upper bound of frames sealed under any one key by this op, identical on every rank.
         bound = (2 * p + 2 * p.bit_length() + 4) * chunks
         if bound > self.usage_limit:
-            raise ValueError(f"{op} of {nbytes} bytes may seal {bound} frames under one key, over "
-                             f"the usage limit {self.usage_limit}: raise chunk_bytes")
+            fix = ("raise rotate_after_frames" if self._limit_forced else "raise chunk_bytes")
+            raise ValueError(f"{op} of {nbytes} bytes may seal up to {bound} frames under one key, "
+                             f"over the per-key limit of {self.usage_limit}: {fix}")
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
-        run = OpRun(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops)
+        run = OpRun(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops,
+                    redop)
         self._epoch_ops += 1
         self._epoch_frames += bound
         return run
 
     def _run(self, run: OpRun, fn, *args) -> None:
         try:
-            fn(run, *args)
+            with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
+                fn(run, *args)
         except SecCommError as e:
             self._broken = f"{run.op} #{run.ctx.seq} failed ({type(e).__name__})"
             self._transport.cancel(run.pending)
@@ -239,7 +267,7 @@ class SecureComm:
         if alg == "auto":
             small = count * recvbuf.itemsize <= self.small_bytes or count < self.size
             alg = "recursive_doubling" if small else "ring"
-        run = self._begin("allreduce", dname, count, recvbuf.itemsize)
+        run = self._begin("allreduce", dname, count, recvbuf.itemsize, op)
         fn = _coll.get_collective("allreduce").algorithms[alg]
         self._run(run, fn, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
 
@@ -254,7 +282,7 @@ class SecureComm:
             raise ValueError(f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
                              f"{self.rank}'s block of {sendbuf.size} over {self.size} ranks has "
                              f"{want} (see SecureComm.block_counts)")
-        run = self._begin("reduce_scatter", dname, sendbuf.size, recvbuf.itemsize)
+        run = self._begin("reduce_scatter", dname, sendbuf.size, recvbuf.itemsize, op)
         self._run(run, _coll.get_collective("reduce_scatter").algorithms["ring"], sendbuf, recvbuf, ufunc)
         if op == "avg" and self.size > 1 and recvbuf.size:
             np.divide(recvbuf, recvbuf.dtype.type(self.size), out=recvbuf)
@@ -294,6 +322,12 @@ def _check_int(what, value, lo, hi):
         raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
+def _as_int(what, v):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{what} must be an integer, got {v!r}")
+    return int(v)
+
+
 def _writeable(arr, what):
     if not arr.flags.writeable:
         raise ValueError(f"{what} is read-only")
@@ -311,7 +345,8 @@ def _check_pair(sendbuf, recvbuf, same_size: bool) -> str:
         same = (same_size and sendbuf.__array_interface__["data"][0]
                 == recvbuf.__array_interface__["data"][0])
         if not same:
-            raise ValueError("sendbuf and recvbuf overlap; pass the same array for in-place")
+            raise ValueError("sendbuf and recvbuf overlap: only allreduce works in place "
+                             "(pass the same array twice); use separate buffers")
     return s
 
 

@@ -34,8 +34,9 @@ class AuthenticationError(SecCommError):
         if epoch is not None:
             where += f", epoch {epoch}"
         msg = f"{suite or 'AEAD'} authentication failed on a frame from rank {peer} ({where})"
-        if detail:
-            msg += f": {detail}"
+        msg += f": {detail}" if detail else (": the frame was altered, replayed, reordered or "
+                                            "misdirected, or the ranks disagree on this call's "
+                                            "op, dtype or count")
         super().__init__(msg)
 
 

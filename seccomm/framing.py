@@ -25,8 +25,8 @@ from .suites import NONCE_BYTES, TAG_BYTES, Slot
 PROTOCOL_MAGIC = b"SCM"
 PROTOCOL_VERSION = 1
 
-#: AAD header layout (88 bytes, big-endian), bound into every tag.
-AAD = struct.Struct(">3sBBBBB16s16sIQIIIIIQQ")
+#: AAD header layout (89 bytes, big-endian), bound into every tag.
+AAD = struct.Struct(">3sBBBBBB16s16sIQIIIIIQQ")
 AAD_BYTES = AAD.size
 _NONCE = struct.Struct(">IHHI")
 
@@ -36,6 +36,7 @@ GROUP_STEP = 0xFFFF  #: step value of group-key frames (direction steps stay bel
 ANY_RANK = 0xFFFFFFFF  #: AAD destination of group-key frames (bound to the origin instead)
 
 OP_KINDS = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "bcast": 4}
+REDOPS = {"none": 0, "sum": 1, "avg": 2, "max": 3, "min": 4, "prod": 5}
 
 MAX_RANKS = 1 << 16          # steps of a ring allreduce must fit the 16-bit step field
 MAX_CHUNKS_PER_HOP = 1 << 24  # chunk index field
@@ -119,9 +120,10 @@ class FrameContext:
 
     __slots__ = ("op", "epoch", "seq", "op_index", "_head")
 
-    def __init__(self, suite_id, op, dtype_code, job_id, comm_id, epoch, seq, op_index, total_count):
+    def __init__(self, suite_id, op, dtype_code, job_id, comm_id, epoch, seq, op_index, total_count,
+                 redop="none"):
         self.op, self.epoch, self.seq, self.op_index = op, epoch, seq, op_index
-        self._head = (suite_id, OP_KINDS[op], dtype_code, job_id, comm_id, epoch, seq, total_count)
+        self._head = (REDOPS[redop], OP_KINDS[op], dtype_code, job_id, comm_id, epoch, seq, total_count)
 
     def fill(self, slot: Slot, key_kind: int, suite_id: int, step: int, chunk: int, chunks: int,
              src: int, dst: int, elems: int) -> None:
@@ -129,7 +131,7 @@ class FrameContext:
         or the origin rank (group key, with ``dst == ANY_RANK`` and ``step == GROUP_STEP``)."""
         v = (chunk << 24) | src
         _NONCE.pack_into(slot.nonce, 0, self.op_index, step, v >> 32, v & 0xFFFFFFFF)
-        _, op_code, dtype_code, job_id, comm_id, epoch, seq, total = self._head
-        AAD.pack_into(slot.header, 0, PROTOCOL_MAGIC, PROTOCOL_VERSION, suite_id, op_code,
+        redop, op_code, dtype_code, job_id, comm_id, epoch, seq, total = self._head
+        AAD.pack_into(slot.header, 0, PROTOCOL_MAGIC, PROTOCOL_VERSION, suite_id, op_code, redop,
                       key_kind, dtype_code, job_id, comm_id, epoch, seq, step, chunk, chunks,
                       src, dst, total, elems)

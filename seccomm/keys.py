@@ -67,7 +67,8 @@ def load_secret(psk: bytes | str | None = None) -> tuple[bytes, str]:
         return _check_len(_as_bytes(env, "SECCOMM_PSK"), "SECCOMM_PSK"), "SECCOMM_PSK"
     raise KeyScheduleError(
         "no job secret: set SECCOMM_PSK_FILE (a 0600 file of >= 32 bytes) or SECCOMM_PSK "
-        "(>= 64 hex digits), pass psk=, or start the run with `seccomm` so it makes one")
+        "(>= 64 hex digits) on every rank, or pass psk= (`seccomm bench`/`train` make one for "
+        "the ranks they start)")
 
 
 def _as_bytes(v, what):

@@ -53,6 +53,10 @@ class Transport:
         """(node id of every rank, ranks on this rank's node); collective."""
         return list(range(self.size)), 1
 
+    def quiesce(self, timeout: float) -> bool:
+        """Collective: let every rank's outstanding transfers finish (at most ``timeout`` s)."""
+        return True
+
     def close(self) -> None:
         pass
 
@@ -101,7 +105,10 @@ class MPITransport(Transport):
                     else:
                         time.sleep(2e-5)
         except MPI.Exception as e:
-            raise FrameError(f"{what}: MPI error with rank {peer}: {e.Get_error_string()}", peer=peer) from None
+            first = e.Get_error_string().splitlines()[0].strip()
+            raise FrameError(f"{what}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
+                             f"abandoned the transfer (it failed or closed), or the ranks disagree "
+                             f"on this call's sizes", peer=peer) from None
 
     def wait_recv(self, req, timeout, peer, what):
         st = self._status
@@ -125,17 +132,24 @@ class MPITransport(Transport):
         self._coll(self.comm.Ibcast([buf, self._byte], root), what, timeout)
 
     def cancel(self, reqs):
-        for r in reqs:
-            try:
-                if r and not r.Test():
-                    r.Cancel()
-            except self._MPI.Exception:
-                pass
+        # Nothing is cancelled: MPICH can crash cancelling a send, or a receive already matched
+        # to a rendezvous send.  The caller keeps the requests (and their buffers) referenced,
+        # the SecureComm refuses further operations, and close() frees the duplicate.
+        pass
 
     def node_ids(self):
         from .topology import node_ids
 
         return node_ids(self.comm)
+
+    def quiesce(self, timeout):
+        # A non-blocking barrier keeps MPI progressing until every rank has arrived: MPICH
+        # completes a sender's last rendezvous Isends only while the receiver still progresses.
+        try:
+            self._poll(self.comm.Ibarrier(), timeout, None, "any", "close")
+            return True
+        except (TransportTimeout, FrameError):
+            return False
 
     def close(self):
         if self.comm is not None and self.comm != self._MPI.COMM_NULL:
@@ -179,6 +193,9 @@ class TransportWrapper(Transport):
 
     def node_ids(self):
         return self.inner.node_ids()
+
+    def quiesce(self, timeout):
+        return self.inner.quiesce(timeout)
 
     def close(self):
         return self.inner.close()

@@ -15,8 +15,10 @@ WORKER = Path(__file__).with_name("mpi_worker.py")
 #: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
 PLAN = {
     1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
-    2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch"],
-    3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch"],
+    2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
+        "call_mismatch"],
+    3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
+        "call_mismatch"],
     4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy"],
     5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
 }

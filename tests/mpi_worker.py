@@ -330,6 +330,30 @@ def mismatch(comm, rec):
 
 
 @scenario
+def call_mismatch(comm, rec):
+    """ranks that disagree on a call's op, dtype or count never get a silent result: every rank
+    raises a SecCommError (the AAD binds them), or times out waiting for one that did"""
+    if comm.size < 2:
+        return
+    last = comm.size - 1
+    for name, odd in (("op", dict(op="max")), ("count", dict(n=101)), ("dtype", dict(dt=np.int32))):
+        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=3)
+        args = dict(op="sum", n=100, dt=np.float32)
+        if comm.rank == last:
+            args.update(odd)
+        x = np.ones(args["n"], args["dt"])
+        y = np.zeros_like(x)
+        try:
+            sc.allreduce(x, y, op=args["op"])
+            err = None
+        except SecCommError as e:
+            err = e
+        rec(f"call mismatch ({name}): {type(err).__name__}", err is not None)
+        sc.close()
+        comm.Barrier()
+
+
+@scenario
 def policy(comm, rec):
     """encrypt='inter-node': same-node hops travel in the clear, cross-node hops do not"""
     if comm.size < 4:

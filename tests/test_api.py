@@ -67,7 +67,7 @@ def test_suite_registry():
     (dict(encrypt="some"), "unknown encrypt 'some'; allowed: all, inter-node"),
     (dict(key_exchange="rsa"), "unknown key_exchange 'rsa'; allowed: psk, psk-dhe"),
     (dict(chunk_bytes=8), r"chunk_bytes must be an integer in \[16"),
-    (dict(timeout=0), "timeout must be > 0"),
+    (dict(timeout=0), "timeout must be a number of seconds > 0"),
 ])
 def test_bad_construction_args(kw, match):
     suite = kw.pop("suite", "aes-256-gcm")

@@ -45,6 +45,10 @@ def test_parse_size():
     (["-c", "2"], "check must be 0 or 1"),
     (["-f", "1"], "stepfactor must be >= 2"),
     (["--algorithm", "tree"], "invalid choice: 'tree'"),
+    (["--root", "-1"], "--root must be a rank >= 0"),
+    (["--root", "2", "--np", "2"], "--root 2 is not a rank of --np 2"),
+    (["--json", "/nonexistent/x.json"], "does not exist or is not writable"),
+    (["--workload", "resnet50", "-d", "float16"], "--workload runs float32 sum allreduces"),
 ])
 def test_bad_arguments_one_line_exit_2(capsys, args, msg):
     assert cli.main(["bench", *args]) == 2

@@ -76,9 +76,10 @@ def test_aad_binds_every_field():
         FrameContext(**b).fill(slot, **c)
         return bytes(slot.header), bytes(slot.nonce)
 
+    base["redop"] = "sum"
     ref = header(base, chunk)
     assert AAD.unpack(ref[0])[0] == b"SCM"
-    for k, v in [("op", "bcast"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
+    for k, v in [("op", "bcast"), ("redop", "max"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
                  ("epoch", 3), ("seq", 10), ("total_count", 1001)]:
         assert header({**base, k: v}, chunk)[0] != ref[0], k
     for k in chunk:

@@ -61,7 +61,7 @@ class BenchConfig:
 
 
 def _choice_list(text, allowed, what):
-    items = [x.strip() for x in text.split(",") if x.strip()]
+    items = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))  # dedupe, keep order
     bad = [x for x in items if x not in allowed]
     if bad or not items:
         raise UsageError(f"unknown {what} {','.join(bad) or repr(text)}; allowed: {', '.join(allowed)}")
@@ -104,6 +104,13 @@ def config_from_args(a) -> BenchConfig:
         raise UsageError(f"chunk-bytes must be in [16, 2G), got {cfg.chunk_bytes}")
     if cfg.timeout <= 0:
         raise UsageError("timeout must be > 0 seconds")
+    if cfg.root < 0:
+        raise UsageError(f"--root must be a rank >= 0, got {cfg.root}")
+    for flag, path in (("--json", cfg.json), ("--csv", cfg.csv), ("--plot", cfg.plot)):
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise UsageError(f"{flag} {path}: folder {folder} does not exist or is not writable")
     cores = os.cpu_count() or 1
     if not 1 <= cfg.np <= max(64, 8 * cores):
         raise UsageError(f"--np {cfg.np} is not sensible on {cores} cores: use 1..{max(64, 8 * cores)} "
@@ -166,6 +173,8 @@ def _run_bench(args, argv) -> int:
 
     cfg = config_from_args(args)
     if not under_launcher():
+        if cfg.root >= cfg.np:
+            raise UsageError(f"--root {cfg.root} is not a rank of --np {cfg.np} (0..{cfg.np - 1})")
         try:
             return relaunch(cfg.np, argv)
         except FileNotFoundError as e:

@@ -48,6 +48,11 @@ class Report:
                   f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
                   f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B")
         self.line(f"# job secret: {secret_source}")
+        self.line("# variants: native = the MPI library's own collective; none = seccomm's algorithms "
+                  "and framing without crypto; the others add that suite's AEAD")
+        if c.dtype in ("float16", "bfloat16") and not c.workload:
+            self.line(f"# native {c.dtype}: MPI user-defined op (numpy ufunc): MPICH has no "
+                      f"{c.dtype} reduction type")
         self.line("# time: median over iterations of the slowest rank; overhead: vs native at the "
                   "same size; busbw per nccl-tests doc/PERFORMANCE.md")
 

@@ -67,6 +67,11 @@ def main_ranks(cfg) -> int:
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    if cfg.root >= size:  # same answer on every rank: no traffic yet
+        if rank == 0:
+            print(f"seccomm bench: error: --root {cfg.root} is not a rank (0..{size - 1})",
+                  file=sys.stderr, flush=True)
+        return 2
     secret, source = bench_secret(comm)
     report = Report(cfg, comm) if rank == 0 else None
     comms = {s: SecureComm(comm, s, psk=secret, algorithm=cfg.algorithm, encrypt=cfg.encrypt,
