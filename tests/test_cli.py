@@ -48,13 +48,21 @@ def test_parse_size():
     (["--root", "-1"], "--root must be a rank >= 0"),
     (["--root", "2", "--np", "2"], "--root 2 is not a rank of --np 2"),
     (["--json", "/nonexistent/x.json"], "does not exist or is not writable"),
-    (["--workload", "resnet50", "-d", "float16"], "--workload runs float32 sum allreduces"),
 ])
 def test_bad_arguments_one_line_exit_2(capsys, args, msg):
     assert cli.main(["bench", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("seccomm bench: error: ") and msg in err, err
     assert "\n" not in err and "Traceback" not in err
+
+
+def test_workload_arguments(capsys):
+    pytest.importorskip("torch")
+    for args, msg in ((["--workload", "resnet50", "-d", "float16"], "runs float32 sum allreduces"),
+                      (["--workload", "alexnet"], "unknown workload 'alexnet'; allowed: resnet50"),
+                      (["--workload", "resnet50", "--scale", "2"], "--scale must be in (0, 1]")):
+        assert cli.main(["bench", *args]) == 2
+        assert msg in capsys.readouterr().err
 
 
 def test_no_mpiexec(capsys, monkeypatch):
