@@ -49,7 +49,8 @@ class SecureComm:
     - ``suite``: ``"aes-256-gcm"`` (default), ``"chacha20-poly1305"``, ``"aes-256-gmac"``
       (integrity only) or ``"none"`` (same algorithms, no crypto).
     - ``algorithm``: allreduce algorithm, ``"auto"`` (recursive doubling at or below
-      ``small_bytes`` bytes or fewer elements than ranks, else ring), ``"ring"``,
+      ``small_bytes`` bytes — default 64 KiB over MPI, 2 MiB over torch.distributed — or fewer
+      elements than ranks, else ring), ``"ring"``,
       ``"recursive_doubling"``.
     - ``encrypt``: ``"all"`` or ``"inter-node"`` (hops between ranks of one node, found with
       ``Split_type(COMM_TYPE_SHARED)`` or given as ``node_ids``, use the ``none`` suite).
@@ -74,7 +75,7 @@ class SecureComm:
                  encrypt: str = "all", chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  key_exchange: str = "psk", psk=None, job_id: str | None = None,
                  timeout: float | None = None, crypto_threads: int | None = None,
-                 rotate_after_frames: int | None = None, small_bytes: int = DEFAULT_SMALL_BYTES,
+                 rotate_after_frames: int | None = None, small_bytes: int | None = None,
                  bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES, node_ids=None,
                  wrap_transport=None):
         # Nothing may raise before the agreement below: a rank that stopped here would leave the
@@ -87,6 +88,8 @@ class SecureComm:
         setup_timeout = self.timeout if self.timeout > 0 else 60.0
         transport = comm if isinstance(comm, Transport) else MPITransport(comm, timeout=setup_timeout)
         self._transport = wrap_transport(transport) if wrap_transport else transport
+        if small_bytes is None:
+            small_bytes = getattr(transport, "small_bytes_default", DEFAULT_SMALL_BYTES)
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
         self._pool = None

@@ -19,10 +19,15 @@ _SPINS = 2000
 
 
 class Transport:
-    """Interface.  ``rank``, ``size``; all buffers are contiguous uint8."""
+    """Interface.  ``rank``, ``size``; all buffers are contiguous uint8.
+
+    ``small_bytes_default``: where ``algorithm="auto"`` switches allreduce from recursive doubling
+    (lg p messages) to ring (2(p-1) messages); higher for transports with a higher latency.
+    """
 
     rank: int
     size: int
+    small_bytes_default = 64 << 10
 
     def isend(self, buf, peer: int):
         raise NotImplementedError

@@ -29,6 +29,10 @@ def _tensor(buf) -> torch.Tensor:
 class TorchTransport(Transport):
     """``group``: a ``torch.distributed`` process group (default: the world group)."""
 
+    # gloo point-to-point costs ~0.5-1 ms a message on loopback TCP (measured, docs/performance.md):
+    # recursive doubling's fewer messages win up to a few MiB
+    small_bytes_default = 2 << 20
+
     def __init__(self, group=None, timeout: float = 60.0):
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialized (call init_process_group)")
