@@ -15,6 +15,16 @@
 // kernel first and the keystream kernel writes plaintext only for chunks whose tag verified.
 #include "sc_crypto.cuh"
 
+// seal: write the tag behind the body; open: compare with the received tag, set ok[j].
+__device__ __forceinline__ void sc_finish_tag(const uint8_t tag[16], const uint8_t *received,
+                                              uint8_t *dst, int *ok, int j) {
+    if (ok) {
+        ok[j] = sc_tag_diff(tag, received) == 0;
+    } else {
+        for (int i = 0; i < 16; i++) dst[i] = tag[i];
+    }
+}
+
 extern "C" {
 
 // ---- ChaCha20-Poly1305 -------------------------------------------------------------------------
@@ -50,12 +60,7 @@ __global__ void sc_chacha_tag(const uint8_t *keys, const uint8_t *nonces, const 
     const uint8_t *ct = frames + fr_offs[j];
     uint8_t tag[16];
     sc_chacha_poly_tag(k, nn, aads + (long long)aad_stride * j, aad_len, ct, lens[j], tag);
-    if (ok) {
-        ok[j] = sc_tag_diff(tag, ct + lens[j]) == 0;
-    } else {
-        uint8_t *dst = tags_out + fr_offs[j] + lens[j];
-        for (int i = 0; i < 16; i++) dst[i] = tag[i];
-    }
+    sc_finish_tag(tag, frames + fr_offs[j] + lens[j], ok ? 0 : tags_out + fr_offs[j] + lens[j], ok, j);
 }
 
 // ---- AES-256-GCM / GMAC ------------------------------------------------------------------------
@@ -97,12 +102,7 @@ __global__ void sc_gcm_tag_k(const uint8_t *keys, const uint8_t *nonces, const u
     } else {
         sc_gcm_tag(rk, nonces + 12 * j, aad, aad_len, body, lens[j], tag);
     }
-    if (ok) {
-        ok[j] = sc_tag_diff(tag, body + lens[j]) == 0;
-    } else {
-        uint8_t *dst = tags_out + fr_offs[j] + lens[j];
-        for (int i = 0; i < 16; i++) dst[i] = tag[i];
-    }
+    sc_finish_tag(tag, frames + fr_offs[j] + lens[j], ok ? 0 : tags_out + fr_offs[j] + lens[j], ok, j);
 }
 
 }  // extern "C"
