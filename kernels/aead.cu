@@ -97,12 +97,55 @@ __global__ void sc_gcm_tag_k(const uint8_t *keys, const uint8_t *nonces, const u
     sc_aes256_expand(keys + 32 * j, rk);
     const uint8_t *body = frames + fr_offs[j];
     const uint8_t *aad = aads + (long long)aad_stride * j;
-    if (gmac) {  // GHASH over header then body as one AAD: contiguous in the host's slot layout
-        sc_gcm_tag(rk, nonces + 12 * j, aad, aad_len + lens[j], body, 0, tag);
+    if (gmac) {  // AAD = header || body (one GHASH stream), empty ciphertext
+        sc_gmac_tag(rk, nonces + 12 * j, aad, aad_len, body, lens[j], tag);
     } else {
         sc_gcm_tag(rk, nonces + 12 * j, aad, aad_len, body, lens[j], tag);
     }
     sc_finish_tag(tag, frames + fr_offs[j] + lens[j], ok ? 0 : tags_out + fr_offs[j] + lens[j], ok, j);
+}
+
+// ---- fused ring hop: open + add + seal in one pass over the payload -------------------------------
+// Launch order per batch: sc_*_tag with ok (verify incoming), this kernel, sc_*_tag without ok
+// (tag the outgoing frames).  A chunk whose incoming tag failed (ok[j] == 0) writes nothing: no
+// reduced value, no outgoing ciphertext.  Block = 64 bytes (ChaCha20) or 16 bytes (AES-CTR): both
+// hold whole float32/float16/bfloat16 elements.  suite: 0 ChaCha20-Poly1305, 1 AES-256-GCM.
+__global__ void sc_fused_hop_xor(int suite, const uint8_t *keys_in, const uint8_t *nonces_in,
+                                 const uint8_t *keys_out, const uint8_t *nonces_out,
+                                 const uint8_t *frames_in, const long long *in_offs,
+                                 const uint8_t *own, const long long *own_offs, uint8_t *frames_out,
+                                 const long long *out_offs, uint8_t *acc, const long long *lens,
+                                 const int *ok, int dtype, int n, long long max_blocks) {
+    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int j = (int)(gid / max_blocks);
+    long long b = gid % max_blocks;
+    if (j >= n || !ok[j]) return;
+    long long bs = suite == 0 ? 64 : 16, off = b * bs, len = lens[j];
+    if (off >= len) return;
+    long long m = len - off < bs ? len - off : bs;
+    uint8_t ks_in[64], ks_out[64], pt[64];
+    if (suite == 0) {
+        uint32_t k[8], nn[3];
+        sc_chacha_keys(keys_in + 32 * j, nonces_in + 12 * j, k, nn);
+        sc_chacha20_block(k, (uint32_t)(1 + b), nn, ks_in);
+        sc_chacha_keys(keys_out + 32 * j, nonces_out + 12 * j, k, nn);
+        sc_chacha20_block(k, (uint32_t)(1 + b), nn, ks_out);
+    } else {
+        uint8_t rk[240], cb[16];
+        uint32_t ctr = (uint32_t)(2 + b);
+        for (int side = 0; side < 2; side++) {
+            sc_aes256_expand((side ? keys_out : keys_in) + 32 * j, rk);
+            for (int i = 0; i < 12; i++) cb[i] = (side ? nonces_out : nonces_in)[12 * j + i];
+            cb[12] = (uint8_t)(ctr >> 24); cb[13] = (uint8_t)(ctr >> 16); cb[14] = (uint8_t)(ctr >> 8); cb[15] = (uint8_t)ctr;
+            sc_aes256_block(rk, cb, side ? ks_out : ks_in);
+        }
+    }
+    const uint8_t *src = frames_in + in_offs[j] + off;
+    for (int i = 0; i < m; i++) pt[i] = src[i] ^ ks_in[i];
+    sc_add_into(pt, own + own_offs[j] + off, pt, m, dtype);
+    if (acc) for (int i = 0; i < m; i++) acc[own_offs[j] + off + i] = pt[i];
+    uint8_t *dst = frames_out + out_offs[j] + off;
+    for (int i = 0; i < m; i++) dst[i] = pt[i] ^ ks_out[i];
 }
 
 }  // extern "C"

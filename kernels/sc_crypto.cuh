@@ -13,6 +13,7 @@
 
 #if defined(__CUDACC_RTC__)  // NVRTC (cupy.RawModule): no libc headers
 typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 typedef unsigned long long size_t;
@@ -341,6 +342,37 @@ SC_HD void sc_gcm_ctr(const uint8_t rk[240], const uint8_t iv[12], const uint8_t
     }
 }
 
+// GMAC (GCM with an empty plaintext) over AAD = a || b, the two parts anywhere in memory:
+// aes-256-gmac authenticates header || payload without copying them side by side.
+SC_HD void sc_gmac_tag(const uint8_t rk[240], const uint8_t iv[12], const uint8_t *a, size_t alen,
+                       const uint8_t *b, size_t blen, uint8_t tag[16]) {
+    uint8_t zero[16] = {0}, hb[16], blk[16], j0[16], ej0[16];
+    sc_aes256_block(rk, zero, hb);
+    sc_u128 h = sc_ld128(hb), y = {0, 0};
+    int fill = 0;
+    for (size_t i = 0; i < alen + blen; i++) {
+        blk[fill++] = i < alen ? a[i] : b[i - alen];
+        if (fill == 16) {
+            sc_u128 x = sc_ld128(blk);
+            y.hi ^= x.hi; y.lo ^= x.lo; y = sc_gf_mul(y, h); fill = 0;
+        }
+    }
+    if (fill) {
+        for (int i = fill; i < 16; i++) blk[i] = 0;
+        sc_u128 x = sc_ld128(blk);
+        y.hi ^= x.hi; y.lo ^= x.lo; y = sc_gf_mul(y, h);
+    }
+    sc_st_be64(blk, (uint64_t)(alen + blen) * 8);
+    sc_st_be64(blk + 8, 0);
+    sc_u128 x = sc_ld128(blk);
+    y.hi ^= x.hi; y.lo ^= x.lo; y = sc_gf_mul(y, h);
+    for (int i = 0; i < 12; i++) j0[i] = iv[i];
+    j0[12] = 0; j0[13] = 0; j0[14] = 0; j0[15] = 1;
+    sc_aes256_block(rk, j0, ej0);
+    sc_st_be64(blk, y.hi); sc_st_be64(blk + 8, y.lo);
+    for (int i = 0; i < 16; i++) tag[i] = blk[i] ^ ej0[i];
+}
+
 SC_HD void sc_aes256gcm_seal(const uint8_t key[32], const uint8_t iv[12], const uint8_t *aad, size_t aadlen,
                              const uint8_t *pt, size_t len, uint8_t *ct, uint8_t tag[16]) {
     uint8_t rk[240];
@@ -357,6 +389,103 @@ SC_HD int sc_aes256gcm_open(const uint8_t key[32], const uint8_t iv[12], const u
     sc_gcm_tag(rk, iv, aad, aadlen, ct, len, want);
     if (sc_tag_diff(want, tag)) return -1;
     sc_gcm_ctr(rk, iv, ct, pt, len);
+    return 0;
+}
+
+// ---------------------------------------------------------------- element types of the fused hop
+// dtype codes: 0 float32, 1 float16 (IEEE binary16), 2 bfloat16.  Sums are computed in float32
+// and rounded to nearest-even once, as numpy (float16) and ml_dtypes (bfloat16) do for one add,
+// so the GPU hop is bit-exact with the CPU path.
+SC_HD float sc_f32_from_bits(uint32_t u) { union { uint32_t u; float f; } c; c.u = u; return c.f; }
+SC_HD uint32_t sc_bits_from_f32(float f) { union { uint32_t u; float f; } c; c.f = f; return c.u; }
+
+SC_HD float sc_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0) return sc_f32_from_bits(sign);
+        while (!(man & 0x400)) { man <<= 1; exp--; }  // subnormal: normalise
+        exp++; man &= 0x3ff;
+    } else if (exp == 31) {
+        return sc_f32_from_bits(sign | 0x7f800000u | (man << 13));
+    }
+    return sc_f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+SC_HD uint16_t sc_float_to_half(float f) {  // round to nearest even, overflow to inf
+    uint32_t u = sc_bits_from_f32(f), sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (a > 0x7f800000u ? 0x200 | ((a >> 13) & 0x3ff) : 0));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);           // >= 65520: inf
+    if (a < 0x38800000u) {                                             // subnormal or zero
+        if (a < 0x33000000u) return (uint16_t)sign;                    // < 2^-25: rounds to 0
+        uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000, shift = 126 - e;
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = a - 0x38000000u;                                      // rebias 127 -> 15
+    uint32_t h = r >> 13, rem = r & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+SC_HD float sc_bf16_to_float(uint16_t b) { return sc_f32_from_bits((uint32_t)b << 16); }
+
+SC_HD uint16_t sc_float_to_bf16(float f) {
+    uint32_t u = sc_bits_from_f32(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+// acc[i] = own[i] + pt[i] over n elements of dtype (little-endian bytes, any alignment).
+SC_HD void sc_add_into(uint8_t *acc, const uint8_t *own, const uint8_t *pt, long long nbytes, int dtype) {
+    if (dtype == 0) {
+        for (long long i = 0; i + 4 <= nbytes; i += 4) {
+            float v = sc_f32_from_bits(sc_le32(own + i)) + sc_f32_from_bits(sc_le32(pt + i));
+            sc_st_le32(acc + i, sc_bits_from_f32(v));
+        }
+    } else {
+        for (long long i = 0; i + 2 <= nbytes; i += 2) {
+            uint16_t a = (uint16_t)(own[i] | (own[i + 1] << 8)), b = (uint16_t)(pt[i] | (pt[i + 1] << 8));
+            uint16_t r = dtype == 1 ? sc_float_to_half(sc_half_to_float(a) + sc_half_to_float(b))
+                                    : sc_float_to_bf16(sc_bf16_to_float(a) + sc_bf16_to_float(b));
+            acc[i] = (uint8_t)r; acc[i + 1] = (uint8_t)(r >> 8);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fused ring hop (reference)
+// Open frame_in (ct || tag) under (key_in, nonce_in, aad_in), add `own` elementwise, and seal the
+// sum as frame_out under (key_out, nonce_out, aad_out); `acc` (may be NULL) also receives the
+// plaintext sum.  suite: 0 ChaCha20-Poly1305, 1 AES-256-GCM.  Returns -1 and writes nothing when
+// the incoming tag fails.  The kernels split this into verify / one fused pass / tag launches.
+SC_HD int sc_fused_hop(int suite, const uint8_t *key_in, const uint8_t *nonce_in, const uint8_t *aad_in,
+                       const uint8_t *frame_in, long long nbytes, const uint8_t *own, int dtype,
+                       const uint8_t *key_out, const uint8_t *nonce_out, const uint8_t *aad_out,
+                       size_t aadlen, uint8_t *frame_out, uint8_t *acc) {
+    uint8_t tag[16];
+    if (suite == 0) {
+        uint32_t k[8], n[3];
+        sc_chacha_keys(key_in, nonce_in, k, n);
+        sc_chacha_poly_tag(k, n, aad_in, aadlen, frame_in, (size_t)nbytes, tag);
+        if (sc_tag_diff(tag, frame_in + nbytes)) return -1;
+        sc_chacha20_xor(k, 1, n, frame_in, frame_out, (size_t)nbytes);       // plaintext in
+        sc_add_into(frame_out, own, frame_out, nbytes, dtype);                // + own
+        if (acc) for (long long i = 0; i < nbytes; i++) acc[i] = frame_out[i];
+        sc_chacha_keys(key_out, nonce_out, k, n);
+        sc_chacha20_xor(k, 1, n, frame_out, frame_out, (size_t)nbytes);      // sealed out
+        sc_chacha_poly_tag(k, n, aad_out, aadlen, frame_out, (size_t)nbytes, frame_out + nbytes);
+    } else {
+        uint8_t rk[240];
+        sc_aes256_expand(key_in, rk);
+        sc_gcm_tag(rk, nonce_in, aad_in, aadlen, frame_in, (size_t)nbytes, tag);
+        if (sc_tag_diff(tag, frame_in + nbytes)) return -1;
+        sc_gcm_ctr(rk, nonce_in, frame_in, frame_out, (size_t)nbytes);
+        sc_add_into(frame_out, own, frame_out, nbytes, dtype);
+        if (acc) for (long long i = 0; i < nbytes; i++) acc[i] = frame_out[i];
+        sc_aes256_expand(key_out, rk);
+        sc_gcm_ctr(rk, nonce_out, frame_out, frame_out, (size_t)nbytes);
+        sc_gcm_tag(rk, nonce_out, aad_out, aadlen, frame_out, (size_t)nbytes, frame_out + nbytes);
+    }
     return 0;
 }
 

@@ -78,10 +78,18 @@ def test_against_cryptography(suite, length, chacha, gcm):
         assert host.open(key, nonce, aad + b"x", frame) is None
 
 
-def test_gmac_is_gcm_over_empty_plaintext(gcm):
+def test_gmac_is_gcm_over_empty_plaintext(gcm, lib):
+    import ctypes
+
     for length in (0, 1, 17, 4096):
         key, nonce, data = os.urandom(32), os.urandom(12), os.urandom(length)
         assert gcm.seal(key, nonce, data, b"") == AESGCM(key).encrypt(nonce, b"", data)
+    # the kernels' GMAC over header || payload from two separate buffers (89-byte header)
+    for length in (0, 1, 15, 16, 17, 1000, 65537):
+        key, nonce, hdr, body = os.urandom(32), os.urandom(12), os.urandom(89), os.urandom(length)
+        tag = ctypes.create_string_buffer(16)
+        lib.sc_host_gmac(key, nonce, hdr, ctypes.c_size_t(89), body, ctypes.c_size_t(length), tag)
+        assert tag.raw == AESGCM(key).encrypt(nonce, b"", hdr + body)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -95,3 +103,48 @@ def test_nvcc_compiles_every_kernel_without_spills(tmp_path):
         spills = [ln for ln in out.stderr.splitlines() if "spill" in ln and not ln.strip().endswith(
             "0 bytes spill stores, 0 bytes spill loads")]
         assert not spills, "\n".join(spills)
+
+
+@pytest.mark.parametrize("suite,ref_cls", [(0, ChaCha20Poly1305), (1, AESGCM)])
+@pytest.mark.parametrize("dtype,code", [("float32", 0), ("float16", 1), ("bfloat16", 2)])
+def test_fused_hop_matches_cpu_path(lib, suite, ref_cls, dtype, code):
+    """open -> add (float32 accumulation, one rounding) -> seal in one function, bit-exact with
+    cryptography + numpy/ml_dtypes doing the same steps; a bad tag writes nothing."""
+    import ctypes
+
+    import numpy as np
+
+    from seccomm.dtypes import resolve_dtype
+
+    dt = resolve_dtype(dtype)
+    rng = np.random.default_rng(code * 10 + suite)
+    hop = lib.sc_host_fused_hop
+    hop.restype = ctypes.c_int
+    for count in (1, 7, 64, 1000, 65537):
+        with np.errstate(over="ignore"):
+            received = rng.uniform(-7e4 if code == 1 else -1e4, 7e4 if code == 1 else 1e4, count).astype(dt)
+        own = rng.uniform(-1e4, 1e4, count).astype(dt)
+        if code == 1 and count >= 3:  # include overflow to inf and subnormals for float16
+            received[:3] = np.array([65504, 6e-8, -65504], np.float32).astype(dt)
+            own[:3] = np.array([32.0, 1e-7, -16.0], np.float32).astype(dt)
+        k_in, k_out, n_in, n_out = (os.urandom(32), os.urandom(32), os.urandom(12), os.urandom(12))
+        aad_in, aad_out = os.urandom(89), os.urandom(89)
+        frame_in = ref_cls(k_in).encrypt(n_in, received.tobytes(), aad_in)
+        with np.errstate(over="ignore"):
+            want_sum = (own + received).astype(dt)
+        want_frame = ref_cls(k_out).encrypt(n_out, want_sum.tobytes(), aad_out)
+        nbytes = count * dt.itemsize
+        out = ctypes.create_string_buffer(nbytes + 16)
+        acc = ctypes.create_string_buffer(nbytes)
+        rc = hop(suite, k_in, n_in, aad_in, frame_in, ctypes.c_longlong(nbytes), own.tobytes(), code,
+                 k_out, n_out, aad_out, ctypes.c_size_t(89), out, acc)
+        assert rc == 0
+        assert acc.raw == want_sum.tobytes(), (dtype, count)
+        assert out.raw == want_frame, (dtype, count)
+        bad = bytearray(frame_in)
+        bad[-1] ^= 1
+        out2 = ctypes.create_string_buffer(b"\x5a" * (nbytes + 16), nbytes + 16)
+        acc2 = ctypes.create_string_buffer(b"\x5a" * nbytes, nbytes)
+        rc = hop(suite, k_in, n_in, aad_in, bytes(bad), ctypes.c_longlong(nbytes), own.tobytes(), code,
+                 k_out, n_out, aad_out, ctypes.c_size_t(89), out2, acc2)
+        assert rc == -1 and set(out2.raw) == {0x5a} and set(acc2.raw) == {0x5a}
