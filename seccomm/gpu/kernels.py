@@ -1,0 +1,40 @@
+"""Find, compile (NVRTC via CuPy) and cache the kernel module, once per device."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: kernels/ of the source tree (an installed tree may point elsewhere with SECCOMM_KERNELS_DIR)
+KERNELS_DIR = Path(os.environ.get("SECCOMM_KERNELS_DIR", Path(__file__).resolve().parents[2] / "kernels"))
+_MODULES: dict = {}
+
+
+def available() -> bool:
+    """True when CuPy imports and finds at least one CUDA device (never raises)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: all mean "no"
+        return False
+
+
+def get_module(device: int | None = None):
+    """The compiled ``cupy.RawModule`` of kernels/aead.cu for ``device`` (default: current).
+
+    Compiled on first use per device (CuPy also caches the binary on disk); kernel names are
+    ``extern "C"``.  Raises ``RuntimeError`` when CuPy or a device is missing.
+    """
+    try:
+        import cupy
+    except ImportError:
+        raise RuntimeError("the GPU path needs CuPy: pip install -e '.[gpu]'") from None
+    dev = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
+    mod = _MODULES.get(dev.id)
+    if mod is None:
+        src = (KERNELS_DIR / "aead.cu").read_text()
+        with dev:
+            mod = cupy.RawModule(code=src, options=("--std=c++17", f"-I{KERNELS_DIR}"))
+        _MODULES[dev.id] = mod
+    return mod
