@@ -1,0 +1,343 @@
+"""Cost model of secure collectives at scale (``seccomm project``); formulas in docs/model.md.
+
+Sources: Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (alpha-beta-gamma costs of ring,
+recursive doubling, Rabenseifner); Patarasuk & Yuan, JPDC 69(2) 2009 (ring optimality); nccl-tests
+doc/PERFORMANCE.md (busbw).  Our extensions: per-step crypto stages, chunk pipelining (slowest stage
+plus fill/drain), link classes by rank placement, NIC sharing and fat-tree oversubscription, and
+per-step synchronisation jitter.
+
+Every algorithm is a list of steps; a step moves ``nbytes`` per sending rank over one link class
+with ``flows`` ranks of a node sharing its NIC, and may reduce (gamma) and seal/open (sigma).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Link:
+    """alpha [s] per message, beta [s/byte] per flow at full rate."""
+
+    alpha: float
+    beta: float
+
+
+@dataclass(frozen=True)
+class Params:
+    """Machine parameters.  ``seal``/``open``: seconds per byte for one crypto thread (or one GPU);
+    ``gamma``: reduction seconds per byte.  ``source``: where each number came from."""
+
+    intra: Link
+    inter: Link
+    gamma: float
+    seal: float
+    open: float
+    crypto_threads: int = 1
+    chunk_bytes: int = MIB
+    source: dict = field(default_factory=dict)
+    pipelined: bool = True  # False: stages of a chunk run one after another (one core per rank)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> "Params":
+        try:
+            return Params(intra=Link(**d["intra"]), inter=Link(**d["inter"]), gamma=float(d["gamma"]),
+                          seal=float(d["seal"]), open=float(d["open"]),
+                          crypto_threads=int(d.get("crypto_threads", 1)),
+                          chunk_bytes=int(d.get("chunk_bytes", MIB)), source=dict(d.get("source", {})),
+                          pipelined=bool(d.get("pipelined", True)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed calibration: {e!r}; expected keys intra, inter "
+                             f"(alpha, beta), gamma, seal, open") from None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``nodes`` x ``ranks_per_node`` ranks placed in blocks (ranks of a node are consecutive);
+    ``oversubscription``: fat-tree taper above a leaf of ``leaf_nodes`` nodes; ``jitter``: std
+    deviation [s] of a rank's per-step delay (every step waits for the slowest of its ranks)."""
+
+    nodes: int
+    ranks_per_node: int
+    oversubscription: float = 1.0
+    leaf_nodes: int = 32
+    jitter: float = 0.0
+
+    def __post_init__(self):
+        if self.nodes < 1 or self.ranks_per_node < 1:
+            raise ValueError(f"nodes and ranks_per_node must be >= 1, got {self.nodes}, {self.ranks_per_node}")
+        if self.oversubscription < 1:
+            raise ValueError("oversubscription must be >= 1 (1 = full bisection)")
+
+    @property
+    def p(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+@dataclass(frozen=True)
+class Step:
+    nbytes: float        # bytes each sending rank moves in this step
+    inter: bool          # crosses nodes
+    flows: int = 1       # ranks of one node sending inter-node at once (share the NIC)
+    spine: bool = False  # crosses leaf switches (oversubscription applies)
+    reduce: bool = False
+    seal: bool = True    # sender seals (False: forwards already-sealed frames)
+    open: bool = True    # receiver opens
+    count: int = 1       # identical steps in a row
+
+
+def _crypto_on(step: Step, encrypt: str, secure: bool) -> bool:
+    return secure and (encrypt == "all" or step.inter)
+
+
+def step_time(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: str) -> float:
+    """One step, chunked and pipelined: seal -> transfer -> open(+reduce); with k chunks the
+    time is the sum of the stages of one chunk (fill/drain) plus (k-1) x the slowest stage."""
+    if step.nbytes <= 0:
+        return 0.0
+    link = prm.inter if step.inter else prm.intra
+    beta = link.beta * (step.flows if step.inter else 1)
+    if step.spine:
+        beta *= topo.oversubscription
+    k = max(1, math.ceil(step.nbytes / prm.chunk_bytes))
+    c = step.nbytes / k
+    crypto = _crypto_on(step, encrypt, secure)
+    threads = max(1, prm.crypto_threads)
+    t_seal = c * prm.seal / threads if crypto and step.seal else 0.0
+    t_xfer = link.alpha + c * beta
+    t_recv = c * ((prm.open / threads if crypto and step.open else 0.0) + (prm.gamma if step.reduce else 0.0))
+    stages = (t_seal, t_xfer, t_recv)
+    t = sum(stages) + (k - 1) * max(stages) if prm.pipelined else k * sum(stages)
+    if topo.jitter > 0 and topo.p > 1:  # E[max of p normals] ~ sigma * sqrt(2 ln p)
+        t += topo.jitter * math.sqrt(2 * math.log(topo.p))
+    return t * step.count
+
+
+def _log2(p: int) -> int:
+    return max(0, (p - 1).bit_length())
+
+
+def _ring_steps(n: float, topo: Topology, reduce_scatter: bool, allgather: bool):
+    """Ring over all ranks in block placement: a step lasts as long as its slowest hop, the one
+    crossing a node boundary (one flow per NIC) when there are several nodes.  Reduce-scatter
+    hops open, reduce and re-seal; allgather hops forward frames sealed once by their origin."""
+    p = topo.p
+    if p == 1:
+        return []
+    inter = topo.nodes > 1
+    spine = inter and topo.nodes > topo.leaf_nodes
+    steps = []
+    if reduce_scatter:
+        steps.append(Step(n / p, inter, 1, spine, True, True, True, p - 1))
+    if allgather:
+        steps.append(Step(n / p, inter, 1, spine, False, False, True, p - 1))
+    return steps
+
+
+def _rd_steps(n: float, topo: Topology, halving: bool):
+    """Recursive doubling (full vector each step) or halving/doubling (Rabenseifner)."""
+    p, rpn = topo.p, topo.ranks_per_node
+    steps = []
+    for i in range(_log2(p)):
+        dist = 1 << i
+        inter = dist >= rpn
+        spine = inter and dist >= rpn * topo.leaf_nodes
+        nb = n / (2 << i) if halving else n
+        steps.append(Step(nb, inter, rpn if inter else 1, spine, True))
+    if halving:  # allgather by recursive doubling mirrors the reduce-scatter sizes
+        steps += [replace(s, reduce=False) for s in reversed(steps)]
+    return steps
+
+
+def _hier_steps(n: float, topo: Topology):
+    """Intra-node ring reduce-scatter, inter-node ring allreduce of each rank's shard (all ranks
+    of a node at once share the NIC), intra-node ring allgather."""
+    rpn, nodes = topo.ranks_per_node, topo.nodes
+    steps = []
+    if rpn > 1:
+        steps.append(Step(n / rpn, False, 1, False, True, True, True, rpn - 1))
+    if nodes > 1:
+        shard = n / rpn
+        spine = nodes > topo.leaf_nodes
+        steps.append(Step(shard / nodes, True, rpn, spine, True, True, True, nodes - 1))
+        steps.append(Step(shard / nodes, True, rpn, spine, False, False, True, nodes - 1))
+    if rpn > 1:
+        steps.append(Step(n / rpn, False, 1, False, False, False, True, rpn - 1))
+    return steps
+
+
+ALLREDUCE = {
+    "ring": lambda n, t: _ring_steps(n, t, True, True),
+    "recursive_doubling": lambda n, t: _rd_steps(n, t, False),
+    "rabenseifner": lambda n, t: _rd_steps(n, t, True),
+    "hierarchical": _hier_steps,
+}
+COLLECTIVES = {
+    "allreduce": ALLREDUCE,
+    "reduce_scatter": {"ring": lambda n, t: _ring_steps(n, t, True, False)},
+    "allgather": {"ring": lambda n, t: _ring_steps(n, t, False, True)},
+    "bcast": {"binomial": lambda n, t: [Step(n, s.inter, 1, s.spine, False, False, True)
+                                         for s in _rd_steps(n, t, False)]},
+}
+BUSBW = {"allreduce": lambda p: 2 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
+         "allgather": lambda p: (p - 1) / p, "bcast": lambda p: 1.0}
+
+
+def predict(collective: str, algorithm: str, nbytes: float, prm: Params, topo: Topology,
+            secure: bool = False, encrypt: str = "all") -> float:
+    """Seconds for one operation of S = ``nbytes`` (nccl-tests S: total array)."""
+    try:
+        algos = COLLECTIVES[collective]
+    except KeyError:
+        raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}") from None
+    if algorithm not in algos:
+        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; allowed: {', '.join(algos)}")
+    if nbytes < 0:
+        raise ValueError("nbytes must be >= 0")
+    if topo.p == 1 or nbytes == 0:
+        return 0.0
+    steps = algos[algorithm](float(nbytes), topo)
+    total = sum(step_time(s, prm, topo, secure, encrypt) for s in steps)
+    once = {"allgather": nbytes / topo.p, "bcast": nbytes, "allreduce": nbytes / topo.p}
+    forwards = collective in ("allgather", "bcast") or algorithm in ("ring", "hierarchical")
+    if secure and forwards and (encrypt == "all" or topo.nodes > 1):
+        total += once[collective] * prm.seal / max(1, prm.crypto_threads)  # encrypt-once origin
+    return total
+
+
+def best(collective: str, nbytes: float, prm: Params, topo: Topology, secure: bool,
+         encrypt: str = "all") -> tuple[str, float]:
+    """(algorithm, seconds) of the fastest algorithm for this case."""
+    return min(((a, predict(collective, a, nbytes, prm, topo, secure, encrypt))
+                for a in COLLECTIVES[collective]), key=lambda x: x[1])
+
+
+def busbw(collective: str, nbytes: float, seconds: float, p: int) -> float:
+    """nccl-tests bus bandwidth [GB/s] (doc/PERFORMANCE.md)."""
+    return 0.0 if seconds <= 0 else nbytes / seconds / 1e9 * BUSBW[collective](p)
+
+
+# -- presets -----------------------------------------------------------------------------------
+def _gbps(rate_gbit: float) -> float:
+    return 8.0 / (rate_gbit * 1e9)  # seconds per byte at rate Gb/s
+
+
+PRESETS: dict[str, Params] = {
+    "ib-ndr400": Params(Link(1.0e-6, 1 / 200e9), Link(2.0e-6, _gbps(400)), 1 / 50e9, 1 / 5.5e9,
+                        1 / 5.5e9, 8, MIB,
+                        {"inter": "400 Gb/s InfiniBand NDR, ~2 us MPI latency (vendor)",
+                         "intra": "shared memory ~200 GB/s, 1 us",
+                         "crypto": "AES-GCM ~5.5 GB/s per thread (CryptMPI, arXiv 2010.06471)"}),
+    "roce-200": Params(Link(1.0e-6, 1 / 200e9), Link(4.0e-6, _gbps(200)), 1 / 50e9, 1 / 5.5e9,
+                       1 / 5.5e9, 8, MIB, {"inter": "200 Gb/s RoCE, ~4 us"}),
+    "eth-100": Params(Link(1.0e-6, 1 / 200e9), Link(15e-6, _gbps(100)), 1 / 50e9, 1 / 5.5e9,
+                      1 / 5.5e9, 4, MIB, {"inter": "100 Gb/s Ethernet (TCP), ~15 us",
+                                          "crypto": "CryptMPI testbed: 100 Gb/s, 5.5 GB/s/thread"}),
+    "nvlink4-ndr400": Params(Link(3.0e-6, 1 / 450e9), Link(5.0e-6, _gbps(400)), 1 / 2000e9, 1 / 100e9,
+                             1 / 100e9, 1, 4 * MIB,
+                             {"intra": "NVLink 4: 450 GB/s per direction per H200 (vendor)",
+                              "inter": "400 Gb/s NDR per GPU",
+                              "crypto": "placeholder 100 GB/s per GPU until benchmarks/gpu_check.py "
+                                        "is measured on an H200 (docs/gpu.md bounds: 0.35-1.2 TB/s)"}),
+}
+
+
+def get_preset(name: str) -> Params:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}") from None
+
+
+# -- calibration ---------------------------------------------------------------------------------
+def bench_algorithm(nbytes: float, p: int, small_bytes: int = 64 << 10) -> str:
+    """The allreduce algorithm SecureComm's ``auto`` picks (recursive doubling when small)."""
+    return "recursive_doubling" if nbytes <= small_bytes or nbytes < p * 4 else "ring"
+
+
+def _features(nbytes, p, prm_chunk, secure_stage: bool):
+    """Coefficients of (alpha, beta, gamma, sigma) in the unpipelined time of our allreduce on
+    one node of p ranks: t = a*alpha + b*beta + g*gamma + s*sigma (sigma = seal = open)."""
+    topo = Topology(1, p)
+    steps = ALLREDUCE[bench_algorithm(nbytes, p)](float(nbytes), topo)
+    a = b = g = sg = 0.0
+    for st in steps:
+        k = max(1, math.ceil(st.nbytes / prm_chunk)) if st.nbytes > 0 else 0
+        a += k * st.count
+        b += st.nbytes * st.count
+        g += st.nbytes * st.count if st.reduce else 0.0
+        sg += st.nbytes * st.count * ((1 if st.seal else 0) + (1 if st.open else 0))
+    if bench_algorithm(nbytes, p) == "ring":
+        sg += nbytes / p  # encrypt-once seal of the allgather phase
+    return a, b, g, sg if secure_stage else 0.0
+
+
+def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
+    """Fit alpha and beta (least squares over sizes) from the ``none`` rows of a ``seccomm bench
+    --json`` allreduce result, then sigma per suite from its rows; returns a calibration dict
+    (``Params`` JSON plus ``suites`` and the provenance of every number)."""
+    import numpy as np
+
+    rows = [r for r in doc.get("rows", []) if r.get("collective") == "allreduce" and r["size_bytes"] >= min_bytes]
+    if not rows:
+        raise ValueError("no allreduce rows in the bench result")
+    p = int(doc["world_size"])
+    chunk = int(doc["config"].get("chunk_bytes", MIB))
+    base = [r for r in rows if r["variant"] == "none"]
+    if len(base) < 2:
+        raise ValueError("need the 'none' variant at two sizes or more to fit alpha and beta")
+    X = np.array([_features(r["size_bytes"], p, chunk, False)[:2] for r in base])
+    g = np.array([_features(r["size_bytes"], p, chunk, False)[2] for r in base])
+    y = np.array([r["time_us"]["median"] * 1e-6 for r in base]) - g * gamma
+    w = 1 / np.maximum(y, 1e-9)  # relative least squares: small and large sizes count alike
+    (alpha, beta), *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    alpha, beta = max(float(alpha), 0.0), max(float(beta), 1e-15)
+    suites = {}
+    for v in sorted({r["variant"] for r in rows} - {"native", "none"}):
+        rs = [r for r in rows if r["variant"] == v]
+        feats = [_features(r["size_bytes"], p, chunk, True) for r in rs]
+        plain = np.array([f[0] * alpha + f[1] * beta + f[2] * gamma for f in feats])
+        meas = np.array([r["time_us"]["median"] * 1e-6 for r in rs])
+        sg = np.array([f[3] for f in feats])
+        ww = 1 / np.maximum(meas, 1e-9)
+        sigma = float(np.sum(ww**2 * sg * (meas - plain)) / max(np.sum((ww * sg) ** 2), 1e-300))
+        suites[v] = {"seal": max(sigma, 0.0), "open": max(sigma, 0.0)}
+    src = f"least squares over {len(base)} sizes of the 'none' variant, {p} ranks, one node"
+    return {"intra": {"alpha": alpha, "beta": beta}, "inter": {"alpha": alpha, "beta": beta},
+            "gamma": gamma, "seal": 0.0, "open": 0.0, "crypto_threads": 1, "chunk_bytes": chunk,
+            "pipelined": False, "suites": suites,
+            "source": {"intra": src, "inter": "copied from intra (single-node calibration)",
+                       "gamma": "numpy add throughput measured at calibration time",
+                       "suites": "sigma per suite: least squares of (suite - none model) over sizes",
+                       "bench": {k: doc.get("machine", {}).get(k) for k in ("host", "utc", "git_commit")}}}
+
+
+def params_for(cal: dict, suite: str) -> Params:
+    """Params of a calibration with the seal/open rates of ``suite``."""
+    prm = Params.from_json(cal)
+    s = cal.get("suites", {}).get(suite)
+    return replace(prm, seal=s["seal"], open=s["open"]) if s else prm
+
+
+def validate(doc: dict, cal: dict) -> list[dict]:
+    """Predicted vs measured median for every allreduce row (not native) of a bench result."""
+    p = int(doc["world_size"])
+    out = []
+    for r in doc.get("rows", []):
+        if r.get("collective") != "allreduce" or r["variant"] == "native":
+            continue
+        prm = params_for(cal, r["variant"])
+        secure = r["variant"] != "none"
+        pred = predict("allreduce", bench_algorithm(r["size_bytes"], p), r["size_bytes"], prm,
+                       Topology(1, p), secure)
+        meas = r["time_us"]["median"] * 1e-6
+        out.append({"size_bytes": r["size_bytes"], "variant": r["variant"], "ranks": p,
+                    "measured_us": meas * 1e6, "predicted_us": pred * 1e6,
+                    "error": (pred - meas) / meas if meas > 0 else float("nan")})
+    return out
