@@ -40,6 +40,7 @@ class Params:
     chunk_bytes: int = MIB
     source: dict = field(default_factory=dict)
     pipelined: bool = True  # False: stages of a chunk run one after another (one core per rank)
+    crypto_alpha: float = 0.0  # fixed seconds per sealed or opened chunk (launch, sync, bounce buffer)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -51,7 +52,8 @@ class Params:
                           seal=float(d["seal"]), open=float(d["open"]),
                           crypto_threads=int(d.get("crypto_threads", 1)),
                           chunk_bytes=int(d.get("chunk_bytes", MIB)), source=dict(d.get("source", {})),
-                          pipelined=bool(d.get("pipelined", True)))
+                          pipelined=bool(d.get("pipelined", True)),
+                          crypto_alpha=float(d.get("crypto_alpha", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed calibration: {e!r}; expected keys intra, inter "
                              f"(alpha, beta), gamma, seal, open") from None
@@ -97,8 +99,9 @@ def _crypto_on(step: Step, encrypt: str, secure: bool) -> bool:
 
 
 def step_time(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: str) -> float:
-    """One step, chunked and pipelined: seal -> transfer -> open(+reduce); with k chunks the
-    time is the sum of the stages of one chunk (fill/drain) plus (k-1) x the slowest stage."""
+    """One step, chunked: seal -> transfer -> open(+reduce).  Pipelined, k chunks take the latency
+    once, the stages of one chunk (fill/drain), and (k-1) x the slowest stage; unpipelined, k x
+    (all stages + latency)."""
     if step.nbytes <= 0:
         return 0.0
     link = prm.inter if step.inter else prm.intra
@@ -109,11 +112,14 @@ def step_time(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: st
     c = step.nbytes / k
     crypto = _crypto_on(step, encrypt, secure)
     threads = max(1, prm.crypto_threads)
-    t_seal = c * prm.seal / threads if crypto and step.seal else 0.0
-    t_xfer = link.alpha + c * beta
-    t_recv = c * ((prm.open / threads if crypto and step.open else 0.0) + (prm.gamma if step.reduce else 0.0))
-    stages = (t_seal, t_xfer, t_recv)
-    t = sum(stages) + (k - 1) * max(stages) if prm.pipelined else k * sum(stages)
+    t_seal = prm.crypto_alpha + c * prm.seal / threads if crypto and step.seal else 0.0
+    t_open = prm.crypto_alpha + c * prm.open / threads if crypto and step.open else 0.0
+    t_recv = t_open + (c * prm.gamma if step.reduce else 0.0)
+    if prm.pipelined:  # chunks stream back to back: latency once, then the slowest stage paces
+        stages = (t_seal, c * beta, t_recv)
+        t = link.alpha + sum(stages) + (k - 1) * max(stages)
+    else:  # one core does everything in turn, a message per chunk
+        t = k * (t_seal + link.alpha + c * beta + t_recv)
     if topo.jitter > 0 and topo.p > 1:  # E[max of p normals] ~ sigma * sqrt(2 ln p)
         t += topo.jitter * math.sqrt(2 * math.log(topo.p))
     return t * step.count
@@ -205,7 +211,8 @@ def predict(collective: str, algorithm: str, nbytes: float, prm: Params, topo: T
     steps = algos[algorithm](float(nbytes), topo)
     total = sum(step_time(s, prm, topo, secure, encrypt) for s in steps)
     once = {"allgather": nbytes / topo.p, "bcast": nbytes, "allreduce": nbytes / topo.p}
-    forwards = collective in ("allgather", "bcast") or algorithm in ("ring", "hierarchical")
+    forwards = collective in ("allgather", "bcast") or (
+        collective == "allreduce" and algorithm in ("ring", "hierarchical"))
     if secure and forwards and (encrypt == "all" or topo.nodes > 1):
         total += once[collective] * prm.seal / max(1, prm.crypto_threads)  # encrypt-once origin
     return total
@@ -256,6 +263,15 @@ def get_preset(name: str) -> Params:
 
 
 # -- calibration ---------------------------------------------------------------------------------
+def pingpong(nbytes: float, link: Link, seal: float, open_: float, threads: int, chunk: int,
+             crypto_alpha: float = 0.0) -> tuple[float, float]:
+    """(plain, secure) seconds of one point-to-point message, pipelined in chunks, for the
+    comparison with published encrypted-MPI ping-pong numbers (docs/model.md)."""
+    prm = Params(Link(link.alpha, link.beta), link, 0.0, seal, open_, threads, chunk, {}, True, crypto_alpha)
+    topo, step = Topology(2, 1), Step(nbytes, True)
+    return link.alpha + nbytes * link.beta, step_time(step, prm, topo, True, "all")
+
+
 def bench_algorithm(nbytes: float, p: int, small_bytes: int = 64 << 10) -> str:
     """The allreduce algorithm SecureComm's ``auto`` picks (recursive doubling when small)."""
     return "recursive_doubling" if nbytes <= small_bytes or nbytes < p * 4 else "ring"
