@@ -295,9 +295,10 @@ def _features(nbytes, p, prm_chunk, secure_stage: bool):
 
 
 def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
-    """Fit alpha and beta (least squares over sizes) from the ``none`` rows of a ``seccomm bench
-    --json`` allreduce result, then sigma per suite from its rows; returns a calibration dict
-    (``Params`` JSON plus ``suites`` and the provenance of every number)."""
+    """Fit alpha, beta and gamma (relative least squares over sizes) from the ``none`` rows of a
+    ``seccomm bench --json`` allreduce result — ``gamma`` (measured) is the fallback when the
+    sizes cannot separate it from beta — then sigma per suite from its rows; returns a
+    calibration dict (``Params`` JSON plus ``suites`` and the provenance of every number)."""
     import numpy as np
 
     rows = [r for r in doc.get("rows", []) if r.get("collective") == "allreduce" and r["size_bytes"] >= min_bytes]
@@ -308,12 +309,17 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
     base = [r for r in rows if r["variant"] == "none"]
     if len(base) < 2:
         raise ValueError("need the 'none' variant at two sizes or more to fit alpha and beta")
-    X = np.array([_features(r["size_bytes"], p, chunk, False)[:2] for r in base])
-    g = np.array([_features(r["size_bytes"], p, chunk, False)[2] for r in base])
-    y = np.array([r["time_us"]["median"] * 1e-6 for r in base]) - g * gamma
-    w = 1 / np.maximum(y, 1e-9)  # relative least squares: small and large sizes count alike
-    (alpha, beta), *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
-    alpha, beta = max(float(alpha), 0.0), max(float(beta), 1e-15)
+    F = np.array([_features(r["size_bytes"], p, chunk, False)[:3] for r in base])
+    t = np.array([r["time_us"]["median"] * 1e-6 for r in base])
+    w = 1 / np.maximum(t, 1e-9)  # relative least squares: small and large sizes count alike
+    # recursive doubling (beta:gamma = 1:1) and ring (2:1) sizes make gamma identifiable
+    (alpha, beta, g_fit), *_ = np.linalg.lstsq(F * w[:, None], t * w, rcond=None)
+    gamma_src = "fitted jointly with alpha and beta (recursive doubling and ring sizes)"
+    if not (g_fit > 0 and beta > 0):  # not identifiable from these sizes: use the measured add
+        y = t - F[:, 2] * gamma
+        (alpha, beta), *_ = np.linalg.lstsq(F[:, :2] * w[:, None], y * w, rcond=None)
+        g_fit, gamma_src = gamma, "numpy add throughput measured at calibration time"
+    alpha, beta, gamma = max(float(alpha), 0.0), max(float(beta), 1e-15), float(g_fit)
     suites = {}
     for v in sorted({r["variant"] for r in rows} - {"native", "none"}):
         rs = [r for r in rows if r["variant"] == v]
@@ -329,7 +335,7 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
             "gamma": gamma, "seal": 0.0, "open": 0.0, "crypto_threads": 1, "chunk_bytes": chunk,
             "pipelined": False, "suites": suites,
             "source": {"intra": src, "inter": "copied from intra (single-node calibration)",
-                       "gamma": "numpy add throughput measured at calibration time",
+                       "gamma": gamma_src,
                        "suites": "sigma per suite: least squares of (suite - none model) over sizes",
                        "bench": {k: doc.get("machine", {}).get(k) for k in ("host", "utc", "git_commit")}}}
 
