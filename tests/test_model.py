@@ -128,3 +128,37 @@ def test_malformed_calibration(tmp_path, capsys):
     assert cli.main(["project", "--calibration", str(bad)]) == 2
     assert "malformed calibration" in capsys.readouterr().err
     assert math.isfinite(m.get_preset("eth-100").inter.beta)
+
+
+def test_project_cli_outputs(tmp_path, capsys):
+    import csv
+    import json
+
+    j, c = tmp_path / "p.json", tmp_path / "p.csv"
+    assert cli.main(["project", "--nodes", "1,4,64", "--ranks-per-node", "4", "--message", "8MiB",
+                     "--encrypt", "inter-node", "--json", str(j), "--csv", str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "overhead" in out and "busbw" in out and "algorithm" in out
+    rows = json.loads(j.read_text())["rows"]
+    assert [r["ranks"] for r in rows] == [4, 16, 256]
+    assert rows[0]["overhead_x"] == pytest.approx(1.0)  # one node, inter-node policy: no crypto
+    assert all(r["secure_us"] >= r["plain_us"] for r in rows)
+    assert len(list(csv.DictReader(c.open()))) == 3
+
+
+def test_calibrate_and_validate_cli(tmp_path, capsys):
+    import json
+
+    truth = m.Params(m.Link(20e-6, 1e-9), m.Link(20e-6, 1e-9), 1e-10, 4e-10, 4e-10, 1, MIB, {}, False)
+    rows = [{"collective": "allreduce", "size_bytes": s, "variant": v,
+             "time_us": {"median": m.predict("allreduce", m.bench_algorithm(s, 2), s, truth,
+                                             m.Topology(1, 2), v != "none") * 1e6}}
+            for s in [2**k for k in range(8, 26)] for v in ("none", "chacha20-poly1305")]
+    res = tmp_path / "bench.json"
+    res.write_text(json.dumps({"world_size": 2, "config": {"chunk_bytes": MIB}, "rows": rows}))
+    cal = tmp_path / "cal.json"
+    assert cli.main(["project", "--calibrate", str(res), "--out", str(cal)]) == 0
+    assert "fitted jointly" in json.loads(cal.read_text())["source"]["gamma"]
+    assert cli.main(["project", "--validate", str(res), "--calibration", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "|error|  >= 64 KiB: median 0.0%" in out
