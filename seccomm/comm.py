@@ -185,17 +185,16 @@ class SecureComm:
     def close(self) -> None:
         """Free the private communicator and the crypto threads.
 
-        Collective when the communicator is healthy, like ``MPI_Comm_free``: it first waits (a
-        non-blocking barrier, at most ``min(timeout, 10)`` seconds) for every rank to arrive, so
-        that transfers still draining to a rank that already returned can finish.  After an
-        error, or past that wait, it is local.  Safe to call twice.
+        Collective, like ``MPI_Comm_free``: it first waits (a non-blocking barrier, at most
+        ``min(timeout, 10)`` seconds) for every rank to arrive, so that transfers still draining
+        to a rank that already returned can finish; past that wait (a rank died or never closes)
+        it goes on alone.  Safe to call twice.
         """
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         if self._broken != "closed":
-            if self._broken is None:
-                self._transport.quiesce(min(self.timeout, 10.0))
+            self._transport.quiesce(min(self.timeout, 10.0))  # also after an error: peers wait here
             self._broken = "closed"
             self._transport.close()
         self._keys = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
-from .errors import AuthenticationError, FrameError
+from .errors import AuthenticationError
 from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext
 from .suites import TAG_BYTES
 
@@ -89,11 +89,12 @@ class OpRun:
                                       step=None if step == GROUP_STEP else step, chunk=j,
                                       chunks=n, epoch=self.ctx.epoch, suite=suite.name) from None
 
-    def _check_len(self, got, slot, j, n, peer):
-        if got != len(slot.frame):
-            raise FrameError(f"{self.what}: frame {j}/{n} from rank {peer} has {got} bytes, "
-                             f"expected {len(slot.frame)} (truncated or oversized)",
-                             peer=peer, op=self.op, seq=self.ctx.seq)
+    def _check_len(self, got, slot, j, n, peer, step=None):
+        if got != len(slot.frame):  # a frame of the wrong length cannot be authentic
+            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq, step=step, chunk=j,
+                                      chunks=n, epoch=self.ctx.epoch, suite=self.sc.suite.name,
+                                      detail=f"frame has {got} bytes, expected {len(slot.frame)} "
+                                             f"(truncated or padded)")
 
     # -- sealing -----------------------------------------------------------------------------
     def sealed_frames(self, send: Send):
