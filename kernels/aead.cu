@@ -25,23 +25,34 @@ __device__ __forceinline__ void sc_finish_tag(const uint8_t tag[16], const uint8
     }
 }
 
+// The (chunk j, keystream block b) of this thread and the block's byte range [off, off + m);
+// false when the thread has nothing to do (past the batch, past the chunk, or chunk not verified).
+__device__ __forceinline__ bool sc_block_of(long long max_blocks, int n, const int *ok,
+                                            const long long *lens, long long bs, int *j,
+                                            long long *b, long long *off, long long *m) {
+    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    *j = (int)(gid / max_blocks);
+    *b = gid % max_blocks;
+    if (*j >= n || (ok && !ok[*j])) return false;
+    *off = *b * bs;
+    if (*off >= lens[*j]) return false;
+    *m = lens[*j] - *off < bs ? lens[*j] - *off : bs;
+    return true;
+}
+
 extern "C" {
 
 // ---- ChaCha20-Poly1305 -------------------------------------------------------------------------
 __global__ void sc_chacha_xor(const uint8_t *keys, const uint8_t *nonces, const uint8_t *in,
                               uint8_t *out, const long long *in_offs, const long long *out_offs,
                               const long long *lens, const int *ok, int n, long long max_blocks) {
-    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    int j = (int)(gid / max_blocks);
-    long long b = gid % max_blocks;
-    if (j >= n || (ok && !ok[j])) return;
-    long long len = lens[j], off = b * 64;
-    if (off >= len) return;
+    int j;
+    long long b, off, m;
+    if (!sc_block_of(max_blocks, n, ok, lens, 64, &j, &b, &off, &m)) return;
     uint32_t k[8], nn[3];
     sc_chacha_keys(keys + 32 * j, nonces + 12 * j, k, nn);
     uint8_t ks[64];
     sc_chacha20_block(k, (uint32_t)(1 + b), nn, ks);
-    long long m = len - off < 64 ? len - off : 64;
     const uint8_t *src = in + in_offs[j] + off;
     uint8_t *dst = out + out_offs[j] + off;
     for (int i = 0; i < m; i++) dst[i] = src[i] ^ ks[i];
@@ -67,19 +78,15 @@ __global__ void sc_chacha_tag(const uint8_t *keys, const uint8_t *nonces, const 
 __global__ void sc_gcm_xor(const uint8_t *keys, const uint8_t *nonces, const uint8_t *in,
                            uint8_t *out, const long long *in_offs, const long long *out_offs,
                            const long long *lens, const int *ok, int n, long long max_blocks) {
-    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    int j = (int)(gid / max_blocks);
-    long long b = gid % max_blocks;
-    if (j >= n || (ok && !ok[j])) return;
-    long long len = lens[j], off = b * 16;
-    if (off >= len) return;
+    int j;
+    long long b, off, m;
+    if (!sc_block_of(max_blocks, n, ok, lens, 16, &j, &b, &off, &m)) return;
     uint8_t rk[240], cb[16], ks[16];
     sc_aes256_expand(keys + 32 * j, rk);
     for (int i = 0; i < 12; i++) cb[i] = nonces[12 * j + i];
     uint32_t ctr = (uint32_t)(2 + b);
     cb[12] = (uint8_t)(ctr >> 24); cb[13] = (uint8_t)(ctr >> 16); cb[14] = (uint8_t)(ctr >> 8); cb[15] = (uint8_t)ctr;
     sc_aes256_block(rk, cb, ks);
-    long long m = len - off < 16 ? len - off : 16;
     const uint8_t *src = in + in_offs[j] + off;
     uint8_t *dst = out + out_offs[j] + off;
     for (int i = 0; i < m; i++) dst[i] = src[i] ^ ks[i];
@@ -116,13 +123,9 @@ __global__ void sc_fused_hop_xor(int suite, const uint8_t *keys_in, const uint8_
                                  const uint8_t *own, const long long *own_offs, uint8_t *frames_out,
                                  const long long *out_offs, uint8_t *acc, const long long *lens,
                                  const int *ok, int dtype, int n, long long max_blocks) {
-    long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    int j = (int)(gid / max_blocks);
-    long long b = gid % max_blocks;
-    if (j >= n || !ok[j]) return;
-    long long bs = suite == 0 ? 64 : 16, off = b * bs, len = lens[j];
-    if (off >= len) return;
-    long long m = len - off < bs ? len - off : bs;
+    int j;
+    long long b, off, m;
+    if (!sc_block_of(max_blocks, n, ok, lens, suite == 0 ? 64 : 16, &j, &b, &off, &m)) return;
     uint8_t ks_in[64], ks_out[64], pt[64];
     if (suite == 0) {
         uint32_t k[8], nn[3];
