@@ -19,7 +19,6 @@ from cryptography.exceptions import InvalidTag
 
 from .errors import AuthenticationError
 from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext
-from .suites import TAG_BYTES
 
 
 class Send:
@@ -236,8 +235,3 @@ class OpRun:
             out = pieces_or_outs[j]
             _copy_out(out, self._open(slot, suite, aead, out, parent, GROUP_STEP, j, n))
         t.wait_sends(sreqs, timeout, peers, what)
-
-
-def frame_bytes(elems: int, itemsize: int) -> int:
-    """Bytes on the wire for a chunk of ``elems`` elements: body plus the 16-byte tag."""
-    return elems * itemsize + TAG_BYTES

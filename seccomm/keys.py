@@ -19,7 +19,6 @@ exchange, so recording the traffic and later learning the PSK does not reveal th
 
 from __future__ import annotations
 
-import hmac as _py_hmac  # compare_digest only
 import os
 import stat
 import struct
@@ -215,7 +214,3 @@ class KeySchedule:
                                           detail="group secret not authenticated") from None
         self._pair, self._group_secret, self.mode = pair, gsecret, "psk-dhe"
         self._cache.clear()
-
-
-def digests_equal(a: bytes, b: bytes) -> bool:
-    return _py_hmac.compare_digest(a, b)
