@@ -82,6 +82,17 @@ class MPITransport(Transport):
         self.timeout, self.tag = timeout, tag
         self._status = MPI.Status()
         self._byte = MPI.BYTE
+        # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
+        # others which rank it blames, so every survivor names the rank that stopped, not the
+        # neighbour that stalled because of it.  One small receive per peer, posted up front.
+        self._notice_tag = tag + 1
+        self._grace = 5.0
+        self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
+        self._nbuf = np.full(max(self.size, 1), -1, np.int64)
+        self._nreqs = [MPI.REQUEST_NULL if r == self.rank else
+                       self.comm.Irecv([self._nbuf[r:r + 1], MPI.INT64_T], r, self._notice_tag)
+                       for r in range(self.size)]
+        self._nsent: list = []
 
     def isend(self, buf, peer):
         return self.comm.Isend([buf, self._byte], peer, self.tag)
@@ -100,11 +111,16 @@ class MPITransport(Transport):
                     return
                 n += 1
                 if n > _SPINS:
+                    if n & 255 == 0 and isinstance(peer, int) and self._check_notices() \
+                            and peer in self.gave_up:
+                        self._give_up(peer, what, timeout, waited=False)
                     if n & 15 == 0 and time.monotonic() > deadline:
-                        raise TransportTimeout(
-                            f"{what}: no progress with rank {peer} within {timeout:g} s "
-                            f"(the peer stopped, died, or disagrees on the call sequence)",
-                            peer=peer, op=what, timeout_s=timeout)
+                        if not isinstance(peer, int):
+                            raise TransportTimeout(
+                                f"{what}: no progress within {timeout:g} s (a rank stopped, died, "
+                                f"or the ranks disagree on the call sequence)",
+                                peer=peer, op=what, timeout_s=timeout)
+                        self._give_up(peer, what, timeout, waited=True)
                     if n < 20 * _SPINS:
                         os.sched_yield()
                     else:
@@ -114,6 +130,86 @@ class MPITransport(Transport):
             raise FrameError(f"{what}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
                              f"abandoned the transfer (it failed or closed), or the ranks disagree "
                              f"on this call's sizes", peer=peer) from None
+
+    # -- failure propagation -------------------------------------------------------------------
+    def _check_notices(self) -> bool:
+        """Collect give-up notices that arrived; True if any rank has given up."""
+        MPI = self._MPI
+        for r, req in enumerate(self._nreqs):
+            if req == MPI.REQUEST_NULL:
+                continue
+            try:
+                done = req.Test()
+            except MPI.Exception:  # the link to r failed: r is gone
+                self._nreqs[r] = MPI.REQUEST_NULL
+                continue
+            if done:
+                self.gave_up[r] = int(self._nbuf[r])
+                self._nreqs[r] = MPI.REQUEST_NULL
+        return bool(self.gave_up)
+
+    def _blame(self, peer: int) -> int:
+        """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end."""
+        seen = {self.rank}
+        while peer in self.gave_up and peer not in seen:
+            seen.add(peer)
+            nxt = self.gave_up[peer]
+            if nxt in seen:
+                break
+            peer = nxt
+        return peer
+
+    def _notify(self, peer: int) -> None:
+        """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
+        each rank names the rank it waited on, and receivers follow the chain)."""
+        MPI = self._MPI
+        if self._nsent:
+            return
+        msg = np.array([peer], np.int64)
+        self._nsent.append(msg)
+        for r in range(self.size):
+            if r != self.rank:
+                try:
+                    self._nsent.append(self.comm.Isend([msg, MPI.INT64_T], r, self._notice_tag))
+                except MPI.Exception:
+                    pass
+
+    def _flush_notices(self, limit: float) -> None:
+        """Drive this rank's notices out (a process may exit right after the error); a send to
+        a dead rank never completes, so this waits at most ``limit`` seconds."""
+        MPI = self._MPI
+        pending = [r for r in self._nsent if isinstance(r, MPI.Request)]
+        end = time.monotonic() + limit
+        while pending and time.monotonic() < end:
+            try:
+                pending = [r for r in pending if not r.Test()]
+            except MPI.Exception:
+                return
+            time.sleep(1e-4)
+
+    def _give_up(self, peer: int, what: str, timeout: float, waited: bool):
+        """Raise ``TransportTimeout`` naming the rank to blame, after telling the others.
+
+        ``waited``: this rank's own deadline passed while waiting on ``peer``.  It then waits a
+        short grace period (at most ``min(timeout, 5)`` s) for the notice of ``peer`` -- alive
+        but itself stuck -- or of every other rank, so the blame lands on the rank that stopped.
+        Otherwise ``peer`` already gave up, and the blame follows its notice.
+        """
+        self._notify(peer)
+        if waited:
+            end = time.monotonic() + min(timeout, self._grace)
+            while time.monotonic() < end:
+                self._check_notices()
+                culprit = self._blame(peer)
+                if peer in self.gave_up or len(set(self.gave_up) - {culprit}) >= self.size - 2:
+                    break
+                time.sleep(1e-3)
+        self._flush_notices(min(timeout, 0.5))
+        culprit = self._blame(peer)
+        via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
+        raise TransportTimeout(
+            f"{what}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, died, "
+            f"or the ranks disagree on the call sequence", peer=culprit, op=what, timeout_s=timeout)
 
     def wait_recv(self, req, timeout, peer, what):
         st = self._status
@@ -157,7 +253,16 @@ class MPITransport(Transport):
             return False
 
     def close(self):
-        if self.comm is not None and self.comm != self._MPI.COMM_NULL:
+        MPI = self._MPI
+        if self.comm is not None and self.comm != MPI.COMM_NULL:
+            for r, req in enumerate(self._nreqs):  # unmatched notice receives: safe to cancel
+                if req != MPI.REQUEST_NULL:
+                    try:
+                        req.Cancel()
+                        req.Wait()
+                    except MPI.Exception:
+                        pass
+            self._nreqs = []
             self.comm.Free()
         self.comm = None
 

@@ -16,9 +16,9 @@ WORKER = Path(__file__).with_name("mpi_worker.py")
 PLAN = {
     1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
     2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch"],
+        "call_mismatch", "wire"],
     3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch"],
+        "call_mismatch", "wire", "soak"],
     4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy"],
     5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
 }

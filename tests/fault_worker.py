@@ -1,8 +1,10 @@
-"""Runs under ``mpiexec -disable-auto-cleanup -n 3``: rank 2 dies in the middle of an allreduce
+"""Runs under ``mpiexec -disable-auto-cleanup -n 3 python fault_worker.py [DEAD [ALGORITHM]]``:
+rank DEAD (default 2) dies in the middle of an allreduce
 (after sending its first frame); the survivors must raise TransportTimeout within the deadline
 and exit cleanly.  Each survivor prints one line: RESULT <rank> <error> <peer> <seconds>."""
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -24,6 +26,8 @@ class DieAfterFirstFrame(TransportWrapper):
 
 
 c = MPI.COMM_WORLD
+dead = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+alg = sys.argv[2] if len(sys.argv) > 2 else "ring"
 holder = {}
 
 
@@ -32,12 +36,12 @@ def wrap(t):
     return holder["t"]
 
 
-sc = SecureComm(c, "aes-256-gcm", psk=bytes(range(32)), timeout=2.0, algorithm="ring", chunk_bytes=1 << 16,
-                wrap_transport=wrap if c.rank == 2 else None)
+sc = SecureComm(c, "aes-256-gcm", psk=bytes(range(32)), timeout=2.0, algorithm=alg, chunk_bytes=1 << 16,
+                wrap_transport=wrap if c.rank == dead else None)
 x = np.ones(1 << 20, np.float32)
 y = np.empty_like(x)
 sc.allreduce(x, y)
-if c.rank == 2:
+if c.rank == dead:
     holder["t"].armed = True
 t0 = time.time()
 try:
