@@ -8,8 +8,10 @@ crypto thread pool and more than one chunk, sealing of chunk j+1 overlaps the tr
 and opening of chunk j-1 (``cryptography`` releases the GIL).  Frames are written into reusable
 workspaces: no allocation per chunk.
 
-A chunk's plaintext reaches the caller's buffer only after its tag verified; a failure raises
-:class:`~seccomm.errors.AuthenticationError` and nothing of that chunk is consumed.
+A chunk's plaintext is consumed (copied or reduced) only after its tag verified; a failure raises
+:class:`~seccomm.errors.AuthenticationError`.  Where a chunk is decrypted straight into the
+caller's buffer (allgather, bcast), ``decrypt_into`` has written the unverified decryption there
+before the tag check fails, so the chunk is wiped to zeros before the error is raised.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ class OpRun:
         try:
             return suite.open(aead, slot, out)
         except InvalidTag:
+            # decrypt_into has already written the unverified decryption into ``out``, which may
+            # be the caller's buffer (allgather, bcast): wipe it, so no forged value survives
+            np.frombuffer(out, np.uint8).fill(0)
             raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
                                       step=None if step == GROUP_STEP else step, chunk=j,
                                       chunks=n, epoch=self.ctx.epoch, suite=suite.name) from None

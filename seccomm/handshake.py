@@ -34,6 +34,23 @@ def _encode(settings: dict, local_error: str | None, confirm_key: bytes | None) 
     return buf
 
 
+_UNREADABLE = {"settings": {}, "error": "unreadable configuration block", "has_secret": False}
+
+
+def _parse(body: bytes) -> dict:
+    """A peer's block as ``{"settings": dict, "error": str | None, "has_secret": bool}``; any
+    other content (not UTF-8, not JSON, another shape) reads as an unreadable block."""
+    try:
+        d = json.loads(body)
+    except ValueError:  # includes UnicodeDecodeError
+        return _UNREADABLE
+    if (not isinstance(d, dict) or not isinstance(d.get("settings"), dict)
+            or not isinstance(d.get("error"), (str, type(None)))
+            or not isinstance(d.get("has_secret"), bool)):
+        return _UNREADABLE
+    return d
+
+
 def verify_settings(transport, settings: dict, confirm_key: bytes | None,
                     local_error: BaseException | None) -> None:
     """Allgather and compare; raise on every rank if anything differs.
@@ -50,11 +67,8 @@ def verify_settings(transport, settings: dict, confirm_key: bytes | None,
         n = struct.unpack(">I", allv[j, :4].tobytes())[0]
         body = allv[j, 4:4 + min(n, BLOCK_BYTES - _MAC - 4)].tobytes()
         bodies.append(body)
-        try:
-            parsed.append(json.loads(body))
-        except ValueError:
-            parsed.append({"settings": {}, "error": "unreadable configuration block",
-                           "has_secret": False})
+        canonical = n <= BLOCK_BYTES - _MAC - 4 and not allv[j, 4 + n:BLOCK_BYTES - _MAC].any()
+        parsed.append(_parse(body) if canonical else _UNREADABLE)  # padding must be zero
     bad = [(j, d["error"]) for j, d in enumerate(parsed) if d.get("error")]
     if bad:
         if local_error is not None:
