@@ -162,16 +162,16 @@ def _polite_barrier(comm) -> None:
         time.sleep(0.002)
 
 
-def main_ranks(classes, trials: int, seed: int) -> int:
+def run_classes(comm, classes, trials: int, seed: int, log=print) -> list[dict]:
+    """Run every attack class in ``classes`` (collective over ``comm``); ``log(line)`` is called
+    on rank 0 with the header and one table row per class.  Returns the rows on every rank."""
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    t0 = time.time()
     rows = []
     if rank == 0:
-        print(f"# seccomm attack: {comm.Get_size()} ranks, aes-256-gcm, {trials} trials per class, seed {seed}")
-        print(f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'time [s]':>9}  example")
+        log(f"# seccomm attack: {comm.Get_size()} ranks, aes-256-gcm, {trials} trials per class, seed {seed}")
+        log(f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'time [s]':>9}  example")
     # Two ranks for every class but redirect (the victim is the attacker's only peer, so no rank
     # is left waiting for a deadline); redirect needs a rank that seals for two peers: 3 or more.
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
@@ -180,21 +180,30 @@ def main_ranks(classes, trials: int, seed: int) -> int:
         if cls == "redirect":
             if comm.Get_size() < 3:
                 if rank == 0:
-                    print(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
+                    log(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
                 continue
             r = run_class(comm, cls, trials, seed)
         else:
             r = run_class(pair, cls, trials, seed) if pair != MPI.COMM_NULL else None
             _polite_barrier(comm)  # idle ranks must not spin on the cores the pair is using
             r = comm.bcast(r, root=0)
+        r["seconds"] = round(time.time() - tc, 1)
         rows.append(r)
         if rank == 0:
-            print(f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
-                  f"{time.time() - tc:9.1f}  {r['example'][:90]}", flush=True)
+            log(f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
+                f"{r['seconds']:9.1f}  {r['example'][:90]}")
     if pair != MPI.COMM_NULL:
         pair.Free()
+    return rows
+
+
+def main_ranks(classes, trials: int, seed: int) -> int:
+    from mpi4py import MPI
+
+    t0 = time.time()
+    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=lambda s: print(s, flush=True))
     bad = [r for r in rows if r["silently_accepted"] or r["detected"] < r["trials"]]
-    if rank == 0:
+    if MPI.COMM_WORLD.Get_rank() == 0:
         print(f"# {'OK' if not bad else 'FAILED'}: {sum(r['trials'] for r in rows)} attacks, "
               f"{sum(r['silently_accepted'] for r in rows)} silently accepted, {time.time() - t0:.0f} s")
     return 1 if bad else 0

@@ -29,7 +29,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import attack, bench, project_cli, train_cli  # noqa: F401  (they register their commands)
+    from . import attack, bench, project_cli, report, train_cli  # noqa: F401  (they register their commands)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     top = Parser(prog="seccomm", description="Secure collectives: cost and evidence.")

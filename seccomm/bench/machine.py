@@ -26,11 +26,16 @@ def cpu_info() -> dict:
 
 
 def git_commit() -> str | None:
+    """HEAD of the source tree seccomm runs from, with ``-dirty`` when tracked files differ."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
+        if out.returncode != 0 or not out.stdout.strip():
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "diff", "--quiet", "HEAD", "--"],
+                               capture_output=True, timeout=5).returncode == 1
+        return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
