@@ -5,7 +5,7 @@
 """
 
 from .errors import (AuthenticationError, CommClosedError, ConfigMismatchError, FrameError,
-                     KeyScheduleError, SecCommError, TransportTimeout)
+                     KeyScheduleError, PeerAbortError, SecCommError, TransportTimeout)
 from .suites import SUITES, CipherSuite, get_suite
 
 __version__ = "0.1.0"
@@ -20,5 +20,5 @@ def __getattr__(name):  # SecureComm pulls in mpi4py; load it on first use
 
 
 __all__ = ["SecureComm", "SecCommError", "AuthenticationError", "FrameError", "TransportTimeout",
-           "ConfigMismatchError", "KeyScheduleError", "CommClosedError", "CipherSuite", "SUITES",
+           "ConfigMismatchError", "KeyScheduleError", "CommClosedError", "PeerAbortError", "CipherSuite", "SUITES",
            "get_suite", "__version__"]

@@ -15,7 +15,8 @@ import numpy as np
 from . import collectives as _coll
 from .dtypes import DTYPES, as_bytes, check_buffer, check_op
 from .engine import OpRun
-from .errors import CommClosedError, ConfigMismatchError, KeyScheduleError, SecCommError
+from .errors import (AuthenticationError, CommClosedError, ConfigMismatchError, FrameError,
+                     KeyScheduleError, SecCommError)
 from .framing import AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS, Workspace, block_counts
 from .handshake import verify_settings
 from .keys import KEY_EXCHANGES, KeySchedule, load_secret
@@ -248,6 +249,8 @@ class SecureComm:
                 fn(run, *args)
         except SecCommError as e:
             self._broken = f"{run.op} #{run.ctx.seq} failed ({type(e).__name__})"
+            if isinstance(e, (AuthenticationError, FrameError)):
+                self._transport.abort(e.peer)  # ranks waiting on this one raise now, not at the deadline
             self._transport.cancel(run.pending)
             self._stale = run.pending  # keep buffers referenced while MPI may still touch them
             raise

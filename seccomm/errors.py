@@ -56,6 +56,16 @@ class TransportTimeout(SecCommError):
         super().__init__(msg)
 
 
+class PeerAbortError(SecCommError):
+    """The peer this rank waited on stopped the operation because it detected an error (for
+    example a frame that failed authentication): ``peer`` is that rank, ``blamed`` the rank it
+    named.  Raised at once instead of after the deadline."""
+
+    def __init__(self, msg, *, peer=None, op=None, blamed=None):
+        self.peer, self.op, self.blamed = peer, op, blamed
+        super().__init__(msg)
+
+
 class ConfigMismatchError(SecCommError):
     """Ranks disagree on suite, key, or settings; raised on every rank at construction."""
 

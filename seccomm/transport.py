@@ -13,9 +13,10 @@ import time
 
 import numpy as np
 
-from .errors import FrameError, TransportTimeout
+from .errors import FrameError, PeerAbortError, TransportTimeout
 
 _SPINS = 2000
+_WAITED, _ABORT = 0, 1  # kinds of give-up notice
 
 
 class Transport:
@@ -62,6 +63,10 @@ class Transport:
         """Collective: let every rank's outstanding transfers finish (at most ``timeout`` s)."""
         return True
 
+    def abort(self, blame) -> None:
+        """This rank stops the current operation after an error in a frame from rank ``blame``:
+        tell the ranks waiting on it, so they raise now instead of at their deadline."""
+
     def close(self) -> None:
         pass
 
@@ -88,9 +93,10 @@ class MPITransport(Transport):
         self._notice_tag = tag + 1
         self._grace = 5.0
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
-        self._nbuf = np.full(max(self.size, 1), -1, np.int64)
+        self.aborted: set[int] = set()  # ranks that stopped after detecting an error
+        self._nbuf = np.full((max(self.size, 1), 2), -1, np.int64)
         self._nreqs = [MPI.REQUEST_NULL if r == self.rank else
-                       self.comm.Irecv([self._nbuf[r:r + 1], MPI.INT64_T], r, self._notice_tag)
+                       self.comm.Irecv([self._nbuf[r], MPI.INT64_T], r, self._notice_tag)
                        for r in range(self.size)]
         self._nsent: list = []
 
@@ -144,14 +150,17 @@ class MPITransport(Transport):
                 self._nreqs[r] = MPI.REQUEST_NULL
                 continue
             if done:
-                self.gave_up[r] = int(self._nbuf[r])
+                self.gave_up[r] = int(self._nbuf[r, 0])
+                if self._nbuf[r, 1] == _ABORT:
+                    self.aborted.add(r)
                 self._nreqs[r] = MPI.REQUEST_NULL
         return bool(self.gave_up)
 
     def _blame(self, peer: int) -> int:
-        """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end."""
+        """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end,
+        or to the first rank on it that stopped after detecting an error."""
         seen = {self.rank}
-        while peer in self.gave_up and peer not in seen:
+        while peer in self.gave_up and peer not in seen and peer not in self.aborted:
             seen.add(peer)
             nxt = self.gave_up[peer]
             if nxt in seen:
@@ -159,13 +168,14 @@ class MPITransport(Transport):
             peer = nxt
         return peer
 
-    def _notify(self, peer: int) -> None:
+    def _notify(self, peer: int, kind: int = _WAITED) -> None:
         """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
-        each rank names the rank it waited on, and receivers follow the chain)."""
+        each rank names the rank it waited on, and receivers follow the chain), or, with
+        ``kind=_ABORT``, that it stopped after detecting an error in a frame from ``peer``."""
         MPI = self._MPI
         if self._nsent:
             return
-        msg = np.array([peer], np.int64)
+        msg = np.array([peer, kind], np.int64)
         self._nsent.append(msg)
         for r in range(self.size):
             if r != self.rank:
@@ -188,7 +198,8 @@ class MPITransport(Transport):
             time.sleep(1e-4)
 
     def _give_up(self, peer: int, what: str, timeout: float, waited: bool):
-        """Raise ``TransportTimeout`` naming the rank to blame, after telling the others.
+        """Raise ``TransportTimeout`` naming the rank to blame, after telling the others; or
+        ``PeerAbortError`` when the chain ends at a rank that stopped after detecting an error.
 
         ``waited``: this rank's own deadline passed while waiting on ``peer``.  It then waits a
         short grace period (at most ``min(timeout, 5)`` s) for the notice of ``peer`` -- alive
@@ -206,6 +217,11 @@ class MPITransport(Transport):
                 time.sleep(1e-3)
         self._flush_notices(min(timeout, 0.5))
         culprit = self._blame(peer)
+        if culprit in self.aborted:
+            raise PeerAbortError(
+                f"{what}: rank {culprit} stopped this operation after it detected an error in a "
+                f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})",
+                peer=culprit, op=what, blamed=self.gave_up[culprit])
         via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
         raise TransportTimeout(
             f"{what}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, died, "
@@ -242,6 +258,11 @@ class MPITransport(Transport):
         from .topology import node_ids
 
         return node_ids(self.comm)
+
+    def abort(self, blame) -> None:
+        if isinstance(blame, (int, np.integer)) and self.comm is not None:
+            self._notify(int(blame), _ABORT)
+            self._flush_notices(0.2)
 
     def quiesce(self, timeout):
         # A non-blocking barrier keeps MPI progressing until every rank has arrived: MPICH
@@ -306,6 +327,9 @@ class TransportWrapper(Transport):
 
     def quiesce(self, timeout):
         return self.inner.quiesce(timeout)
+
+    def abort(self, blame):
+        return self.inner.abort(blame)
 
     def close(self):
         return self.inner.close()

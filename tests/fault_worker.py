@@ -1,7 +1,10 @@
-"""Runs under ``mpiexec -disable-auto-cleanup -n 3 python fault_worker.py [DEAD [ALGORITHM]]``:
-rank DEAD (default 2) dies in the middle of an allreduce
-(after sending its first frame); the survivors must raise TransportTimeout within the deadline
-and exit cleanly.  Each survivor prints one line: RESULT <rank> <error> <peer> <seconds>."""
+"""Runs under ``mpiexec -disable-auto-cleanup -n 3 python fault_worker.py [DEAD [ALGORITHM [MODE]]]``.
+
+MODE ``die`` (default): rank DEAD dies in the middle of an allreduce (after sending its first
+frame); the survivors must raise TransportTimeout within the deadline.  MODE ``tamper``: rank
+DEAD flips a bit in its first frame instead; the receiver raises AuthenticationError and the
+other ranks PeerAbortError at once, long before the (30 s) deadline.  Each rank that raises
+prints one line: RESULT <rank> <error> <peer> <seconds> [<blamed>]."""
 
 import os
 import sys
@@ -16,8 +19,14 @@ from seccomm.transport import TransportWrapper
 
 class DieAfterFirstFrame(TransportWrapper):
     armed = False
+    tamper = False
 
     def isend(self, buf, peer):
+        if self.armed and self.tamper:
+            self.armed = False
+            buf = np.frombuffer(buf, np.uint8).copy()
+            buf[-1] ^= 1
+            self.keep = buf
         r = self.inner.isend(buf, peer)
         if self.armed:
             time.sleep(0.05)  # let the frame leave
@@ -28,6 +37,7 @@ class DieAfterFirstFrame(TransportWrapper):
 c = MPI.COMM_WORLD
 dead = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 alg = sys.argv[2] if len(sys.argv) > 2 else "ring"
+mode = sys.argv[3] if len(sys.argv) > 3 else "die"
 holder = {}
 
 
@@ -36,17 +46,21 @@ def wrap(t):
     return holder["t"]
 
 
-sc = SecureComm(c, "aes-256-gcm", psk=bytes(range(32)), timeout=2.0, algorithm=alg, chunk_bytes=1 << 16,
+sc = SecureComm(c, "aes-256-gcm", psk=bytes(range(32)), timeout=30.0 if mode == "tamper" else 2.0, algorithm=alg, chunk_bytes=1 << 16,
                 wrap_transport=wrap if c.rank == dead else None)
 x = np.ones(1 << 20, np.float32)
 y = np.empty_like(x)
 sc.allreduce(x, y)
 if c.rank == dead:
     holder["t"].armed = True
+    holder["t"].tamper = mode == "tamper"
 t0 = time.time()
 try:
     sc.allreduce(x, y)
-    print(f"RESULT {c.rank} none -1 {time.time() - t0:.2f}", flush=True)
+    os.write(1, f"RESULT {c.rank} none -1 {time.time() - t0:.2f} -\n".encode())
 except SecCommError as e:
-    print(f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f}", flush=True)
+    os.write(1, f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f} "
+                f"{getattr(e, 'blamed', '-')}\n".encode())  # one write: mpiexec interleaves ranks
+if mode == "tamper":
+    sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

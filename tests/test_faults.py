@@ -10,6 +10,7 @@ run out of queue cells and cannot send its notice; it still raises within the de
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import mpiexec
+
+
+def _results(stdout):
+    """RESULT records; parsed with a pattern, since mpiexec may merge the ranks' lines."""
+    return [list(m) for m in re.findall(r"(RESULT) (\d+) (\w+) (\S+?) (\d+\.\d+) (-|\d+)", stdout)]
 
 
 @pytest.mark.mpi
@@ -27,10 +33,28 @@ def test_kill_one_rank_of_three_mid_allreduce(dead, algorithm):
                           str(Path(__file__).with_name("fault_worker.py")), str(dead), algorithm],
                          capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, MPIR_CVAR_NOLOCAL="1"))
-    results = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
+    results = _results(out.stdout)
     survivors = sorted({0, 1, 2} - {dead})
     assert sorted(int(r[1]) for r in results) == survivors, out.stdout + out.stderr[-2000:]
-    for _, rank, err, peer, secs in results:
+    for _, rank, err, peer, secs, _ in results:
         assert err == "TransportTimeout", (rank, err, peer)
         assert peer == str(dead), (rank, peer, out.stdout)  # the dead rank, not a stalled neighbour
         assert float(secs) < 2.0 * 3  # a 2 s deadline plus at most a 2 s grace period
+
+
+@pytest.mark.mpi
+def test_tampered_frame_stops_every_rank_at_once():
+    """Rank 1 flips a tag bit in its first ring frame (to rank 2): rank 2 raises
+    AuthenticationError naming rank 1; ranks 0 and 1, which wait on rank 2 directly or through
+    the ring, raise PeerAbortError naming rank 2 and blaming rank 1 -- well before the 30 s
+    deadline they would otherwise wait out."""
+    out = subprocess.run([mpiexec(), "-n", "3", sys.executable,
+                          str(Path(__file__).with_name("fault_worker.py")), "1", "ring", "tamper"],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    results = {int(r[1]): r[2:] for r in _results(out.stdout)}
+    assert sorted(results) == [0, 1, 2], out.stdout + out.stderr[-2000:]
+    assert results[2][:2] == ["AuthenticationError", "1"], results
+    for r in (0, 1):
+        err, peer, secs, blamed = results[r]
+        assert (err, peer, blamed) == ("PeerAbortError", "2", "1"), results
+        assert float(secs) < 10.0, results
