@@ -7,8 +7,10 @@ framing, key schedule and algorithms as over MPI) through :class:`TorchTransport
 Averaging matches DDP's default ``allreduce_hook``: the bucket is divided by the world size,
 then summed.  The bucket keeps its dtype (float32, float64, float16, bfloat16 reduce in that
 type with numpy/ml_dtypes, as MPI would; no gloo reduction is involved, so bfloat16 works where
-gloo's own allreduce refuses it).  CUDA buckets are staged through host memory until the GPU
-kernels land (documented cost: two PCIe copies per bucket).  A bucket that fails authentication
+gloo's own allreduce refuses it).  CUDA buckets (``nccl`` backend) are staged through host
+memory for the CPU AEAD until the GPU kernels are wired in: the bucket is copied to the host,
+sealed there, and each frame is copied back to the device for NCCL (see TorchTransport), so a
+bucket costs two PCIe copies of the bucket and two of its frames.  A bucket that fails authentication
 raises ``AuthenticationError`` from the training step (the future carries the exception): a
 tampered gradient never reaches the optimizer.
 """
@@ -26,14 +28,17 @@ _NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.f
 class SecureHookState:
     """State for :func:`secure_allreduce_hook`; a collective call (builds a ``SecureComm``).
 
-    ``process_group``: the DDP process group (``None``: world).  Other keyword arguments go to
+    ``process_group``: the DDP process group (``None``: world).  ``batch_p2p``, ``device``: see
+    :class:`~seccomm.torch.transport.TorchTransport` (under ``nccl``: grouped point-to-point and
+    frames staged through the current CUDA device, by default).  Other keyword arguments go to
     :class:`~seccomm.comm.SecureComm` (``suite``, ``chunk_bytes``, ``psk``, ``algorithm``, ...).
     """
 
-    def __init__(self, process_group=None, suite: str = "aes-256-gcm", **kw):
+    def __init__(self, process_group=None, suite: str = "aes-256-gcm", *, batch_p2p=None, device=None, **kw):
         kw.setdefault("timeout", default_timeout())
         self.process_group = process_group
-        self.sc = SecureComm(TorchTransport(process_group, timeout=kw["timeout"]), suite, **kw)
+        transport = TorchTransport(process_group, timeout=kw["timeout"], batch_p2p=batch_p2p, device=device)
+        self.sc = SecureComm(transport, suite, **kw)
         self.buckets = 0
 
     def __repr__(self):
