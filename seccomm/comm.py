@@ -264,7 +264,11 @@ class SecureComm:
         place.  ``op``: sum, avg (floats), max, min, prod.  Every rank gets bitwise identical
         results.  Raises ``TypeError``/``ValueError`` before traffic for bad arguments,
         ``AuthenticationError``/``FrameError``/``TransportTimeout`` on the wire.
+        CuPy arrays and torch CUDA tensors are accepted too (staged through pinned host memory,
+        see :mod:`seccomm.gpu.staging`).
         """
+        if _on_device(sendbuf, recvbuf):
+            return _staged(self.allreduce, sendbuf, recvbuf, op=op)
         dname = _check_pair(sendbuf, recvbuf, same_size=True)
         ufunc = check_op(op, recvbuf.dtype)
         count = recvbuf.size
@@ -280,6 +284,8 @@ class SecureComm:
         """Reduce ``sendbuf`` (N elements, same N on every rank) over all ranks; ``recvbuf`` gets
         this rank's block: ``block_counts(N)[rank]`` elements starting at the sum of the earlier
         blocks.  Errors as for :meth:`allreduce`."""
+        if _on_device(sendbuf, recvbuf):
+            return _staged(self.reduce_scatter, sendbuf, recvbuf, op=op)
         dname = _check_pair(sendbuf, recvbuf, same_size=False)
         ufunc = check_op(op, recvbuf.dtype)
         want = block_counts(sendbuf.size, self.size)[self.rank]
@@ -296,6 +302,8 @@ class SecureComm:
         """Gather every rank's ``sendbuf`` into ``recvbuf`` (N elements on every rank) in rank
         order; ``sendbuf`` holds ``block_counts(N)[rank]`` elements (equal blocks when N is a
         multiple of the world size).  Errors as for :meth:`allreduce`."""
+        if _on_device(sendbuf, recvbuf):
+            return _staged(self.allgather, sendbuf, recvbuf)
         dname = _check_pair(sendbuf, recvbuf, same_size=False)
         want = block_counts(recvbuf.size, self.size)[self.rank]
         if sendbuf.size != want:
@@ -308,6 +316,8 @@ class SecureComm:
     def bcast(self, buf: np.ndarray, root: int = 0) -> None:
         """Broadcast ``buf`` from ``root`` to every rank (same size and dtype everywhere).
         Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above."""
+        if _on_device(buf, buf):
+            return _staged(lambda b, _, root: self.bcast(b, root), buf, buf, root=root)
         dname = check_buffer(buf, "buf")
         _writeable(buf, "buf")
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
@@ -315,6 +325,20 @@ class SecureComm:
         alg = "binomial" if buf.nbytes <= self.bcast_chain_bytes else "chain"
         run = self._begin("bcast", dname, buf.size, buf.itemsize)
         self._run(run, _coll.get_collective("bcast").algorithms[alg], buf.reshape(-1), int(root))
+
+
+def _on_device(a, b) -> bool:
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return False
+    from .gpu.staging import is_device
+
+    return is_device(a) or is_device(b)
+
+
+def _staged(fn, sendbuf, recvbuf, **kw):
+    from .gpu.staging import staged_call
+
+    staged_call(fn, sendbuf, recvbuf, **kw)
 
 
 def _check_choice(what, value, allowed):

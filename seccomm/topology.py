@@ -22,3 +22,15 @@ def node_ids(comm) -> tuple[list[int], int]:
     allv = np.empty(comm.Get_size(), np.int64)
     comm.Allgather(leader, allv)
     return [int(x) for x in allv], local
+
+
+def local_rank(comm) -> int:
+    """This rank's index among the ranks on its node (collective over ``comm``): the usual
+    choice of GPU, ``local_rank % device count``."""
+    from mpi4py import MPI
+
+    shm = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return shm.Get_rank()
+    finally:
+        shm.Free()

@@ -95,3 +95,31 @@ def test_fused_hop_equals_cpu(suite, dtype):
         assert acch[offs[j]:offs[j] + lens[j]].tobytes() == want.tobytes()
         frame = CPU[suite](kout[j].tobytes()).encrypt(nout[j].tobytes(), want.tobytes(), aout[j].tobytes())
         assert outh[fr_offs[j]:fr_offs[j] + lens[j] + 16].tobytes() == frame
+
+
+def _run_worker(mode):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import mpiexec
+
+    out = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("gpu_worker.py")), mode],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-3000:] + out.stderr[-3000:]
+
+
+@pytest.mark.mpi
+def test_secure_comm_on_device_buffers_staged():
+    """CuPy arrays and torch CUDA tensors (bfloat16 via DLPack) in every collective, over MPI."""
+    _run_worker("staged")
+
+
+@pytest.mark.mpi
+def test_nccl_transport_two_gpus():
+    """SecureComm over NCCLTransport: every collective, and a tampered frame caught."""
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("NCCL needs one GPU per rank: 2 GPUs (run on a multi-GPU node, see docs/gpu.md)")
+    _run_worker("nccl")

@@ -1,0 +1,92 @@
+"""GPU paths of SecureComm on real ranks (run by tests/test_gpu.py under ``mpiexec -n 2``).
+
+``staged``: collectives on CuPy arrays and torch CUDA tensors (DLPack) through pinned host
+staging over MPI -- ranks may share one GPU.  ``nccl``: the same over NCCLTransport (one GPU per
+rank: NCCL refuses two ranks on one device), plus a tampered frame.  Prints ``OK <n>`` or
+``FAIL <what>`` lines from rank 0.
+"""
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import cupy as cp
+from seccomm import AuthenticationError, SecureComm
+from seccomm.transport import TamperTransport
+
+c = MPI.COMM_WORLD
+mode = sys.argv[1]
+PSK = bytes(range(32))
+fails = []
+
+
+def check(what, ok):
+    if not ok:
+        fails.append(what)
+
+
+def collectives(sc, tag):
+    rng = np.random.default_rng(c.rank)
+    for n in (1, 1000, (1 << 20) + 3):
+        x = rng.standard_normal(n).astype(np.float32)
+        ref = np.empty_like(x)
+        c.Allreduce(x, ref)
+        y = cp.empty(n, cp.float32)
+        sc.allreduce(cp.asarray(x), y)
+        check(f"{tag} allreduce n={n}", np.allclose(cp.asnumpy(y), ref, rtol=1e-5, atol=1e-5))
+        z = cp.asarray(x)
+        sc.allreduce(z, z)  # in place
+        check(f"{tag} in-place allreduce n={n}", np.allclose(cp.asnumpy(z), ref, rtol=1e-5, atol=1e-5))
+        blk = sc.block_counts(n)
+        rs = cp.empty(blk[c.rank], cp.float32)
+        sc.reduce_scatter(cp.asarray(x), rs)
+        off = sum(blk[:c.rank])
+        check(f"{tag} reduce_scatter n={n}", np.allclose(cp.asnumpy(rs), ref[off:off + rs.size], rtol=1e-5, atol=1e-5))
+        ag = cp.empty(n, cp.float32)
+        sc.allgather(rs, ag)
+        check(f"{tag} allgather n={n}", np.allclose(cp.asnumpy(ag), ref, rtol=1e-5, atol=1e-5))
+        b = cp.asarray(x)
+        sc.bcast(b, root=1)
+        want = x.copy()
+        c.Bcast(want, root=1)
+        check(f"{tag} bcast n={n}", np.array_equal(cp.asnumpy(b), want))
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            t = torch.full((4099,), 1.5, dtype=torch.bfloat16, device=f"cuda:{cp.cuda.Device().id}")
+            sc.allreduce(t, t)
+            check(f"{tag} torch bfloat16 CUDA tensor (DLPack)", bool((t.float() == 1.5 * c.size).all()))
+    except ImportError:
+        pass
+
+
+if mode == "staged":
+    cp.cuda.Device(0).use()
+    sc = SecureComm(c, "aes-256-gcm", psk=PSK, chunk_bytes=1 << 18)
+    collectives(sc, "staged/MPI")
+    sc.close()
+else:
+    from seccomm.gpu.nccl import NCCLTransport
+
+    t = NCCLTransport.from_mpi(c, timeout=30)
+    sc = SecureComm(t, "chacha20-poly1305", psk=PSK, chunk_bytes=1 << 18)
+    collectives(sc, "NCCL")
+    sc.close()
+    t2 = NCCLTransport.from_mpi(c, timeout=5)
+    wrap = (lambda tr: TamperTransport(tr, lambda i, peer, n: -1 if i == 0 else None)) if c.rank == 1 else None
+    sc = SecureComm(t2, "aes-256-gcm", psk=PSK, wrap_transport=wrap)
+    x = cp.ones(4096, cp.float32)
+    try:
+        sc.allreduce(x, x)
+        check("NCCL tampered frame detected", c.rank == 1)
+    except AuthenticationError as e:
+        check("NCCL tampered frame names rank 1", c.rank == 0 and e.peer == 1)
+    except Exception as e:  # noqa: BLE001
+        check(f"NCCL tamper: rank {c.rank} raised {type(e).__name__}", c.rank == 1)
+    sc.close()
+allf = c.gather(fails, root=0)
+if c.rank == 0:
+    flat = [f for part in allf for f in part]
+    print("\n".join(f"FAIL {f}" for f in flat) or "OK", flush=True)
