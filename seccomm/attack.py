@@ -93,7 +93,7 @@ class AttackTransport(TransportWrapper):
 
 
 def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, timeout: float = 2.0,
-              psk: bytes | None = None) -> dict:
+              psk: bytes | None = None, suite: str = "aes-256-gcm") -> dict:
     """Run ``trials`` attacks of class ``cls`` (collective over ``comm``, >= 2 ranks; ``redirect``
     needs >= 3).  Returns, identical on every rank: trials, detected, silently_accepted, examples."""
     from mpi4py import MPI
@@ -121,7 +121,7 @@ def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, tim
             if rank == attacker else None
         # short deadlines where a rank is left waiting by design (drop; swap's allgather phase)
         wait = 0.15 if cls == "drop" else 0.3 if cls == "swap" else timeout
-        sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=wait, chunk_bytes=chunk, algorithm=alg,
+        sc = SecureComm(comm, suite, psk=psk, timeout=wait, chunk_bytes=chunk, algorithm=alg,
                         wrap_transport=wrap)
         y = np.empty_like(x)
         sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
@@ -162,7 +162,7 @@ def _polite_barrier(comm) -> None:
         time.sleep(0.002)
 
 
-def run_classes(comm, classes, trials: int, seed: int, log=print) -> list[dict]:
+def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "aes-256-gcm") -> list[dict]:
     """Run every attack class in ``classes`` (collective over ``comm``); ``log(line)`` is called
     on rank 0 with the header and one table row per class.  Returns the rows on every rank."""
     from mpi4py import MPI
@@ -170,7 +170,8 @@ def run_classes(comm, classes, trials: int, seed: int, log=print) -> list[dict]:
     rank = comm.Get_rank()
     rows = []
     if rank == 0:
-        log(f"# seccomm attack: {comm.Get_size()} ranks, aes-256-gcm, {trials} trials per class, seed {seed}")
+        log(f"# seccomm attack: {comm.Get_size()} ranks, {suite}, {trials} trials per class, seed {seed}; "
+            f"every class on ranks 0-1 except redirect (all ranks)")
         log(f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'time [s]':>9}  example")
     # Two ranks for every class but redirect (the victim is the attacker's only peer, so no rank
     # is left waiting for a deadline); redirect needs a rank that seals for two peers: 3 or more.
@@ -178,13 +179,16 @@ def run_classes(comm, classes, trials: int, seed: int, log=print) -> list[dict]:
     for cls in classes:
         tc = time.time()
         if cls == "redirect":
-            if comm.Get_size() < 3:
+            if comm.Get_size() < 3:  # reported as a class with 0 of 0 detected: the run fails
+                r = {"class": cls, "trials": 0, "detected": 0, "silently_accepted": 0, "seconds": 0.0,
+                     "example": "not run: needs >= 3 ranks"}
+                rows.append(r)
                 if rank == 0:
                     log(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
                 continue
-            r = run_class(comm, cls, trials, seed)
+            r = run_class(comm, cls, trials, seed, suite=suite)
         else:
-            r = run_class(pair, cls, trials, seed) if pair != MPI.COMM_NULL else None
+            r = run_class(pair, cls, trials, seed, suite=suite) if pair != MPI.COMM_NULL else None
             _polite_barrier(comm)  # idle ranks must not spin on the cores the pair is using
             r = comm.bcast(r, root=0)
         r["seconds"] = round(time.time() - tc, 1)
@@ -197,12 +201,12 @@ def run_classes(comm, classes, trials: int, seed: int, log=print) -> list[dict]:
     return rows
 
 
-def main_ranks(classes, trials: int, seed: int) -> int:
+def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> int:
     from mpi4py import MPI
 
     t0 = time.time()
-    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=lambda s: print(s, flush=True))
-    bad = [r for r in rows if r["silently_accepted"] or r["detected"] < r["trials"]]
+    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=lambda s: print(s, flush=True), suite=suite)
+    bad = [r for r in rows if r["silently_accepted"] or r["detected"] < r["trials"] or not r["trials"]]
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(f"# {'OK' if not bad else 'FAILED'}: {sum(r['trials'] for r in rows)} attacks, "
               f"{sum(r['silently_accepted'] for r in rows)} silently accepted, {time.time() - t0:.0f} s")
@@ -218,6 +222,7 @@ def _register():
         p.add_argument("--trials", type=int, default=200, help="trials per attack class (default 200)")
         p.add_argument("--classes", default=",".join(CLASSES), help=f"comma list of {', '.join(CLASSES)}")
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--suite", default="aes-256-gcm", help="suite under attack (default aes-256-gcm)")
         return _run
 
     def _run(args, argv):
@@ -229,12 +234,21 @@ def _register():
             raise UsageError(f"unknown attack class {','.join(bad) or args.classes!r}; allowed: {', '.join(CLASSES)}")
         if args.trials < 1 or not 2 <= args.np <= 64:
             raise UsageError("--trials must be >= 1 and --np in 2..64")
+        if args.seed < 0:
+            raise UsageError("--seed must be >= 0")
+        from .suites import SUITES
+
+        if args.suite not in SUITES:
+            raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
+        if "redirect" in classes and args.np < 3 and not under_launcher():
+            raise UsageError("the redirect class needs a rank that seals for two peers: --np 3 or more "
+                             "(or leave redirect out of --classes)")
         if not under_launcher():
             try:
                 return relaunch(args.np, argv)
             except FileNotFoundError as e:
                 raise UsageError(str(e)) from None
-        return main_ranks(classes, args.trials, args.seed)
+        return main_ranks(classes, args.trials, args.seed, args.suite)
 
 
 _register()

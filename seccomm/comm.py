@@ -64,7 +64,7 @@ class SecureComm:
     - ``crypto_threads``: crypto thread-pool size (default: cores per local rank, at most 8;
       1 means crypto on the calling thread).
     - ``rotate_after_frames``: frames per key before the next epoch (default: the suite's usage
-      limit for ``chunk_bytes``); lower it to force rotations.
+      limit for ``chunk_bytes``); lower it to force rotations (a value above the limit is refused).
     - ``wrap_transport``: callable wrapping the transport (tests, attacker harness, recording).
 
     Raises ``ValueError``/``TypeError`` for bad arguments, ``KeyScheduleError`` for a missing or
@@ -105,6 +105,11 @@ class SecureComm:
             _check_int("bcast_chain_bytes", bcast_chain_bytes, 0, 1 << 62)
             if rotate_after_frames is not None:
                 _check_int("rotate_after_frames", rotate_after_frames, 1, 1 << 63)
+                cap = self.suite.usage_limit(chunk_bytes, AAD_BYTES)
+                if rotate_after_frames > cap:
+                    raise ValueError(f"rotate_after_frames {rotate_after_frames} is above {self.suite.name}'s "
+                                     f"usage limit of {cap} frames per key at chunk_bytes={chunk_bytes} "
+                                     f"({self.suite.limit_source}); it may only lower the rotation point")
             if crypto_threads is not None:
                 _check_int("crypto_threads", crypto_threads, 1, 1024)
             if not self.timeout > 0:

@@ -69,46 +69,89 @@ def _keys(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return lo * np.uint64(0x9E3779B97F4A7C15) ^ hi
 
 
+class WindowIndex:
+    """Every ``window``-byte window (every offset) of some byte strings, searchable in bulk.
+
+    :meth:`matches` finds, for every window of a buffer, a window of the index equal to it byte
+    for byte: candidates come from sorted 64-bit keys and each is confirmed on the bytes, equal
+    keys included, so a result is never a hash collision and no real match is missed.
+    """
+
+    def __init__(self, sources: list[np.ndarray], window: int = WINDOW):
+        if window < 8 or window > 16:
+            raise ValueError("window must be 8..16 bytes")
+        self.window = window
+        srcs = [np.ascontiguousarray(p).reshape(-1).view(np.uint8) for p in sources]
+        halves = [_halves(p, window) for p in srcs]
+        self.lo = np.concatenate([h[0] for h in halves]) if halves else np.empty(0, np.uint64)
+        self.hi = np.concatenate([h[1] for h in halves]) if halves else np.empty(0, np.uint64)
+        keys = _keys(self.lo, self.hi)
+        self.order = np.argsort(keys, kind="stable")
+        self.skeys = keys[self.order]
+        self.size = int(self.skeys.size)
+
+    def matches(self, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions in buf, matching window indices)`` of the windows of ``buf`` found."""
+        buf = np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
+        none = np.empty(0, np.int64)
+        if buf.size < self.window or not self.size:
+            return none, none
+        lo, hi = _halves(buf, self.window)
+        k = _keys(lo, hi)
+        left = np.searchsorted(self.skeys, k, "left")
+        right = np.searchsorted(self.skeys, k, "right")
+        cand = np.flatnonzero(right > left)
+        src = self.order[left[cand]]
+        same = (self.lo[src] == lo[cand]) & (self.hi[src] == hi[cand])
+        pos, idx = list(cand[same]), list(src[same])
+        for c in cand[~same & (right[cand] - left[cand] > 1)]:  # equal keys, other bytes: rare
+            for j in self.order[left[c] + 1:right[c]]:
+                if self.lo[j] == lo[c] and self.hi[j] == hi[c]:
+                    pos.append(c)
+                    idx.append(j)
+                    break
+        return np.asarray(pos, np.int64), np.asarray(idx, np.int64)
+
+
 def find_plaintext(recorded: list[np.ndarray], plaintexts: list[np.ndarray], window: int = WINDOW) -> dict:
     """Count the ``window``-byte windows of ``recorded`` buffers (uint8, every offset) that are
     equal to some window of ``plaintexts`` (any dtype, read as bytes, every offset).
 
-    Candidates are found by 64-bit keys and each one is confirmed byte for byte, so a count is
-    never a hash collision.  Returns ``hits`` (windows found), ``recorded_bytes``,
-    ``plaintext_windows`` (windows searched for) and ``first_hit`` (offset into the recording, or
-    -1).  Windows do not span two recorded buffers.
+    Returns ``hits`` (windows found), ``recorded_bytes``, ``plaintext_windows`` (windows
+    searched for; 0 means the search proves nothing) and ``first_hit`` (offset into the
+    recording, or -1).  Windows do not span two recorded buffers.
     """
-    if window < 8 or window > 16:
-        raise ValueError("window must be 8..16 bytes")
-    pts = [np.ascontiguousarray(p).reshape(-1).view(np.uint8) for p in plaintexts]
-    pts = [p for p in pts if p.size >= window]
+    index = WindowIndex(plaintexts, window)
     recs = [np.ascontiguousarray(r).reshape(-1).view(np.uint8) for r in recorded]
-    out = {"hits": 0, "recorded_bytes": int(sum(r.size for r in recs)),
-           "plaintext_windows": int(sum(p.size - window + 1 for p in pts)), "first_hit": -1}
-    if not pts:
-        return out
-    halves = [_halves(p, window) for p in pts]
-    lo_all = np.concatenate([h[0] for h in halves])
-    hi_all = np.concatenate([h[1] for h in halves])
-    keys = _keys(lo_all, hi_all)
-    order = np.argsort(keys, kind="stable")
-    skeys = keys[order]
+    out = {"hits": 0, "recorded_bytes": int(sum(r.size for r in recs)), "plaintext_windows": index.size,
+           "first_hit": -1}
     base = 0
     for r in recs:
-        if r.size >= window:
-            lo, hi = _halves(r, window)
-            k = _keys(lo, hi)
-            idx = np.searchsorted(skeys, k).clip(0, skeys.size - 1)
-            cand = np.flatnonzero(skeys[idx] == k)
-            if cand.size:
-                src = order[idx[cand]]
-                same = (lo_all[src] == lo[cand]) & (hi_all[src] == hi[cand])
-                hits = cand[same]
-                if hits.size and out["first_hit"] < 0:
-                    out["first_hit"] = int(base + hits[0])
-                out["hits"] += int(hits.size)
+        pos, _ = index.matches(r)
+        if pos.size and out["first_hit"] < 0:
+            out["first_hit"] = int(base + pos.min())
+        out["hits"] += int(pos.size)
         base += r.size
     return out
+
+
+def frames_found(captured: list[np.ndarray], frames: list[np.ndarray]) -> int:
+    """How many of ``frames`` (each >= 16 bytes) appear in ``captured``: a frame counts when
+    one of three 16-byte windows of it (start, middle, end) is found.  This proves a capture
+    holds the traffic it is checked for."""
+    owners: dict[bytes, list[int]] = {}  # equal windows (a frame sent twice) share one needle
+    for i, f in enumerate(frames):
+        f = np.ascontiguousarray(f).reshape(-1).view(np.uint8)
+        if f.size >= WINDOW:
+            for o in sorted({0, (f.size - WINDOW) // 2, f.size - WINDOW}):
+                owners.setdefault(f[o:o + WINDOW].tobytes(), []).append(i)
+    needles = list(owners)
+    index = WindowIndex([np.frombuffer(n, np.uint8) for n in needles])
+    # each needle is one window, so a matching window index is the needle's index
+    hit = np.zeros(len(needles), bool)
+    for c in captured:
+        hit[index.matches(c)[1]] = True
+    return len({i for j in np.flatnonzero(hit) for i in owners[needles[j]]})
 
 
 def _gradients(rank: int, count: int, salt: int) -> np.ndarray:
@@ -166,8 +209,9 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
         comm.Allreduce(MPI.IN_PLACE, tot, MPI.SUM)
         expect = "absent" if suite in ENCRYPTING else "present"
         hits = int(tot[0])
+        searched = res["plaintext_windows"] > 0 and int(tot[1]) > 0  # else the search proves nothing
         rows.append({"suite": suite, "wire_bytes": int(tot[1]), "plaintext_windows": res["plaintext_windows"],
-                     "hits": hits, "expect": expect, "ok": (hits == 0) == (expect == "absent")})
+                     "hits": hits, "expect": expect, "ok": searched and (hits == 0) == (expect == "absent")})
     return rows
 
 
@@ -237,8 +281,9 @@ def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pc
                   timeout: float = 120.0) -> list[dict]:
     """Run ``nranks`` local ranks over TCP on loopback per suite (allreduce and allgather of
     random float32 gradients), capture every packet on ``lo``, and search the captured bytes for
-    every rank's inputs.  ``captured_bytes`` must be at least ``frame_bytes`` (what the ranks
-    handed to MPI), or the row is ``ok: False`` (an incomplete capture proves nothing).
+    every rank's inputs.  The ranks also save the frames they handed to MPI; every one of them
+    must be found in the capture (``frames_found == frames``), or the row is ``ok: False``: a
+    capture that missed traffic proves nothing.
 
     Raises ``PermissionError`` without root/``CAP_NET_RAW``, ``FileNotFoundError`` without
     ``mpiexec``.  Writes ``<pcap_dir>/<suite>.pcap`` when ``pcap_dir`` is given.
@@ -254,37 +299,48 @@ def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pc
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise FileNotFoundError("no mpiexec found (pip install mpich)")
+    import tempfile
+
     rows = []
     for si, suite in enumerate(suites):
         secret = new_secret_file()
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-        env.update(TCP_ENV, SECCOMM_PSK_FILE=secret)
-        try:
-            with LoopbackCapture() as cap:
-                out = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm.evidence",
-                                      suite, str(count), str(si)], env=env, capture_output=True, text=True,
-                                     timeout=timeout)
-        finally:
-            os.unlink(secret)
-        if out.returncode != 0:
-            raise RuntimeError(f"capture job for {suite} failed: {out.stderr.strip()[-400:]}")
-        frame_bytes = int(out.stdout.split("FRAME_BYTES")[-1].split()[0])
+        with tempfile.TemporaryDirectory(prefix="seccomm-capture-") as tmp:
+            env.update(TCP_ENV, SECCOMM_PSK_FILE=secret, SECCOMM_CAPTURE_FRAMES=tmp)
+            try:
+                with LoopbackCapture() as cap:
+                    out = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm.evidence",
+                                          suite, str(count), str(si)], env=env, capture_output=True, text=True,
+                                         timeout=timeout)
+            finally:
+                os.unlink(secret)
+            if out.returncode != 0:
+                raise RuntimeError(f"capture job for {suite} failed: {out.stderr.strip()[-400:]}")
+            frames = []
+            for r in range(nranks):
+                with np.load(Path(tmp) / f"rank{r}.npz") as z:
+                    frames += np.split(z["data"], np.cumsum(z["lens"])[:-1])
         pkts = [np.frombuffer(p, np.uint8) for _, p in cap.packets]
         inputs = [_gradients(r, count, 100 + si) for r in range(nranks)]
         res = find_plaintext(pkts, inputs)
+        found = frames_found(pkts, frames)
         if pcap_dir is not None:
             Path(pcap_dir).mkdir(parents=True, exist_ok=True)
             cap.write_pcap(Path(pcap_dir) / f"{suite}.pcap")
         expect = "absent" if suite in ENCRYPTING else "present"
-        complete = res["recorded_bytes"] >= frame_bytes
+        complete = bool(frames) and found == len(frames) and res["plaintext_windows"] > 0
         rows.append({"suite": suite, "packets": len(pkts), "captured_bytes": res["recorded_bytes"],
-                     "frame_bytes": frame_bytes, "hits": res["hits"], "expect": expect,
+                     "frames": len(frames), "frames_found": found,
+                     "frame_bytes": int(sum(f.size for f in frames)), "hits": res["hits"], "expect": expect,
                      "complete": complete, "ok": complete and (res["hits"] == 0) == (expect == "absent")})
     return rows
 
 
 def _capture_job(suite: str, count: int, salt: int) -> None:
-    """One rank of :func:`capture_check` (``python -m seccomm.evidence SUITE COUNT SALT``)."""
+    """One rank of :func:`capture_check` (``python -m seccomm.evidence SUITE COUNT SALT``): saves
+    the frames it sent to ``$SECCOMM_CAPTURE_FRAMES/rank<r>.npz``."""
+    import os
+
     from mpi4py import MPI
 
     from .comm import SecureComm
@@ -302,11 +358,11 @@ def _capture_job(suite: str, count: int, salt: int) -> None:
     sc.allreduce(x, y)
     g = np.empty(count * comm.size, np.float32)
     sc.allgather(x, g)
-    sent = holder["t"].wire_bytes()
+    frames = [f for kind, _, f in holder["t"].frames if kind == "frame"]
     sc.close()
-    total = comm.allreduce(sent)
-    if comm.rank == 0:
-        print(f"FRAME_BYTES {total}", flush=True)
+    np.savez(os.path.join(os.environ["SECCOMM_CAPTURE_FRAMES"], f"rank{comm.rank}.npz"),
+             data=np.concatenate(frames) if frames else np.empty(0, np.uint8),
+             lens=np.array([f.size for f in frames], np.int64))
 
 
 if __name__ == "__main__":

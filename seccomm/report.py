@@ -139,7 +139,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
                                       for r in attacks)
     wire_ok = bool(wire) and all(r["ok"] for r in wire)
     cap_ok = None if not cap or cap.get("rows") is None else all(r["ok"] for r in cap["rows"])
-    passed = attack_ok and wire_ok and cap_ok is not False
+    suite_ok = suite.confidential and suite.authenticated
+    limit_max = suite.usage_limit(chunk, AAD_BYTES)
+    rotation_ok = limit <= limit_max
+    passed = attack_ok and wire_ok and cap_ok is not False and suite_ok and rotation_ok
     d = Doc("seccomm compliance report")
     d.table(["field", "value"], [
         ["generated (UTC)", m["utc"]], ["seccomm", m["seccomm"]],
@@ -150,8 +153,16 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
     d.h(1, "Summary")
     n_att = sum(r["trials"] for r in attacks)
     d.table(["check", "result", "detail"], [
+        ["suite under review protects confidentiality and integrity", _verdict(suite_ok),
+         f"{suite.name}: " + ("encrypts and authenticates every frame" if suite_ok else
+                              "payload travels in the clear (integrity only)" if suite.authenticated else
+                              "no protection at all")],
+        ["rotation point within the suite's usage limit", _verdict(rotation_ok),
+         f"{limit:,} frames per key; limit {limit_max:,} at {chunk:,}-byte frames"],
+        ["FIPS 140-3 status of the suite (information)", "approved" if suite.fips_140_3.startswith("approved")
+         else "not approved", suite.fips_140_3],
         ["attacker harness (live)", _verdict(attack_ok),
-         f"{n_att} attacks in {len(attacks)} classes on {ev['world_size']} ranks: "
+         f"{n_att} attacks in {len(attacks)} classes ({suite.name}; ranks 0-1, redirect on all {ev['world_size']} ranks): "
          f"{sum(r['detected'] for r in attacks)} detected, "
          f"{sum(r['silently_accepted'] for r in attacks)} silently accepted"],
         ["wire evidence, recording transport (live)", _verdict(wire_ok),
@@ -198,9 +209,11 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
         "the salt and every AAD.")
     d.table(["key", "ikm", "info"], [
         ["direction key src->dst, epoch e", "job secret (|| X25519(src, dst) with psk-dhe)",
-         "'seccomm/1 dir|' || suite || e || src || dst (32-bit big-endian fields)"],
+         "'seccomm/1 dir|' || suite || '|' || e || src || dst (32-bit big-endian fields)"],
         ["group key, epoch e (encrypt-once forwarding)", "job secret (|| group secret with psk-dhe)",
-         "'seccomm/1 group|' || suite || e"],
+         "'seccomm/1 group|' || suite || '|' || e"],
+        ["psk-dhe group-secret wrap (rank 0 to rank j, AES-256-GCM)", "job secret || X25519(0, j)",
+         "'seccomm/1 group-wrap'"],
         ["key confirmation (setup)", "job secret", "'seccomm/1 confirm': HMAC-SHA256 over every rank's settings"],
         ["psk-dhe share authentication", "job secret", "'seccomm/1 dhe-auth': HMAC-SHA256 over each X25519 share"]])
     d.items([
@@ -257,12 +270,14 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
                 f"VAES {'yes' if cpu['vaes'] else 'no'}, PCLMULQDQ {'yes' if cpu['pclmulqdq'] else 'no'}"]])
 
     d.h(1, "Evidence: attacker harness (run for this report)")
-    d.p(f"An on-path attacker transport sits between SecureComm and MPI on real ranks ({ev['world_size']} "
-        f"ranks, aes-256-gcm, {cfg['trials']} trials per class, seed {cfg['seed']}) and alters what one rank "
+    d.p(f"An on-path attacker transport sits between SecureComm and MPI on real ranks ({suite.name}, "
+        f"{cfg['trials']} trials per class, seed {cfg['seed']}; every class runs on ranks 0 and 1 except "
+        f"redirect, which needs a rank sealing for two peers and runs on all {ev['world_size']} ranks; the "
+        "harness picks its own chunk sizes and algorithms per class) and alters what one rank "
         "puts on the wire. Detected: the receiving rank raised AuthenticationError naming the attacking "
         "peer and the operation (TransportTimeout naming it for a drop). Silently accepted: any rank "
         "returned a value different from the honest result. Equivalent command: "
-        f"seccomm attack --np {ev['world_size']} --trials {cfg['trials']} --seed {cfg['seed']}")
+        f"seccomm attack --np {ev['world_size']} --trials {cfg['trials']} --seed {cfg['seed']} --suite {suite.name}")
     d.table(["attack class", "trials", "detected", "silently accepted", "result", "example error"],
             [[r["class"], r["trials"], r["detected"], r["silently_accepted"],
               _verdict(r["detected"] == r["trials"] and r["silently_accepted"] == 0), r["example"][:160]]
@@ -283,11 +298,13 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
     if cap and cap.get("rows") is not None:
         d.p("The same search on every packet captured on the loopback interface (AF_PACKET socket) while "
             f"{cap['nranks']} local ranks ran allreduce and allgather over TCP "
-            "(MPIR_CVAR_NOLOCAL=1: no shared memory, as between nodes). A capture smaller than the "
-            "frames the ranks sent counts as FAIL (incomplete)."
+            "(MPIR_CVAR_NOLOCAL=1: no shared memory, as between nodes). The ranks also save every frame "
+            "they handed to MPI, and each must be found in the capture: a capture that missed traffic "
+            "counts as FAIL."
             + (f" pcap files: {cap['pcap_dir']}" if cap.get("pcap_dir") else ""))
-        d.table(["suite", "packets", "captured bytes", "frame bytes sent", "windows found", "expected", "result"],
-                [[r["suite"], r["packets"], f"{r['captured_bytes']:,}", f"{r['frame_bytes']:,}",
+        d.table(["suite", "packets", "captured bytes", "frames found / sent", "plaintext windows found",
+                 "expected", "result"],
+                [[r["suite"], r["packets"], f"{r['captured_bytes']:,}", f"{r['frames_found']} / {r['frames']}",
                   f"{r['hits']:,}", r["expect"], _verdict(r["ok"])] for r in cap["rows"]])
     else:
         d.p(f"Not run: {(cap or {}).get('reason', 'not requested')}.")
@@ -347,9 +364,10 @@ def _bench_section(d: Doc, bench: dict, name: str | None) -> None:
                     f"{r['busbw_gbps']:.3f}", f"{r['overhead_x']:.2f}", r["wrong"]])
     d.table(["collective", "size [bytes]", "suite", "native [us]", "secure [us]", "busbw [GB/s]",
              "overhead [x]", "#wrong"], out)
-    if bench.get("workload"):
-        w = bench["workload"]
-        d.p(f"Workload: {w['name']}, {w['parameters']:,} parameters, {len(w['buckets'])} DDP buckets.")
+    w = bench.get("workload")
+    if isinstance(w, dict):
+        d.p(f"Workload: {w.get('name', '?')}, {w.get('parameters', '?')} parameters, "
+            f"{len(w.get('buckets') or [])} DDP buckets.")
 
 
 def load_bench(path: str) -> dict:
@@ -357,25 +375,38 @@ def load_bench(path: str) -> dict:
     try:
         with open(path) as f:
             doc = json.load(f)
+    except IsADirectoryError:
+        raise ValueError(f"--bench {path} is a directory") from None
     except OSError as e:
         raise ValueError(f"--bench {path}: {e.strerror}") from None
     except ValueError:
         raise ValueError(f"--bench {path}: not JSON") from None
-    need = {"collective", "size_bytes", "variant", "time_us", "busbw_gbps", "overhead_x", "wrong"}
     rows = doc.get("rows") if isinstance(doc, dict) else None
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and need <= r.keys() for r in rows):
-        raise ValueError(f"--bench {path}: not a seccomm bench --json result (no rows with {', '.join(sorted(need))})")
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"--bench {path}: not a seccomm bench --json result (no rows)")
+    num = (int, float)
+    for i, r in enumerate(rows):
+        ok = (isinstance(r, dict) and isinstance(r.get("collective"), str) and isinstance(r.get("variant"), str)
+              and isinstance(r.get("size_bytes"), int) and isinstance(r.get("wrong"), int)
+              and all(isinstance(r.get(k), num) and not isinstance(r.get(k), bool) for k in ("busbw_gbps", "overhead_x"))
+              and isinstance(r.get("time_us"), dict) and isinstance(r["time_us"].get("median"), num))
+        if not ok:
+            raise ValueError(f"--bench {path}: row {i} is not a seccomm bench row (collective, size_bytes, "
+                             f"variant, time_us.median, busbw_gbps, overhead_x, wrong)")
+    for key in ("machine", "config"):
+        if not isinstance(doc.get(key, {}), dict):
+            raise ValueError(f"--bench {path}: '{key}' is not an object")
     return doc
 
 
 # -- running -------------------------------------------------------------------------------------
-def gather_evidence(comm, trials: int, seed: int, log) -> dict:
+def gather_evidence(comm, trials: int, seed: int, log, suite: str = "aes-256-gcm") -> dict:
     """Collective: the attacker harness and the wire check on ``comm``; the result on rank 0."""
     from .attack import CLASSES, run_classes
     from .bench.machine import machine_info
     from .evidence import wire_check
 
-    attacks = run_classes(comm, CLASSES, trials, seed, log=log)
+    attacks = run_classes(comm, CLASSES, trials, seed, log=log, suite=suite)
     if comm.Get_rank() == 0:
         log("# wire check: recording transport, 4 suites")
     wire = wire_check(comm)
@@ -388,7 +419,7 @@ def main_ranks(args, argv) -> int:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if rank == 0 else (lambda s: None)
-    ev = gather_evidence(comm, args.trials, args.seed, log)
+    ev = gather_evidence(comm, args.trials, args.seed, log, suite=args.suite)
     if rank != 0:
         return 0
     path = os.environ.get("SECCOMM_CAPTURE_RESULT")
@@ -459,8 +490,10 @@ def _register():
             raise UsageError("say which report: --compliance (the only one so far)")
         if args.suite not in SUITES:
             raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
-        if args.trials < 1 or not 2 <= args.np <= 64:
-            raise UsageError("--trials must be >= 1 and --np in 2..64")
+        if args.trials < 1 or not 3 <= args.np <= 64:
+            raise UsageError("--trials must be >= 1 and --np in 3..64 (the redirect attack needs 3 ranks)")
+        if args.seed < 0:
+            raise UsageError("--seed must be >= 0")
         if not 16 <= args.chunk_bytes < (1 << 31) - 64:
             raise UsageError("--chunk-bytes must be in [16, 2**31 - 64)")
         if args.rotate_after_frames is not None and args.rotate_after_frames < 1:
@@ -474,6 +507,10 @@ def _register():
             parent = os.path.dirname(os.path.abspath(args.output))
             if not os.path.isdir(parent):
                 raise UsageError(f"--output {args.output}: no such directory {parent}")
+            if os.path.isdir(args.output):
+                raise UsageError(f"--output {args.output} is a directory; give a file name")
+            if not os.access(parent, os.W_OK) or (os.path.exists(args.output) and not os.access(args.output, os.W_OK)):
+                raise UsageError(f"--output {args.output}: not writable")
         if under_launcher():
             return main_ranks(args, argv)
         cap = _capture(args)

@@ -1,36 +1,39 @@
-"""Which ranks share a node: ``Split_type(COMM_TYPE_SHARED)``, leaders' ranks as node ids."""
+"""Which ranks share a node: every rank's host name, exchanged with a non-blocking allgather
+(a deadline applies), and the lowest rank on each host as its node id."""
 
 from __future__ import annotations
 
-import numpy as np
+import hashlib
+import socket
 
 
-def node_ids(comm) -> tuple[list[int], int]:
-    """Return (node id of every rank, number of ranks on this rank's node).
-
-    The node id is the lowest rank on that node.  Collective over ``comm`` (an mpi4py Intracomm).
-    """
-    from mpi4py import MPI
-
-    shm = comm.Split_type(MPI.COMM_TYPE_SHARED)
+def host_key() -> int:
+    """A 63-bit key of this host's name (MPI processor name when MPI is loaded, else hostname)."""
     try:
-        leader = np.array([comm.Get_rank()], np.int64)
-        shm.Bcast(leader, root=0)
-        local = shm.Get_size()
-    finally:
-        shm.Free()
-    allv = np.empty(comm.Get_size(), np.int64)
-    comm.Allgather(leader, allv)
-    return [int(x) for x in allv], local
+        from mpi4py import MPI
+
+        name = MPI.Get_processor_name()
+    except Exception:  # noqa: BLE001 - no MPI: the host name says the same
+        name = socket.gethostname()
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+
+
+def node_ids_from_keys(keys: list[int], rank: int) -> tuple[list[int], int]:
+    """(node id of every rank, ranks on ``rank``'s node) from every rank's host key; the node id
+    is the lowest rank on that host."""
+    first: dict[int, int] = {}
+    for r, k in enumerate(keys):
+        first.setdefault(k, r)
+    ids = [first[k] for k in keys]
+    return ids, sum(1 for x in ids if x == ids[rank])
 
 
 def local_rank(comm) -> int:
-    """This rank's index among the ranks on its node (collective over ``comm``): the usual
-    choice of GPU, ``local_rank % device count``."""
-    from mpi4py import MPI
+    """This rank's index among the ranks on its node (collective over ``comm``, an mpi4py
+    communicator): the usual choice of GPU, ``local_rank % device count``."""
+    import numpy as np
 
-    shm = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return shm.Get_rank()
-    finally:
-        shm.Free()
+    keys = np.empty(comm.Get_size(), np.int64)
+    comm.Allgather(np.array([host_key()], np.int64), keys)
+    mine = keys[comm.Get_rank()]
+    return int((keys[:comm.Get_rank()] == mine).sum())

@@ -82,11 +82,14 @@ class MPITransport(Transport):
         from mpi4py import MPI
 
         self._MPI = MPI
-        self.comm = comm.Dup()
-        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.timeout, self.tag = timeout, tag
         self._status = MPI.Status()
         self._byte = MPI.BYTE
+        # Non-blocking duplicate: a rank that never joins ends in TransportTimeout, not a hang.
+        self.comm, req = comm.Idup()
+        self._nreqs, self._nsent = [], []
+        self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
         # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
         # others which rank it blames, so every survivor names the rank that stopped, not the
         # neighbour that stalled because of it.  One small receive per peer, posted up front.
@@ -222,6 +225,10 @@ class MPITransport(Transport):
                 f"{what}: rank {culprit} stopped this operation after it detected an error in a "
                 f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})",
                 peer=culprit, op=what, blamed=self.gave_up[culprit])
+        if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
+            raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
+                f"{what}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it stalled "
+                f"past the {timeout:g} s deadline", peer=self.rank, op=what, timeout_s=timeout)
         via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
         raise TransportTimeout(
             f"{what}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, died, "
@@ -255,9 +262,11 @@ class MPITransport(Transport):
         pass
 
     def node_ids(self):
-        from .topology import node_ids
+        from .topology import host_key, node_ids_from_keys
 
-        return node_ids(self.comm)
+        keys = np.empty(self.size, np.int64)
+        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), what="topology")
+        return node_ids_from_keys(keys.tolist(), self.rank)
 
     def abort(self, blame) -> None:
         if isinstance(blame, (int, np.integer)) and self.comm is not None:

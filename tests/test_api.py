@@ -68,6 +68,7 @@ def test_suite_registry():
     (dict(key_exchange="rsa"), "unknown key_exchange 'rsa'; allowed: psk, psk-dhe"),
     (dict(chunk_bytes=8), r"chunk_bytes must be an integer in \[16"),
     (dict(timeout=0), "timeout must be a number of seconds > 0"),
+    (dict(rotate_after_frames=2**40), "above aes-256-gcm's usage limit of 11862016 frames"),
 ])
 def test_bad_construction_args(kw, match):
     suite = kw.pop("suite", "aes-256-gcm")

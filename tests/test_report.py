@@ -47,6 +47,11 @@ def test_verdicts_follow_the_evidence():
     assert not ok and "FAIL: see the summary" in to_markdown(doc)
     _, ok = build(evidence(wire_hits_gcm=3), CFG, None, None)
     assert not ok  # plaintext found under an encrypting suite
+    for cfg in (dict(CFG, suite="none"), dict(CFG, suite="aes-256-gmac"),
+                dict(CFG, rotate_after_frames=2**40)):  # no encryption; rotation past the limit
+        doc, ok = build(evidence(), cfg, None, None)
+        assert not ok and "FAIL" in to_markdown(doc), cfg
+    assert build(evidence(), dict(CFG, suite="chacha20-poly1305"), None, None)[1]
 
 
 def test_html_is_one_strict_self_contained_file_and_escapes_text():
@@ -85,6 +90,15 @@ def test_usage_errors_exit_2(tmp_path):
     assert cli.main(["report", "--compliance", "--bench", str(bad)]) == 2
     assert cli.main(["report", "--compliance", "--bench", str(tmp_path / "missing.json")]) == 2
     assert cli.main(["report", "--compliance", "--suite", "rot13"]) == 2
+    assert cli.main(["report", "--compliance", "--seed", "-1"]) == 2
+    assert cli.main(["report", "--compliance", "--np", "2"]) == 2  # redirect needs 3 ranks
+    assert cli.main(["report", "--compliance", "-o", str(tmp_path)]) == 2  # a directory
+    typed = tmp_path / "t.json"
+    typed.write_text(json.dumps({"rows": [{"collective": "allreduce", "size_bytes": 8, "variant": "x",
+                                           "time_us": 5, "busbw_gbps": 1.0, "overhead_x": 1.0, "wrong": 0}]}))
+    assert cli.main(["report", "--compliance", "--bench", str(typed)]) == 2  # time_us is not an object
+    assert cli.main(["attack", "--np", "2", "--classes", "redirect"]) == 2
+    assert cli.main(["attack", "--seed", "-1"]) == 2
 
 
 @pytest.mark.mpi

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import time
-import zlib
 
 import numpy as np
 import torch
@@ -178,11 +176,11 @@ class TorchTransport(Transport):
         np.copyto(np.asarray(recvbuf).view(np.uint8).reshape(-1), rows[self.rank].view(np.uint8))
 
     def node_ids(self):
-        host = np.array([zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF], np.int64)
-        allv = np.empty((self.size, 1), np.int64)
-        self.allgather(host.view(np.uint8), allv.view(np.uint8), what="topology")
-        ids = [int(x) for x in allv[:, 0]]
-        return ids, sum(1 for x in ids if x == ids[self.rank])
+        from ..topology import host_key, node_ids_from_keys
+
+        keys = np.empty(self.size, np.int64)
+        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), what="topology")
+        return node_ids_from_keys(keys.tolist(), self.rank)
 
     def cancel(self, reqs):
         self._pending = []  # held operations of a failed step are never launched
