@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import sys
 
 
 def host_key() -> int:
-    """A 63-bit key of this host's name (MPI processor name when MPI is loaded, else hostname)."""
-    try:
-        from mpi4py import MPI
-
-        name = MPI.Get_processor_name()
-    except Exception:  # noqa: BLE001 - no MPI: the host name says the same
-        name = socket.gethostname()
+    """A 63-bit key of this host's name: MPI's processor name when MPI is already loaded (never
+    loaded here: that would initialise MPI in a torch.distributed job), else the host name."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    name = mpi.Get_processor_name() if mpi is not None else socket.gethostname()
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
 
 

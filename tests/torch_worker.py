@@ -190,6 +190,9 @@ def main():
             rec(f"{fn.__name__} raised", False, repr(e))
         if fn is not tamper:
             dist.barrier()
+    # MPI must stay unloaded: initialising it under mpiexec, then exiting without MPI_Finalize,
+    # makes the launcher kill the other ranks
+    rec("the hook never loads MPI in a torch.distributed job", "mpi4py.MPI" not in sys.modules)
     with open(f"{out}.rank{rank}", "w") as f:  # no collective after a timeout has closed pairs
         json.dump(results, f)
     sys.stdout.flush()
