@@ -1,0 +1,60 @@
+"""Where the secure DDP hook's step overhead comes from: four DDP variants of the digits MLP in
+lockstep on the same ranks (interleaved, alternating order), median step time and ratio to
+DDP's built-in hook:
+
+- default: DDP's C++ allreduce;
+- py_allreduce_hook: torch's own Python allreduce hook (a Python hook, async gloo allreduce);
+- secure_none: seccomm's hook with the ``none`` suite (framing and point-to-point, no crypto);
+- secure_gcm: seccomm's hook with AES-256-GCM.
+
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 mpiexec -n 2 python benchmarks/ddp_hook_overhead.py [STEPS]
+"""
+
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from seccomm.launch import rank_and_size
+from seccomm.torch import SecureHookState, secure_allreduce_hook
+from seccomm.torch.train import digits, model
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+rank, world = rank_and_size()
+dist.init_process_group("gloo", rank=rank, world_size=world)
+torch.set_num_threads(1)
+xtr, ytr, _, _ = digits()
+models = {}
+for name in ("default", "py_allreduce_hook", "secure_none", "secure_gcm"):
+    torch.manual_seed(0)
+    ddp = DDP(model())
+    if name == "py_allreduce_hook":
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif name.startswith("secure"):
+        state = SecureHookState(None, "none" if name == "secure_none" else "aes-256-gcm", psk=bytes(range(32)))
+        ddp.register_comm_hook(state, secure_allreduce_hook)
+    models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05))
+times = {k: [] for k in models}
+loss_fn = nn.CrossEntropyLoss()
+for step in range(steps):
+    lo = step * 32 % (len(ytr) - 32)
+    xb, yb = xtr[lo:lo + 32], ytr[lo:lo + 32]
+    for k in (list(models) if step % 2 == 0 else list(models)[::-1]):
+        ddp, opt = models[k]
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_fn(ddp(xb), yb).backward()
+        opt.step()
+        times[k].append(time.perf_counter() - t0)
+if rank == 0:
+    base = np.median(times["default"][20:])
+    print(f"# {world} ranks, {steps} steps (first 20 dropped), median step time")
+    for k, v in times.items():
+        m = np.median(v[20:])
+        print(f"{k:>18} {m * 1e3:8.3f} ms {m / base:6.2f}x")
