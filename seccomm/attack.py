@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from .errors import AuthenticationError, SecCommError, TransportTimeout
-from .transport import TransportWrapper
+from .transport import TransportWrapper, host_bytes
 
 CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
 
@@ -53,7 +53,7 @@ class AttackTransport(TransportWrapper):
         return self.inner.isend(buf, peer)
 
     def isend(self, buf, peer):
-        frame = np.frombuffer(buf, np.uint8)
+        frame = host_bytes(buf)
         mine = self.history.setdefault((peer, frame.size), [])
         if not self.armed:
             mine.append(frame.copy())

@@ -66,6 +66,11 @@ class SecureComm:
     - ``rotate_after_frames``: frames per key before the next epoch (default: the suite's usage
       limit for ``chunk_bytes``); lower it to force rotations (a value above the limit is refused).
     - ``wrap_transport``: callable wrapping the transport (tests, attacker harness, recording).
+    - ``device_backend``: the array module and batch AEAD of the device engine
+      (:mod:`seccomm.gpu.engine`); with one given, every call runs on that engine.  Default:
+      CuPy arrays and torch CUDA tensors run on the device engine with seccomm's GPU kernels when
+      CuPy finds a device and the suite and dtype have kernels; otherwise they are staged through
+      pinned host memory (:mod:`seccomm.gpu.staging`).
 
     Raises ``ValueError``/``TypeError`` for bad arguments, ``KeyScheduleError`` for a missing or
     unsafe secret, ``ConfigMismatchError`` when ranks disagree, ``TransportTimeout`` when a rank
@@ -78,7 +83,7 @@ class SecureComm:
                  timeout: float | None = None, crypto_threads: int | None = None,
                  rotate_after_frames: int | None = None, small_bytes: int | None = None,
                  bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES, node_ids=None,
-                 wrap_transport=None):
+                 wrap_transport=None, device_backend=None):
         # Nothing may raise before the agreement below: a rank that stopped here would leave the
         # others waiting in a collective.  Bad values are collected and reported there.
         timeout_raw = timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
@@ -167,6 +172,7 @@ class SecureComm:
             self._keys.run_dhe(self._transport)
         self._clear_suite = SUITES["none"]
         self._ws = Workspace()
+        self._device_backend, self._device_ws = device_backend, None
         self._seq = 0
         self.epoch, self._epoch_ops, self._epoch_frames = 0, 0, 0
         self.rotations = 0
@@ -212,6 +218,28 @@ class SecureComm:
             return self._multi_node
         return self.node_ids[a] != self.node_ids[b]
 
+    def _route(self, a, b):
+        """("host" | "device" | "staged", a, b): numpy buffers run on the CPU engine; with a
+        device backend, or device buffers the GPU kernels can take, on the device engine (torch
+        CUDA tensors become CuPy views through DLPack); other device buffers are staged."""
+        if self._device_backend is None and type(a) is np.ndarray and type(b) is np.ndarray:
+            return "host", a, b
+        if self._device_backend is not None:
+            return "device", a, b
+        from .gpu.staging import is_device
+
+        if not (is_device(a) or is_device(b)):
+            return "host", a, b
+        from .gpu.engine import device_ready
+
+        backend = device_ready(self, a, b)
+        if backend is None:
+            return "staged", a, b
+        self._device_backend = backend
+        from .gpu.staging import as_cupy
+
+        return "device", as_cupy(a), (as_cupy(b) if b is not a else as_cupy(a))
+
     def block_counts(self, count: int) -> list[int]:
         """Elements of each rank's block when ``count`` elements are split for reduce-scatter or
         allgather (balanced: the first ``count % size`` ranks hold one more)."""
@@ -225,7 +253,8 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _begin(self, op: str, dname: str, count: int, itemsize: int, redop: str = "none") -> OpRun:
+    def _begin(self, op: str, dname: str, count: int, itemsize: int, redop: str = "none",
+               device: bool = False) -> OpRun:
         if self._broken:
             raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
         nbytes, p = count * itemsize, self.size
@@ -242,8 +271,15 @@ class SecureComm:
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
-        run = OpRun(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops,
-                    redop)
+        cls = OpRun
+        if device:
+            from .gpu.engine import DeviceOpRun, DeviceWorkspace
+
+            if self._device_ws is None:
+                self._device_ws = DeviceWorkspace(self._device_backend)
+            cls = DeviceOpRun
+        run = cls(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops,
+                  redop)
         self._epoch_ops += 1
         self._epoch_frames += bound
         return run
@@ -272,16 +308,17 @@ class SecureComm:
         CuPy arrays and torch CUDA tensors are accepted too (staged through pinned host memory,
         see :mod:`seccomm.gpu.staging`).
         """
-        if _on_device(sendbuf, recvbuf):
+        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
+        if route == "staged":
             return _staged(self.allreduce, sendbuf, recvbuf, op=op)
-        dname = _check_pair(sendbuf, recvbuf, same_size=True)
+        dname = _check_pair(sendbuf, recvbuf, same_size=True, device=route == "device")
         ufunc = check_op(op, recvbuf.dtype)
         count = recvbuf.size
         alg = self.algorithm
         if alg == "auto":
             small = count * recvbuf.itemsize <= self.small_bytes or count < self.size
             alg = "recursive_doubling" if small else "ring"
-        run = self._begin("allreduce", dname, count, recvbuf.itemsize, op)
+        run = self._begin("allreduce", dname, count, recvbuf.itemsize, op, device=route == "device")
         fn = _coll.get_collective("allreduce").algorithms[alg]
         self._run(run, fn, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
 
@@ -289,16 +326,17 @@ class SecureComm:
         """Reduce ``sendbuf`` (N elements, same N on every rank) over all ranks; ``recvbuf`` gets
         this rank's block: ``block_counts(N)[rank]`` elements starting at the sum of the earlier
         blocks.  Errors as for :meth:`allreduce`."""
-        if _on_device(sendbuf, recvbuf):
+        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
+        if route == "staged":
             return _staged(self.reduce_scatter, sendbuf, recvbuf, op=op)
-        dname = _check_pair(sendbuf, recvbuf, same_size=False)
+        dname = _check_pair(sendbuf, recvbuf, same_size=False, device=route == "device")
         ufunc = check_op(op, recvbuf.dtype)
         want = block_counts(sendbuf.size, self.size)[self.rank]
         if recvbuf.size != want:
             raise ValueError(f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
                              f"{self.rank}'s block of {sendbuf.size} over {self.size} ranks has "
                              f"{want} (see SecureComm.block_counts)")
-        run = self._begin("reduce_scatter", dname, sendbuf.size, recvbuf.itemsize, op)
+        run = self._begin("reduce_scatter", dname, sendbuf.size, recvbuf.itemsize, op, device=route == "device")
         self._run(run, _coll.get_collective("reduce_scatter").algorithms["ring"], sendbuf, recvbuf, ufunc)
         if op == "avg" and self.size > 1 and recvbuf.size:
             np.divide(recvbuf, recvbuf.dtype.type(self.size), out=recvbuf)
@@ -307,37 +345,32 @@ class SecureComm:
         """Gather every rank's ``sendbuf`` into ``recvbuf`` (N elements on every rank) in rank
         order; ``sendbuf`` holds ``block_counts(N)[rank]`` elements (equal blocks when N is a
         multiple of the world size).  Errors as for :meth:`allreduce`."""
-        if _on_device(sendbuf, recvbuf):
+        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
+        if route == "staged":
             return _staged(self.allgather, sendbuf, recvbuf)
-        dname = _check_pair(sendbuf, recvbuf, same_size=False)
+        dname = _check_pair(sendbuf, recvbuf, same_size=False, device=route == "device")
         want = block_counts(recvbuf.size, self.size)[self.rank]
         if sendbuf.size != want:
             raise ValueError(f"allgather: sendbuf has {sendbuf.size} elements; rank {self.rank}'s "
                              f"block of {recvbuf.size} over {self.size} ranks has {want} "
                              f"(see SecureComm.block_counts)")
-        run = self._begin("allgather", dname, recvbuf.size, recvbuf.itemsize)
+        run = self._begin("allgather", dname, recvbuf.size, recvbuf.itemsize, device=route == "device")
         self._run(run, _coll.get_collective("allgather").algorithms["ring"], sendbuf, recvbuf)
 
     def bcast(self, buf: np.ndarray, root: int = 0) -> None:
         """Broadcast ``buf`` from ``root`` to every rank (same size and dtype everywhere).
         Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above."""
-        if _on_device(buf, buf):
+        route, buf, _ = self._route(buf, buf)
+        if route == "staged":
             return _staged(lambda b, _, root: self.bcast(b, root), buf, buf, root=root)
-        dname = check_buffer(buf, "buf")
-        _writeable(buf, "buf")
+        dname = check_buffer(buf, "buf", device=route == "device")
+        if route == "host":
+            _writeable(buf, "buf")
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
             raise ValueError(f"root must be a rank in [0, {self.size - 1}], got {root!r}")
         alg = "binomial" if buf.nbytes <= self.bcast_chain_bytes else "chain"
-        run = self._begin("bcast", dname, buf.size, buf.itemsize)
+        run = self._begin("bcast", dname, buf.size, buf.itemsize, device=route == "device")
         self._run(run, _coll.get_collective("bcast").algorithms[alg], buf.reshape(-1), int(root))
-
-
-def _on_device(a, b) -> bool:
-    if type(a) is np.ndarray and type(b) is np.ndarray:
-        return False
-    from .gpu.staging import is_device
-
-    return is_device(a) or is_device(b)
 
 
 def _staged(fn, sendbuf, recvbuf, **kw):
@@ -367,21 +400,26 @@ def _writeable(arr, what):
         raise ValueError(f"{what} is read-only")
 
 
-def _check_pair(sendbuf, recvbuf, same_size: bool) -> str:
-    s = check_buffer(sendbuf, "sendbuf")
-    r = check_buffer(recvbuf, "recvbuf")
-    _writeable(recvbuf, "recvbuf")
+def _check_pair(sendbuf, recvbuf, same_size: bool, device: bool = False) -> str:
+    s = check_buffer(sendbuf, "sendbuf", device)
+    r = check_buffer(recvbuf, "recvbuf", device)
+    if not device:
+        _writeable(recvbuf, "recvbuf")
     if s != r:
         raise TypeError(f"sendbuf is {s} but recvbuf is {r}; both must have one dtype")
     if same_size and sendbuf.size != recvbuf.size:
         raise ValueError(f"sendbuf has {sendbuf.size} elements, recvbuf {recvbuf.size}; they must match")
     if recvbuf.size and sendbuf.size and np.may_share_memory(sendbuf, recvbuf):
-        same = (same_size and sendbuf.__array_interface__["data"][0]
-                == recvbuf.__array_interface__["data"][0])
+        same = same_size and _address(sendbuf) == _address(recvbuf)
         if not same:
             raise ValueError("sendbuf and recvbuf overlap: only allreduce works in place "
                              "(pass the same array twice); use separate buffers")
     return s
+
+
+def _address(a) -> int:
+    iface = getattr(a, "__array_interface__", None) or a.__cuda_array_interface__
+    return iface["data"][0]
 
 
 __all__ = ["SecureComm", "ConfigMismatchError"]

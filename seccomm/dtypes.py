@@ -67,18 +67,26 @@ def check_op(op: str, dt: np.dtype) -> np.ufunc:
     return OPS[op]
 
 
+def typed(buf, dtype):
+    """``buf`` (bytes-like, or a uint8 numpy/CuPy array) seen as ``dtype`` elements, no copy."""
+    if isinstance(buf, (memoryview, bytes, bytearray)):
+        return np.frombuffer(buf, dtype)
+    return buf.view(dtype)
+
+
 def as_bytes(arr: np.ndarray) -> np.ndarray:
     """A flat uint8 view of a C-contiguous array (no copy)."""
     return arr.reshape(-1).view(np.uint8)
 
 
-def check_buffer(arr, what: str) -> str:
+def check_buffer(arr, what: str, device: bool = False) -> str:
     """Validate a user buffer before any traffic and return its dtype name.
 
+    ``device``: ``arr`` is an array of the device engine's array module (CuPy), not numpy.
     Raises ``TypeError`` for a non-numpy object or an unsupported dtype and ``ValueError`` for a
     non-contiguous or read-only buffer where one is written.
     """
-    if not isinstance(arr, np.ndarray):
+    if not device and not isinstance(arr, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, got {type(arr).__name__}")
     name = dtype_name(arr.dtype)
     if not arr.flags.c_contiguous:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .transport import TransportWrapper
+from .transport import TransportWrapper, host_bytes
 
 WINDOW = 16  #: bytes; a 16-byte window of random float32 data does not occur by chance (2**-128)
 ENCRYPTING = ("aes-256-gcm", "chacha20-poly1305")
@@ -30,7 +30,7 @@ class RecordingTransport(TransportWrapper):
         self.frames: list[tuple[str, object, np.ndarray]] = []
 
     def _keep(self, kind, peer, buf):
-        self.frames.append((kind, peer, np.frombuffer(buf, np.uint8).copy()))
+        self.frames.append((kind, peer, host_bytes(buf).copy()))
 
     def isend(self, buf, peer):
         self._keep("frame", peer, buf)

@@ -147,16 +147,33 @@ class KeySchedule:
     def _dhe_auth_key(self) -> bytes:
         return hkdf(self._secret, self._salt, b"seccomm/1 dhe-auth")
 
+    def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
+        """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU
+        kernels, which take raw keys)."""
+        k = ("D", epoch, src, dst)
+        key = self._cache.get(k)
+        if key is None:
+            ikm = self._secret
+            if self._pair is not None:
+                ikm = ikm + self._pair[dst if src == self.rank else src]
+            key = self._cache[k] = hkdf(ikm, self._salt, self._info(b"dir", epoch, src, dst))
+        return key
+
+    def group_key(self, epoch: int) -> bytes:
+        """The 32 key bytes of the group key of ``epoch``."""
+        k = ("G", epoch)
+        key = self._cache.get(k)
+        if key is None:
+            ikm = self._secret + (self._group_secret or b"")
+            key = self._cache[k] = hkdf(ikm, self._salt, self._info(b"group", epoch))
+        return key
+
     def direction(self, epoch: int, src: int, dst: int):
         """AEAD object for frames sealed by ``src`` for ``dst`` in ``epoch``."""
         k = ("d", epoch, src, dst)
         aead = self._cache.get(k, _MISSING)
         if aead is _MISSING:
-            ikm = self._secret
-            if self._pair is not None:
-                ikm = ikm + self._pair[dst if src == self.rank else src]
-            aead = self._cache[k] = self.suite.new_key(
-                hkdf(ikm, self._salt, self._info(b"dir", epoch, src, dst)))
+            aead = self._cache[k] = self.suite.new_key(self.direction_key(epoch, src, dst))
         return aead
 
     def group(self, epoch: int):
@@ -164,8 +181,7 @@ class KeySchedule:
         k = ("g", epoch)
         aead = self._cache.get(k, _MISSING)
         if aead is _MISSING:
-            ikm = self._secret + (self._group_secret or b"")
-            aead = self._cache[k] = self.suite.new_key(hkdf(ikm, self._salt, self._info(b"group", epoch)))
+            aead = self._cache[k] = self.suite.new_key(self.group_key(epoch))
         return aead
 
     def forget_before(self, epoch: int) -> None:

@@ -104,10 +104,32 @@ class MPITransport(Transport):
         self._nsent: list = []
 
     def isend(self, buf, peer):
+        if hasattr(buf, "__cuda_array_interface__"):
+            return self._device_isend(buf, peer)
         return self.comm.Isend([buf, self._byte], peer, self.tag)
 
     def irecv(self, buf, peer):
+        if hasattr(buf, "__cuda_array_interface__"):
+            return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
+
+    # -- device frames (the device engine over MPI) -------------------------------------------
+    def _device_isend(self, buf, peer):
+        """A device frame: handed to a CUDA-aware MPI after the producing stream is synchronised,
+        else copied to host memory first.  Only point-to-point calls ever see device memory."""
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+        if cuda_aware_mpi():
+            return self.comm.Isend([buf, self._byte], peer, self.tag)
+        host = cupy.asnumpy(buf)
+        return _Staged(self.comm.Isend([host, self._byte], peer, self.tag), host, None)
+
+    def _device_irecv(self, buf, peer):
+        if cuda_aware_mpi():
+            return self.comm.Irecv([buf, self._byte], peer, self.tag)
+        host = np.empty(buf.nbytes, np.uint8)
+        return _Staged(self.comm.Irecv([host, self._byte], peer, self.tag), host, buf)
 
     def _poll(self, req, timeout, status, peer, what):
         MPI = self._MPI
@@ -236,12 +258,16 @@ class MPITransport(Transport):
 
     def wait_recv(self, req, timeout, peer, what):
         st = self._status
-        self._poll(req, timeout, st, peer, what)
+        if isinstance(req, _Staged):
+            self._poll(req.req, timeout, st, peer, what)
+            req.dev.set(req.host)  # received frame: host -> device
+        else:
+            self._poll(req, timeout, st, peer, what)
         return st.Get_count(self._byte)
 
     def wait_sends(self, reqs, timeout, peers, what):
         for req, peer in zip(reqs, peers):
-            self._poll(req, timeout, None, peer, what)
+            self._poll(req.req if isinstance(req, _Staged) else req, timeout, None, peer, what)
 
     def _coll(self, req, what, timeout):
         self._poll(req, self.timeout if timeout is None else timeout, None, "any", what)
@@ -295,6 +321,47 @@ class MPITransport(Transport):
             self._nreqs = []
             self.comm.Free()
         self.comm = None
+
+
+def host_bytes(buf) -> np.ndarray:
+    """A uint8 numpy view of a host buffer, or a host copy of a device frame (wrappers that
+    inspect or alter frames: tampering, recording, the attacker harness)."""
+    if hasattr(buf, "__cuda_array_interface__"):
+        import cupy
+
+        return cupy.asnumpy(buf).reshape(-1).view(np.uint8)
+    return np.frombuffer(buf, np.uint8)
+
+
+class _Staged:
+    """An MPI request on a host copy of a device frame (MPI that is not CUDA-aware)."""
+
+    __slots__ = ("req", "host", "dev")
+
+    def __init__(self, req, host, dev):
+        self.req, self.host, self.dev = req, host, dev
+
+
+_CUDA_AWARE = None
+
+
+def cuda_aware_mpi() -> bool:
+    """Whether the MPI library takes device pointers: ``SECCOMM_CUDA_AWARE_MPI=1``/``0`` if set,
+    else ``MPIX_Query_cuda_support()`` (MPICH, Open MPI) where the library exports it, else
+    False (device frames are then staged through host memory)."""
+    global _CUDA_AWARE
+    if _CUDA_AWARE is None:
+        env = os.environ.get("SECCOMM_CUDA_AWARE_MPI")
+        if env is not None:
+            _CUDA_AWARE = env == "1"
+        else:
+            try:
+                import ctypes
+
+                _CUDA_AWARE = bool(ctypes.CDLL(None).MPIX_Query_cuda_support())
+            except (AttributeError, OSError):
+                _CUDA_AWARE = False
+    return _CUDA_AWARE
 
 
 class TransportWrapper(Transport):
@@ -358,10 +425,10 @@ class TamperTransport(TransportWrapper):
         self._keep = []
 
     def isend(self, buf, peer):
-        off = self.should_tamper(self.sent, peer, len(memoryview(buf)))
+        off = self.should_tamper(self.sent, peer, buf.nbytes if hasattr(buf, "nbytes") else len(memoryview(buf)))
         self.sent += 1
         if off is not None:
-            buf = np.frombuffer(buf, np.uint8).copy()
+            buf = host_bytes(buf).copy()
             buf[off] ^= 0x01
             self._keep.append(buf)
             self.tampered += 1

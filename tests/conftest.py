@@ -16,10 +16,10 @@ WORKER = Path(__file__).with_name("mpi_worker.py")
 PLAN = {
     1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
     2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch", "wire"],
+        "call_mismatch", "wire", "device_engine"],
     3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch", "wire", "soak"],
-    4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy"],
+        "call_mismatch", "wire", "soak", "device_engine"],
+    4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy", "device_engine"],
     5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
 }
 

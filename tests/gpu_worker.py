@@ -1,7 +1,8 @@
 """GPU paths of SecureComm on real ranks (run by tests/test_gpu.py under ``mpiexec -n 2``).
 
-``staged``: collectives on CuPy arrays and torch CUDA tensors (DLPack) through pinned host
-staging over MPI -- ranks may share one GPU.  ``nccl``: the same over NCCLTransport (one GPU per
+``staged`` (MPI): collectives on CuPy arrays run on the device engine (seccomm's kernels seal and
+open on the GPU; frames cross a non-CUDA-aware MPI through host copies), torch bfloat16 CUDA
+tensors (DLPack) are staged through pinned host memory -- ranks may share one GPU.  ``nccl``: the same over NCCLTransport (one GPU per
 rank: NCCL refuses two ranks on one device), plus a tampered frame.  Prints ``OK <n>`` or
 ``FAIL <what>`` lines from rank 0.
 """
@@ -65,7 +66,10 @@ def collectives(sc, tag):
 if mode == "staged":
     cp.cuda.Device(0).use()
     sc = SecureComm(c, "aes-256-gcm", psk=PSK, chunk_bytes=1 << 18)
-    collectives(sc, "staged/MPI")
+    collectives(sc, "device engine/MPI")
+    from seccomm.gpu.engine import CupyBackend
+
+    check("CuPy arrays ran on the device engine", isinstance(sc._device_backend, CupyBackend))
     sc.close()
 else:
     from seccomm.gpu.nccl import NCCLTransport

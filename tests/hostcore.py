@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 
 
@@ -45,3 +47,77 @@ class HostAEAD:
             assert pt.raw == sentinel, "open wrote plaintext before the tag verified"
             return None
         return pt.raw[:len(ct)]
+
+
+class BatchAEAD:
+    """The batch API of ``seccomm.gpu.aead.GPUAEAD`` (seal/open of n chunks given keys, nonces,
+    AAD rows and byte offsets) over numpy arrays, one host-core call per chunk: what the kernels
+    compute, on the CPU, so the device engine runs here."""
+
+    def __init__(self, lib: ctypes.CDLL, suite: str):
+        self.gmac = suite == "aes-256-gmac"
+        name = "chacha" if suite == "chacha20-poly1305" else "gcm"
+        self._seal = getattr(lib, f"sc_host_{name}_seal")
+        self._open = getattr(lib, f"sc_host_{name}_open")
+        self._open.restype = ctypes.c_int
+        self._gmac = lib.sc_host_gmac
+
+    @staticmethod
+    def _p(a, off=0):
+        return ctypes.c_void_p(a.ctypes.data + int(off))
+
+    def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs):
+        for j in range(lens.size):
+            n, so, fo = int(lens[j]), int(src_offs[j]), int(fr_offs[j])
+            k, iv, a = self._p(keys[j]), self._p(nonces[j]), self._p(aads[j])
+            if self.gmac:  # body in the clear, tag over header || body
+                frames[fo:fo + n] = src[so:so + n]
+                self._gmac(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(src, so), ctypes.c_size_t(n),
+                           self._p(frames, fo + n))
+            else:
+                self._seal(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(src, so), ctypes.c_size_t(n),
+                           self._p(frames, fo), self._p(frames, fo + n))
+
+    def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs):
+        ok = np.zeros(lens.size, np.int32)
+        for j in range(lens.size):
+            n, fo, oo = int(lens[j]), int(fr_offs[j]), int(out_offs[j])
+            k, iv, a = self._p(keys[j]), self._p(nonces[j]), self._p(aads[j])
+            if self.gmac:
+                tag = np.empty(16, np.uint8)
+                self._gmac(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(frames, fo), ctypes.c_size_t(n),
+                           self._p(tag))
+                if bytes(tag) == bytes(frames[fo + n:fo + n + 16]):
+                    out[oo:oo + n] = frames[fo:fo + n]
+                    ok[j] = 1
+            else:
+                rc = self._open(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(frames, fo), ctypes.c_size_t(n),
+                                self._p(frames, fo + n), self._p(out, oo))
+                ok[j] = rc == 0
+        return ok
+
+
+class HostBackend:
+    """A device-engine backend (``SecureComm(device_backend=...)``) over numpy and the host
+    build of the kernel core, for running ``seccomm.gpu.engine`` without a GPU."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.xp, self.lib, self._aeads = np, lib, {}
+
+    def aead(self, suite):
+        if suite not in self._aeads:
+            self._aeads[suite] = BatchAEAD(self.lib, suite)
+        return self._aeads[suite]
+
+    def asarray(self, host):
+        return np.asarray(host)
+
+    def to_host(self, a):
+        return np.asarray(a)
+
+    def span(self, views):
+        addrs = [v.__array_interface__["data"][0] for v in views]
+        lo = min(addrs)
+        hi = max(a + v.nbytes for a, v in zip(addrs, views))
+        buf = np.ctypeslib.as_array((ctypes.c_uint8 * max(hi - lo, 1)).from_address(lo))[: hi - lo]
+        return buf, np.array([a - lo for a in addrs], np.int64)

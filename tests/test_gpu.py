@@ -110,8 +110,9 @@ def _run_worker(mode):
 
 
 @pytest.mark.mpi
-def test_secure_comm_on_device_buffers_staged():
-    """CuPy arrays and torch CUDA tensors (bfloat16 via DLPack) in every collective, over MPI."""
+def test_secure_comm_on_device_buffers():
+    """CuPy arrays on the device engine and torch bfloat16 CUDA tensors (staged) in every
+    collective, over MPI."""
     _run_worker("staged")
 
 

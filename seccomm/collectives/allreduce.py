@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes
+from ..dtypes import as_bytes, typed
 from ..engine import Recv, Send
 from . import Collective, register
 from .allgather import ring_allgather
@@ -40,7 +40,7 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
         np.copyto(recv, send)
     if p > 1 and recv.size:
         u8 = as_bytes(recv)
-        tmp = run.sc._ws.get("rdtmp", u8.size)[: u8.size]
+        tmp = run.ws.get("rdtmp", u8.size)[: u8.size]
         pieces, elems = chunk_views(u8, 0, recv.size, ce, isz)
         outs, _ = chunk_views(tmp, 0, recv.size, ce, isz)
         pof2 = 1 << (p.bit_length() - 1)
@@ -49,7 +49,7 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
         def reducer(lower_first):
             def consume(j, pt):
                 lo, hi = j * ce, j * ce + elems[j]
-                theirs = np.frombuffer(pt, recv.dtype)
+                theirs = typed(pt, recv.dtype)
                 if lower_first:
                     ufunc(theirs, recv[lo:hi], out=recv[lo:hi])
                 else:

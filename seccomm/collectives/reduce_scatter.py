@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes
+from ..dtypes import as_bytes, typed
 from ..engine import Recv, Send
 from . import Collective, register
 from ..framing import block_counts
@@ -23,7 +23,7 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
         return
     nxt, prv = (r + 1) % p, (r - 1) % p
     send_u8 = as_bytes(send)
-    accs = [run.sc._ws.get(f"acc{i}", blocks.max * isz)[: blocks.max * isz] for i in (0, 1)]
+    accs = [run.ws.get(f"acc{i}", blocks.max * isz)[: blocks.max * isz] for i in (0, 1)]
     dt = send.dtype
     for s in range(p - 1):
         sb, rb = (r - 1 - s) % p, (r - 2 - s) % p
@@ -37,7 +37,7 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
 
         def consume(j, pt, own=own, target=target):
             lo, hi = j * ce, j * ce + len(pt) // isz
-            ufunc(own[lo:hi], np.frombuffer(pt, dt), out=target[lo:hi])
+            ufunc(own[lo:hi], typed(pt, dt), out=target[lo:hi])
 
         run.exchange(Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
                      Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None)

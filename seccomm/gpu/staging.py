@@ -32,6 +32,11 @@ def is_device(buf) -> bool:
         return False
 
 
+def as_cupy(buf):
+    """A CuPy view of a device buffer (torch CUDA tensors through DLPack), zero-copy."""
+    return _as_cupy(buf)[0]
+
+
 def _as_cupy(buf):
     """A CuPy view of a device buffer, zero-copy (bfloat16 as its uint16 bit pattern)."""
     import cupy

@@ -7,10 +7,10 @@ framing, key schedule and algorithms as over MPI) through :class:`TorchTransport
 Averaging matches DDP's default ``allreduce_hook``: the bucket is divided by the world size,
 then summed.  The bucket keeps its dtype (float32, float64, float16, bfloat16 reduce in that
 type with numpy/ml_dtypes, as MPI would; no gloo reduction is involved, so bfloat16 works where
-gloo's own allreduce refuses it).  CUDA buckets (``nccl`` backend) are staged through host
-memory for the CPU AEAD until the GPU kernels are wired in: the bucket is copied to the host,
-sealed there, and each frame is copied back to the device for NCCL (see TorchTransport), so a
-bucket costs two PCIe copies of the bucket and two of its frames.  A bucket that fails authentication
+gloo's own allreduce refuses it).  CUDA buckets (``nccl`` backend) go to ``SecureComm`` as they
+are: float32/float16 buckets run on the device engine (seccomm's kernels seal on the GPU and the
+device frames go to NCCL without leaving it); bfloat16 buckets are staged through pinned host
+memory (CuPy has no bfloat16).  A bucket that fails authentication
 raises ``AuthenticationError`` from the training step (the future carries the exception): a
 tampered gradient never reaches the optimizer.
 """
@@ -59,12 +59,16 @@ def secure_allreduce_hook(state: SecureHookState, bucket) -> torch.futures.Futur
     buf = bucket.buffer()
     fut = torch.futures.Future()
     try:
-        host = buf if buf.device.type == "cpu" else buf.to("cpu")
-        arr = as_numpy(host)
-        np.divide(arr, arr.dtype.type(state.sc.size), out=arr)
-        state.sc.allreduce(arr, arr, op="sum")
-        if host is not buf:
-            buf.copy_(host)
+        if buf.device.type == "cuda":  # device engine (GPU kernels) or staged, see SecureComm
+            if buf.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+                raise TypeError(f"bucket dtype {buf.dtype} unsupported; allowed: float32, float64, "
+                                f"float16, bfloat16")
+            buf.div_(state.sc.size)
+            state.sc.allreduce(buf, buf, op="sum")
+        else:
+            arr = as_numpy(buf)
+            np.divide(arr, arr.dtype.type(state.sc.size), out=arr)
+            state.sc.allreduce(arr, arr, op="sum")
         state.buckets += 1
         fut.set_result(buf)
     except Exception as e:  # surfaces in the backward pass / optimizer step

@@ -35,6 +35,10 @@ from ..transport import Transport
 
 
 def _tensor(buf) -> torch.Tensor:
+    """A uint8 tensor over ``buf`` without copying: host buffers through numpy, device frames
+    of the device engine (CuPy) through ``__cuda_array_interface__``."""
+    if hasattr(buf, "__cuda_array_interface__"):
+        return torch.as_tensor(buf, device="cuda").reshape(-1)
     arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
     return torch.from_numpy(arr.reshape(-1).view(np.uint8))
 
@@ -80,7 +84,10 @@ class TorchTransport(Transport):
 
     # -- point-to-point ----------------------------------------------------------------------
     def _stage(self, t: torch.Tensor) -> torch.Tensor:
-        return t if self.device is None else t.to(self.device, copy=True)
+        """The tensor the backend moves: ``t`` itself when it already lives on ``device``."""
+        if self.device is None or t.device == self.device:
+            return t
+        return t.to(self.device, copy=True)
 
     def isend(self, buf, peer):
         t = _tensor(buf)
@@ -92,7 +99,7 @@ class TorchTransport(Transport):
         t = _tensor(buf)
         if not self.batch_p2p and self.device is None:
             return (dist.irecv(t, self._glob[peer], group=self.group), t)
-        dev = t if self.device is None else torch.empty_like(t, device=self.device)
+        dev = t if self.device is None or t.device == self.device else torch.empty_like(t, device=self.device)
         return self._post(_P2P(False, t, dev, peer))
 
     def _post(self, op: _P2P) -> _P2P:

@@ -1,0 +1,236 @@
+"""The hop engine on device buffers: every step seals and opens its chunks in one batched launch
+of seccomm's own kernels (:class:`~seccomm.gpu.aead.GPUAEAD`), with exactly the frames of the CPU
+engine.
+
+:class:`DeviceOpRun` is an :class:`~seccomm.engine.OpRun` whose workspaces, frames and
+plaintext live on the device.  The collectives are the same code: they cut the caller's array
+into chunk views, and the consume callbacks reduce with numpy ufuncs, which dispatch to CuPy.
+Per step the host builds the nonces and AAD headers (the same :class:`~seccomm.framing.FrameContext`
+as the CPU engine), uploads them with the step's key, and launches one seal or open for all
+chunks.  A receive opens only after all its chunks arrived (one launch); an open writes nothing
+for a chunk whose tag fails, and the step raises ``AuthenticationError`` for the first one.
+
+A *backend* supplies the array module and the batch AEAD: :class:`CupyBackend` (CuPy and the
+kernels) on GPUs; the tests plug in the same kernel core compiled for the host, over numpy, so
+this engine runs here on real ranks without a GPU and interoperates with the CPU engine frame for
+frame (``tests/mpi_worker.py::device_engine``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine import OpRun, Recv, Send
+from ..errors import AuthenticationError
+from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN
+from ..suites import NONCE_BYTES, TAG_BYTES, Slot
+
+_ROW = NONCE_BYTES + AAD_BYTES + TAG_BYTES
+
+
+class CupyBackend:
+    """CuPy arrays and :class:`~seccomm.gpu.aead.GPUAEAD` on the current device."""
+
+    def __init__(self):
+        import cupy
+
+        self.xp = cupy
+        self._aeads = {}
+
+    def aead(self, suite: str):
+        from .aead import GPUAEAD
+
+        if suite not in self._aeads:
+            self._aeads[suite] = GPUAEAD(suite)
+        return self._aeads[suite]
+
+    def asarray(self, host: np.ndarray):
+        return self.xp.asarray(host)
+
+    def to_host(self, a) -> np.ndarray:
+        return self.xp.asnumpy(a)
+
+    def span(self, views):
+        """One uint8 array covering ``views`` (all in one allocation) and each view's offset."""
+        cupy = self.xp
+        ptrs = [v.data.ptr for v in views]
+        lo, hi = min(ptrs), max(p + v.nbytes for p, v in zip(ptrs, views))
+        mem = views[0].data.mem
+        buf = cupy.ndarray((hi - lo,), cupy.uint8, cupy.cuda.MemoryPointer(mem, lo - mem.ptr))
+        return buf, np.array([p - lo for p in ptrs], np.int64)
+
+
+def device_ready(sc, *bufs):
+    """A :class:`CupyBackend` when the device engine can take ``bufs`` on ``sc`` (CuPy finds a
+    device, the suite has kernels or is ``none``, the dtypes exist in CuPy: not bfloat16), else
+    ``None`` (the call is staged)."""
+    from .aead import SUITE_CODES
+    from .kernels import available
+    from .staging import _as_cupy
+
+    if not available() or (sc.suite.name not in SUITE_CODES and sc.suite.name != "none"):
+        return None
+    for b in bufs:
+        try:
+            if _as_cupy(b)[1] is not None:  # bfloat16: staged (CuPy has no such dtype)
+                return None
+        except Exception:  # noqa: BLE001 - not a buffer CuPy can view
+            return None
+    return CupyBackend()
+
+
+class _DSlot:
+    """One chunk's frame (device view) and its host nonce/header row."""
+
+    __slots__ = ("frame", "host", "off", "body")
+
+    def __init__(self, frame, host, off, body):
+        self.frame, self.host, self.off, self.body = frame, host, off, body
+
+
+class DeviceWorkspace:
+    """Grow-only device buffers for frames and accumulators, and host rows for nonces and AAD
+    headers; slot layouts cached per (buffer, chunk sizes) as in the CPU workspace."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self._bufs: dict = {}
+        self._rows: dict = {}
+        self._layouts: dict = {}
+
+    def get(self, name: str, nbytes: int):
+        buf = self._bufs.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            buf = self.backend.xp.empty(max(nbytes, 64), self.backend.xp.uint8)
+            self._bufs[name] = buf
+            self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}
+        return buf
+
+    def slots(self, name: str, body_sizes: list[int]) -> list[_DSlot]:
+        key = (name, tuple(body_sizes))
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit
+        sizes = [(b + TAG_BYTES + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN for b in body_sizes]
+        buf = self.get(name, sum(sizes))
+        rows = self._rows.get(name)
+        if rows is None or rows.shape[0] < len(body_sizes):
+            rows = self._rows[name] = np.zeros((max(len(body_sizes), 1), _ROW), np.uint8)
+        out, off = [], 0
+        for j, (b, sz) in enumerate(zip(body_sizes, sizes)):
+            out.append(_DSlot(buf[off:off + b + TAG_BYTES], Slot(memoryview(rows[j]), AAD_BYTES, 0), off, b))
+            off += sz
+        if len(self._layouts) > 256:
+            self._layouts.clear()
+        self._layouts[key] = out
+        return out
+
+    def batch(self, name: str, slots: list[_DSlot]):
+        """(frames buffer, frame offsets, body lengths, nonces, AAD headers) of ``slots``."""
+        rows = self._rows[name][: len(slots)]
+        return (self._bufs[name], np.array([s.off for s in slots], np.int64),
+                np.array([s.body for s in slots], np.int64), rows[:, :NONCE_BYTES],
+                rows[:, NONCE_BYTES:NONCE_BYTES + AAD_BYTES])
+
+
+class DeviceOpRun(OpRun):
+    """One collective call whose buffers are device arrays of ``sc``'s device backend."""
+
+    def __init__(self, sc, *args, **kw):
+        super().__init__(sc, *args, **kw)
+        self.ws = sc._device_ws
+        self.backend = sc._device_ws.backend
+
+    def _key(self, group: bool, a: int, b: int):
+        """(suite, raw 32-byte key or None for the clear ``none`` suite)."""
+        sc = self.sc
+        if not sc._encrypted_hop(a, b, group) or sc.suite.name == "none":
+            return sc._clear_suite, None
+        ep = self.ctx.epoch
+        return sc.suite, (sc._keys.group_key(ep) if group else sc._keys.direction_key(ep, a, b))
+
+    def _crypt(self, seal: bool, suite, key, wsname, slots, data_views):
+        """Seal ``data_views`` into ``slots`` or open ``slots`` into ``data_views``: one launch.
+        Returns the per-chunk ``ok`` flags (host int array) for an open."""
+        be, n = self.backend, len(slots)
+        frames, fr_offs, lens, nonces, aads = self.ws.batch(wsname, slots)
+        if key is None:  # clear frames: the body is the payload
+            for s, v in zip(slots, data_views):
+                if seal:
+                    s.frame[: s.body] = v
+                else:
+                    v[...] = s.frame[: s.body]
+            return np.ones(n, np.int32)
+        xp, aead = be.xp, be.aead(suite.name)
+        span, offs = be.span(data_views)
+        keys = be.asarray(np.tile(np.frombuffer(key, np.uint8), (n, 1)))
+        d = [be.asarray(np.ascontiguousarray(a)) for a in (nonces, aads, offs, fr_offs, lens)]
+        if seal:
+            aead.seal(keys, d[0], d[1], span, d[2], d[4], frames, d[3])
+            return None
+        ok = aead.open(keys, d[0], d[1], frames, d[3], d[4], span, d[2])
+        return be.to_host(ok) if xp is not np else ok
+
+    def _fill_all(self, slots, suite, group, step, sender, dst, elems):
+        n = len(slots)
+        for j, s in enumerate(slots):
+            self._fill(s.host, suite, group, step, j, n, sender, dst, elems[j])
+
+    # -- the engine's three entry points -----------------------------------------------------
+    def sealed_frames(self, send: Send):
+        group, pieces = send.group, send.pieces
+        sender = send.origin if group else self.rank
+        suite, key = self._key(group, sender, send.dst)
+        slots = self.ws.slots(send.ws, [len(p) for p in pieces])
+        self._fill_all(slots, suite, group, send.step, sender, send.dst, [len(p) // self.itemsize for p in pieces])
+        self._crypt(True, suite, key, send.ws, slots, pieces)
+        return [s.frame for s in slots]
+
+    def _drain(self, recv: Recv, rreqs):
+        t, slots, n = self.t, recv.slots, len(recv.slots)
+        for j, req in enumerate(rreqs):
+            self._check_len(t.wait_recv(req, self.timeout, recv.src, self.what), slots[j], j, n, recv.src)
+        self._open_into(recv.ws, slots, recv.group, recv.origin if recv.group else recv.src, recv.src,
+                        recv.step, recv.elems, recv.outs)
+        if recv.consume is not None:
+            for j in range(n):
+                recv.consume(j, recv.outs[j])
+
+    def _open_into(self, wsname, slots, group, sender, peer, step, elems, outs):
+        suite, key = self._key(group, sender, self.rank)
+        self._fill_all(slots, suite, group, GROUP_STEP if group else step, sender,
+                       ANY_RANK if group else self.rank, elems)
+        ok = self._crypt(False, suite, key, wsname, slots, outs)
+        bad = np.flatnonzero(np.asarray(ok) == 0)
+        if bad.size:
+            j = int(bad[0])
+            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
+                                      step=None if group else step, chunk=j, chunks=len(slots),
+                                      epoch=self.ctx.epoch, suite=suite.name)
+
+    def swap(self, peer, step, piece, elems, out, consume):
+        self.exchange(Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume))
+
+    def relay(self, parent, children, pieces_or_outs, elems, origin):
+        t, timeout, what = self.t, self.timeout, self.what
+        sreqs, peers = [], []
+        if parent is None:
+            for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin, pieces=pieces_or_outs)):
+                for c in children:
+                    sreqs.append(t.isend(f, c))
+                    peers.append(c)
+            self.pending += sreqs
+            t.wait_sends(sreqs, timeout, peers, what)
+            return
+        slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
+        rreqs = [t.irecv(s.frame, parent) for s in slots]
+        self.pending += rreqs
+        for j, req in enumerate(rreqs):  # forward each frame as soon as it arrived
+            self._check_len(t.wait_recv(req, timeout, parent, what), slots[j], j, len(slots), parent)
+            for c in children:
+                r = t.isend(slots[j].frame, c)
+                sreqs.append(r)
+                peers.append(c)
+                self.pending.append(r)
+        self._open_into("recv", slots, True, origin, parent, GROUP_STEP, elems, pieces_or_outs)
+        t.wait_sends(sreqs, timeout, peers, what)
