@@ -172,7 +172,8 @@ class SecureComm:
             self._keys.run_dhe(self._transport)
         self._clear_suite = SUITES["none"]
         self._ws = Workspace()
-        self._device_backend, self._device_ws = device_backend, None
+        self._device_backend, self._auto_backend = device_backend, None
+        self._device_ws: dict = {}  # backend id -> DeviceWorkspace
         self._seq = 0
         self.epoch, self._epoch_ops, self._epoch_frames = 0, 0, 0
         self.rotations = 0
@@ -219,26 +220,33 @@ class SecureComm:
         return self.node_ids[a] != self.node_ids[b]
 
     def _route(self, a, b):
-        """("host" | "device" | "staged", a, b): numpy buffers run on the CPU engine; with a
-        device backend, or device buffers the GPU kernels can take, on the device engine (torch
-        CUDA tensors become CuPy views through DLPack); other device buffers are staged."""
-        if self._device_backend is None and type(a) is np.ndarray and type(b) is np.ndarray:
-            return "host", a, b
+        """("host" | "device" | "staged", a, b), decided on every call: with a ``device_backend``
+        given, the device engine; numpy buffers, the CPU engine; device buffers the GPU kernels
+        can take (both on the device), the device engine with seccomm's kernels (torch CUDA
+        tensors as CuPy views through DLPack); any other mix of device buffers, staged."""
         if self._device_backend is not None:
             return "device", a, b
+        if type(a) is np.ndarray and type(b) is np.ndarray:
+            return "host", a, b
         from .gpu.staging import is_device
 
-        if not (is_device(a) or is_device(b)):
+        da, db = is_device(a), is_device(b)
+        if not (da or db):
             return "host", a, b
+        if not (da and db):  # one buffer on the host: the staged path writes it in place
+            return "staged", a, b
         from .gpu.engine import device_ready
 
-        backend = device_ready(self, a, b)
-        if backend is None:
+        if self._auto_backend is None:
+            self._auto_backend = device_ready(self, a, b)
+        elif device_ready(self, a, b, probe=False) is None:
             return "staged", a, b
-        self._device_backend = backend
+        if self._auto_backend is None:
+            return "staged", a, b
         from .gpu.staging import as_cupy
 
-        return "device", as_cupy(a), (as_cupy(b) if b is not a else as_cupy(a))
+        ca = as_cupy(a)
+        return "device", ca, (ca if b is a else as_cupy(b))
 
     def block_counts(self, count: int) -> list[int]:
         """Elements of each rank's block when ``count`` elements are split for reduce-scatter or
@@ -275,8 +283,10 @@ class SecureComm:
         if device:
             from .gpu.engine import DeviceOpRun, DeviceWorkspace
 
-            if self._device_ws is None:
-                self._device_ws = DeviceWorkspace(self._device_backend)
+            backend = self._device_backend or self._auto_backend
+            if id(backend) not in self._device_ws:
+                self._device_ws[id(backend)] = DeviceWorkspace(backend)
+            self._active_ws = self._device_ws[id(backend)]
             cls = DeviceOpRun
         run = cls(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops,
                   redop)

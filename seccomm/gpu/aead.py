@@ -62,7 +62,7 @@ class GPUAEAD:
             so, fo, ln = (_host(a) for a in (src_offs, fr_offs, lens))
             for j in range(n):
                 frames[fo[j]:fo[j] + ln[j]] = src[so[j]:so[j] + ln[j]]
-        else:
+        elif self._blocks(lens):  # no launch when every chunk is empty
             mb = self._blocks(lens)
             self._xor(_grid(n * mb), (_THREADS,), (keys, nonces, src, frames, src_offs, fr_offs, lens,
                                                     _null(), np.int32(n), np.int64(mb)), stream=self.stream)
@@ -84,7 +84,7 @@ class GPUAEAD:
             fo, oo, ln = (_host(a) for a in (fr_offs, out_offs, lens))
             for j in np.flatnonzero(cupy.asnumpy(ok)):
                 out[oo[j]:oo[j] + ln[j]] = frames[fo[j]:fo[j] + ln[j]]
-        else:
+        elif self._blocks(lens):
             mb = self._blocks(lens)
             self._xor(_grid(n * mb), (_THREADS,), (keys, nonces, frames, out, fr_offs, out_offs, lens, ok,
                                                     np.int32(n), np.int64(mb)), stream=self.stream)
@@ -106,11 +106,12 @@ class GPUAEAD:
         self._tag(_grid(n), (_THREADS,), self._tag_args(keys_in, nonces_in, aads_in, frames_in, in_offs,
                                                         lens, None, ok), stream=self.stream)
         mb = self._blocks(lens)
-        self._hop(_grid(n * mb), (_THREADS,), (np.int32(self.code), keys_in, nonces_in, keys_out, nonces_out,
-                                               frames_in, in_offs, own, own_offs, frames_out, out_offs,
-                                               acc if acc is not None else _null(), lens, ok,
-                                               np.int32(DTYPE_CODES[dtype]), np.int32(n), np.int64(mb)),
-                  stream=self.stream)
+        if mb:
+            self._hop(_grid(n * mb), (_THREADS,),
+                      (np.int32(self.code), keys_in, nonces_in, keys_out, nonces_out, frames_in, in_offs,
+                       own, own_offs, frames_out, out_offs, acc if acc is not None else _null(), lens, ok,
+                       np.int32(DTYPE_CODES[dtype]), np.int32(n), np.int64(mb)),
+                      stream=self.stream)
         self._tag(_grid(n), (_THREADS,), self._tag_args(keys_out, nonces_out, aads_out, frames_out, out_offs,
                                                         lens, frames_out, None), stream=self.stream)
         return ok

@@ -60,15 +60,17 @@ class CupyBackend:
         return buf, np.array([p - lo for p in ptrs], np.int64)
 
 
-def device_ready(sc, *bufs):
-    """A :class:`CupyBackend` when the device engine can take ``bufs`` on ``sc`` (CuPy finds a
-    device, the suite has kernels or is ``none``, the dtypes exist in CuPy: not bfloat16), else
-    ``None`` (the call is staged)."""
+def device_ready(sc, *bufs, probe: bool = True):
+    """A :class:`CupyBackend` (``probe``) or True when the device engine can take ``bufs`` on
+    ``sc``: CuPy finds a device, the suite has kernels or is ``none``, and the dtypes exist in
+    CuPy (not bfloat16); else ``None`` (the call is staged)."""
     from .aead import SUITE_CODES
     from .kernels import available
     from .staging import _as_cupy
 
-    if not available() or (sc.suite.name not in SUITE_CODES and sc.suite.name != "none"):
+    if probe and not available():
+        return None
+    if sc.suite.name not in SUITE_CODES and sc.suite.name != "none":
         return None
     for b in bufs:
         try:
@@ -76,7 +78,7 @@ def device_ready(sc, *bufs):
                 return None
         except Exception:  # noqa: BLE001 - not a buffer CuPy can view
             return None
-    return CupyBackend()
+    return CupyBackend() if probe else True
 
 
 class _DSlot:
@@ -138,8 +140,8 @@ class DeviceOpRun(OpRun):
 
     def __init__(self, sc, *args, **kw):
         super().__init__(sc, *args, **kw)
-        self.ws = sc._device_ws
-        self.backend = sc._device_ws.backend
+        self.ws = sc._active_ws
+        self.backend = sc._active_ws.backend
 
     def _key(self, group: bool, a: int, b: int):
         """(suite, raw 32-byte key or None for the clear ``none`` suite)."""

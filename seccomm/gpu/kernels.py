@@ -33,8 +33,11 @@ def get_module(device: int | None = None):
     dev = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
     mod = _MODULES.get(dev.id)
     if mod is None:
-        src = (KERNELS_DIR / "aead.cu").read_text()
+        # The header is pasted into the source: CuPy's kernel cache keys on the source text,
+        # so an edit of sc_crypto.cuh must change it (an -I include would reuse a stale cubin).
+        header = (KERNELS_DIR / "sc_crypto.cuh").read_text()
+        src = (KERNELS_DIR / "aead.cu").read_text().replace('#include "sc_crypto.cuh"', header, 1)
         with dev:
-            mod = cupy.RawModule(code=src, options=("--std=c++17", f"-I{KERNELS_DIR}"))
+            mod = cupy.RawModule(code=src, options=("--std=c++17",))
         _MODULES[dev.id] = mod
     return mod

@@ -18,7 +18,10 @@ Design (NCCL >= 2.7 point-to-point; CuPy's ``NcclCommunicator.send``/``recv``):
   staged through device memory, two copies per frame.
 - **Deadlines.** NCCL cannot cancel an operation.  A wait past its deadline raises
   ``TransportTimeout`` naming the peer and aborts the NCCL communicator (``ncclCommAbort``),
-  which frees the GPU from the stuck kernels; the transport is unusable afterwards.
+  which frees the GPU from the stuck kernels; the transport is unusable afterwards.  Limit: NCCL
+  connects a pair of ranks inside the first group that uses it, and ``ncclGroupEnd`` then blocks
+  the host until the peer takes part; construction opens the ring neighbours' connections, but a
+  peer first reached later (recursive doubling, trees) that is already dead stalls that launch.
 - **Sizes.** NCCL transfers exactly the posted count and does not report what arrived; a peer
   that sends another size leaves the transfer stuck, which ends in ``TransportTimeout``.  Frames
   are still authenticated, so no altered content passes.
@@ -87,6 +90,28 @@ class NCCLTransport(Transport):
             self.stream = cupy.cuda.Stream(non_blocking=True)
         self._held: list[_Op] = []
         self._broken = False
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Open the connections to both ring neighbours now.  NCCL connects a pair inside the
+        first ``ncclGroupEnd`` that uses it, and that call blocks the host until the peer takes
+        part: done here, a peer that is already gone stalls construction (which, like
+        ``ncclCommInitRank``, has no deadline) instead of a later wait that has one."""
+        if self.size < 2:
+            return
+        cupy, nccl = self._cupy, self._nccl
+        with self.device:
+            b = cupy.zeros(4, cupy.uint8)
+            nxt, prv = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+            nccl.groupStart()
+            try:
+                for peer in {nxt, prv}:
+                    self.comm.send(b[:1].data.ptr, 1, nccl.NCCL_UINT8, peer, self.stream.ptr)
+                    self.comm.recv(b[2:3].data.ptr if peer == nxt else b[3:4].data.ptr, 1, nccl.NCCL_UINT8,
+                                   peer, self.stream.ptr)
+            finally:
+                nccl.groupEnd()
+            self.stream.synchronize()
 
     # -- point-to-point ----------------------------------------------------------------------
     def _op(self, send: bool, buf, peer: int) -> _Op:

@@ -21,13 +21,11 @@ def is_device(buf) -> bool:
     tensors (any dtype, bfloat16 included); False for numpy arrays."""
     if isinstance(buf, np.ndarray):
         return False
-    if hasattr(buf, "__cuda_array_interface__"):
-        return True
-    dev = getattr(buf, "__dlpack_device__", None)
-    if dev is None:
-        return False
-    try:
-        return int(dev()[0]) in (2, 13)  # kDLCUDA, kDLCUDAManaged (DLPack device types)
+    try:  # DLPack first: torch raises (not AttributeError) on __cuda_array_interface__ for
+        dev = getattr(buf, "__dlpack_device__", None)  # tensors that require grad
+        if dev is not None:
+            return int(dev()[0]) in (2, 13)  # kDLCUDA, kDLCUDAManaged (DLPack device types)
+        return hasattr(buf, "__cuda_array_interface__")
     except Exception:  # noqa: BLE001 - not a device buffer we can read
         return False
 
@@ -71,7 +69,12 @@ class Staged:
             self.host = self.host.view(ml_dtypes.bfloat16)
 
     def back(self) -> None:
+        """Copy the host values to the device buffer and wait for the copy: ``set`` runs
+        asynchronously, and the pinned block returns to CuPy's pool with this object."""
+        import cupy
+
         self.dev.set(self.host.view(self.dev.dtype))
+        cupy.cuda.get_current_stream().synchronize()
 
 
 def staged_call(fn, sendbuf, recvbuf, **kw) -> None:

@@ -10,7 +10,8 @@ type with numpy/ml_dtypes, as MPI would; no gloo reduction is involved, so bfloa
 gloo's own allreduce refuses it).  CUDA buckets (``nccl`` backend) go to ``SecureComm`` as they
 are: float32/float16 buckets run on the device engine (seccomm's kernels seal on the GPU and the
 device frames go to NCCL without leaving it); bfloat16 buckets are staged through pinned host
-memory (CuPy has no bfloat16).  A bucket that fails authentication
+memory (CuPy has no bfloat16); without CuPy, CUDA buckets are staged through host memory by
+torch (two copies of the bucket, and two of each frame for NCCL).  A bucket that fails authentication
 raises ``AuthenticationError`` from the training step (the future carries the exception): a
 tampered gradient never reaches the optimizer.
 """
@@ -45,6 +46,15 @@ class SecureHookState:
         return f"<SecureHookState {self.sc!r} buckets={self.buckets}>"
 
 
+def _cupy():
+    try:
+        import cupy
+
+        return cupy
+    except ImportError:
+        return None
+
+
 def as_numpy(t: torch.Tensor) -> np.ndarray:
     """Zero-copy numpy view of a contiguous CPU tensor (bfloat16 via ``ml_dtypes``)."""
     if t.dtype == torch.bfloat16:
@@ -59,12 +69,22 @@ def secure_allreduce_hook(state: SecureHookState, bucket) -> torch.futures.Futur
     buf = bucket.buffer()
     fut = torch.futures.Future()
     try:
-        if buf.device.type == "cuda":  # device engine (GPU kernels) or staged, see SecureComm
+        cupy = _cupy() if buf.device.type == "cuda" else None
+        if cupy is not None:  # device engine (GPU kernels) or staged, see SecureComm
             if buf.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
                 raise TypeError(f"bucket dtype {buf.dtype} unsupported; allowed: float32, float64, "
                                 f"float16, bfloat16")
             buf.div_(state.sc.size)
-            state.sc.allreduce(buf, buf, op="sum")
+            # CuPy work goes on torch's current stream, so DDP's later use of the bucket is
+            # ordered after it (CuPy would otherwise use its own current stream)
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                state.sc.allreduce(buf, buf, op="sum")
+        elif buf.device.type == "cuda":  # no CuPy: stage through host memory with torch
+            host = buf.to("cpu")
+            arr = as_numpy(host)
+            np.divide(arr, arr.dtype.type(state.sc.size), out=arr)
+            state.sc.allreduce(arr, arr, op="sum")
+            buf.copy_(host)
         else:
             arr = as_numpy(buf)
             np.divide(arr, arr.dtype.type(state.sc.size), out=arr)

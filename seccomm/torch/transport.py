@@ -115,6 +115,8 @@ class TorchTransport(Transport):
         if ops:
             works = dist.batch_isend_irecv([dist.P2POp(dist.isend if o.send else dist.irecv, o.dev,
                                                        self._glob[o.peer], group=self.group) for o in ops])
+            if len(works) != len(ops):  # NCCL coalesces the group into one Work for all of them
+                works = [works[-1]] * len(ops)
             for o, w in zip(ops, works):
                 o.work = w
 
