@@ -133,3 +133,17 @@ def test_world_size_one(sc, dtype):
 def test_repr_hides_keys(sc):
     text = repr(sc) + repr(sc._keys) + str(vars(sc))
     assert PSK.hex() not in text and "secret" not in repr(sc).lower()
+
+
+def test_route_is_decided_per_call(sc):
+    """numpy buffers stay on the CPU engine; a device buffer beside a host one is staged (the
+    host buffer is written in place); the decision is made on every call."""
+
+    class FakeDevice:  # what CuPy and torch CUDA tensors expose
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    x = np.zeros(4, np.float32)
+    assert sc._route(x, x)[0] == "host"
+    assert sc._route(FakeDevice(), x)[0] == "staged"
+    assert sc._route(x, FakeDevice())[0] == "staged"
+    assert sc._route(x, x)[0] == "host"
