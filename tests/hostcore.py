@@ -57,10 +57,13 @@ class BatchAEAD:
     def __init__(self, lib: ctypes.CDLL, suite: str):
         self.gmac = suite == "aes-256-gmac"
         name = "chacha" if suite == "chacha20-poly1305" else "gcm"
+        self.code = 0 if name == "chacha" else 1  # the kernels' suite code
         self._seal = getattr(lib, f"sc_host_{name}_seal")
         self._open = getattr(lib, f"sc_host_{name}_open")
         self._open.restype = ctypes.c_int
         self._gmac = lib.sc_host_gmac
+        self._hop = lib.sc_host_fused_hop
+        self._hop.restype = ctypes.c_int
 
     @staticmethod
     def _p(a, off=0):
@@ -94,6 +97,23 @@ class BatchAEAD:
                 rc = self._open(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(frames, fo), ctypes.c_size_t(n),
                                 self._p(frames, fo + n), self._p(out, oo))
                 ok[j] = rc == 0
+        return ok
+
+
+    def fused_hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out,
+                  nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None):
+        code = {"float32": 0, "float16": 1, "bfloat16": 2}[dtype]
+        suite = self.code
+        ok = np.zeros(lens.size, np.int32)
+        hop = self._hop
+        for j in range(lens.size):
+            n = int(lens[j])
+            rc = hop(suite, self._p(keys_in[j]), self._p(nonces_in[j]), self._p(aads_in[j]),
+                     self._p(frames_in, in_offs[j]), ctypes.c_longlong(n), self._p(own, own_offs[j]), code,
+                     self._p(keys_out[j]), self._p(nonces_out[j]), self._p(aads_out[j]),
+                     ctypes.c_size_t(aads_in.shape[1]), self._p(frames_out, out_offs[j]),
+                     None if acc is None else self._p(acc, out_offs[j]))
+            ok[j] = rc == 0
         return ok
 
 

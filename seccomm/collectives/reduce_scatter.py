@@ -21,6 +21,9 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
     if p == 1:
         np.copyto(dest, send[: dest.size])
         return
+    fused = getattr(run, "ring_rs_fused", None)  # the device engine's fused open-add-seal hop
+    if fused is not None and fused(send, dest, ufunc, blocks):
+        return
     nxt, prv = (r + 1) % p, (r - 1) % p
     send_u8 = as_bytes(send)
     accs = [run.ws.get(f"acc{i}", blocks.max * isz)[: blocks.max * isz] for i in (0, 1)]

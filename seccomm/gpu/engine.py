@@ -155,6 +155,8 @@ class DeviceOpRun(OpRun):
         """Seal ``data_views`` into ``slots`` or open ``slots`` into ``data_views``: one launch.
         Returns the per-chunk ``ok`` flags (host int array) for an open."""
         be, n = self.backend, len(slots)
+        if n == 0:  # an empty block: nothing to seal or open
+            return np.ones(0, np.int32)
         frames, fr_offs, lens, nonces, aads = self.ws.batch(wsname, slots)
         if key is None:  # clear frames: the body is the payload
             for s, v in zip(slots, data_views):
@@ -209,6 +211,74 @@ class DeviceOpRun(OpRun):
             raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
                                       step=None if group else step, chunk=j, chunks=len(slots),
                                       epoch=self.ctx.epoch, suite=suite.name)
+
+    # -- ring reduce-scatter with the fused hop ----------------------------------------------
+    def ring_rs_fused(self, send, dest, ufunc, blocks) -> bool:
+        """Ring reduce-scatter where every hop but the last runs the fused kernel: open the
+        incoming chunk, add this rank's chunk, seal the sum for the next rank, in one pass over
+        memory; the sum itself is never written out.  Same frames as the unfused ring (the same
+        steps, chunks, nonces and AAD).  Returns False (nothing done) where it does not apply:
+        not a sum, not float32/float16/bfloat16, GMAC or no encryption, or fewer than 3 ranks."""
+        sc, p, r, isz, ce = self.sc, self.size, self.rank, self.itemsize, self.chunk_elems
+        dname = str(send.dtype)
+        if (ufunc is not np.add or p < 3 or sc.encrypt != "all"
+                or sc.suite.name not in ("aes-256-gcm", "chacha20-poly1305")
+                or dname not in ("float32", "float16", "bfloat16")):
+            return False
+        from ..collectives.common import chunk_views
+        from ..dtypes import as_bytes
+
+        t, be, nxt, prv = self.t, self.backend, (r + 1) % p, (r - 1) % p
+        send_u8 = as_bytes(send)
+        aead = be.aead(sc.suite.name)
+        frames_next = None
+        for s in range(p - 1):
+            sb, rb = (r - 1 - s) % p, (r - 2 - s) % p
+            if s == 0:
+                frames = self.sealed_frames(Send(nxt, 0, pieces=blocks.views(send_u8, sb, ce, isz)[0])) \
+                    if blocks.counts[sb] else []
+            else:
+                frames = frames_next
+            elems = blocks.views(send_u8, rb, ce, isz)[1]
+            inws = f"fin{s % 2}"
+            slots = self.ws.slots(inws, [e * isz for e in elems])
+            rreqs = [t.irecv(sl.frame, prv) for sl in slots]
+            sreqs = [t.isend(f, nxt) for f in frames]
+            self.pending += rreqs + sreqs
+            for j, req in enumerate(rreqs):
+                self._check_len(t.wait_recv(req, self.timeout, prv, self.what), slots[j], j, len(slots), prv)
+            own = blocks.views(send_u8, rb, ce, isz)[0]
+            if s == p - 2:  # last hop: open into this rank's block, add its own share
+                outs = chunk_views(as_bytes(dest), 0, dest.size, ce, isz)[0]
+                self._open_into(inws, slots, False, prv, prv, s, elems, outs)
+                for j, o in enumerate(outs):
+                    ufunc(own[j].view(send.dtype), o.view(send.dtype), out=o.view(send.dtype))
+            elif slots:
+                outws = f"fout{s % 2}"
+                oslots = self.ws.slots(outws, [e * isz for e in elems])
+                suite = sc.suite
+                self._fill_all(slots, suite, False, s, prv, r, elems)
+                self._fill_all(oslots, suite, False, s + 1, r, nxt, elems)
+                fin, in_offs, lens, n_in, a_in = self.ws.batch(inws, slots)
+                fout, out_offs, _, n_out, a_out = self.ws.batch(outws, oslots)
+                span, own_offs = be.span(own)
+                n = len(slots)
+                k_in = be.asarray(np.tile(np.frombuffer(sc._keys.direction_key(self.ctx.epoch, prv, r), np.uint8), (n, 1)))
+                k_out = be.asarray(np.tile(np.frombuffer(sc._keys.direction_key(self.ctx.epoch, r, nxt), np.uint8), (n, 1)))
+                d = [be.asarray(np.ascontiguousarray(a)) for a in (n_in, a_in, in_offs, own_offs, n_out, a_out,
+                                                                   out_offs, lens)]
+                ok = aead.fused_hop(k_in, d[0], d[1], fin, d[2], span, d[3], k_out, d[4], d[5], fout, d[6],
+                                    d[7], dname)
+                ok = be.to_host(ok) if be.xp is not np else ok
+                bad = np.flatnonzero(np.asarray(ok) == 0)
+                if bad.size:
+                    raise AuthenticationError(peer=prv, op=self.op, seq=self.ctx.seq, step=s, chunk=int(bad[0]),
+                                              chunks=n, epoch=self.ctx.epoch, suite=suite.name)
+                frames_next = [o.frame for o in oslots]
+            else:
+                frames_next = []
+            t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.what)
+        return True
 
     def swap(self, peer, step, piece, elems, out, consume):
         self.exchange(Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume))
