@@ -456,6 +456,21 @@ def device_engine(comm, rec):
                         check_allgather(comm, sc, rec, dname, n)
                         check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
             sc.close()
+    # in place (the fused ring's last hop must not read this rank's share after overwriting it)
+    for dname in ("float32", "float16"):
+        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, algorithm="ring", chunk_bytes=1000, device_backend=mine)
+        x = make_data(comm, dname, 5003)
+        ref, tol = ref_reduce(comm, x, "sum")
+        sc.allreduce(x, x)
+        rec(f"device engine in-place ring allreduce {dname}", close(x, ref, tol) and identical_on_all(comm, x))
+        sc.close()
+    # calls with more chunks than before on one SecureComm (the header rows grow): every frame
+    # keeps a fresh nonce and still opens on the CPU-engine ranks
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, algorithm="recursive_doubling", chunk_bytes=1010,
+                    device_backend=mine)
+    for dname, n in (("uint8", 3030), ("float64", 126), ("float64", 379), ("float64", 126)):
+        check_allreduce(comm, sc, rec, dname, n, tag=" device-engine growing rows")
+    sc.close()
     # a frame from the last rank to rank 0 (a device-engine rank) tampered on the wire
     wrap = (lambda t: TamperTransport(t, lambda i, peer, nb: 3 if (i == 0 and peer == 0) else None)) \
         if comm.rank == comm.size - 1 else None

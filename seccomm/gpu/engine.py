@@ -118,6 +118,9 @@ class DeviceWorkspace:
         rows = self._rows.get(name)
         if rows is None or rows.shape[0] < len(body_sizes):
             rows = self._rows[name] = np.zeros((max(len(body_sizes), 1), _ROW), np.uint8)
+            # cached layouts of this buffer write into the old rows: drop them (else a nonce of
+            # an earlier call would be read back and reused)
+            self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}
         out, off = [], 0
         for j, (b, sz) in enumerate(zip(body_sizes, sizes)):
             out.append(_DSlot(buf[off:off + b + TAG_BYTES], Slot(memoryview(rows[j]), AAD_BYTES, 0), off, b))
@@ -248,11 +251,14 @@ class DeviceOpRun(OpRun):
             for j, req in enumerate(rreqs):
                 self._check_len(t.wait_recv(req, self.timeout, prv, self.what), slots[j], j, len(slots), prv)
             own = blocks.views(send_u8, rb, ce, isz)[0]
-            if s == p - 2:  # last hop: open into this rank's block, add its own share
+            if s == p - 2:  # last hop: open into scratch, add this rank's share into its block
+                nb = dest.size * isz  # (scratch: in place, this rank's block of send IS dest)
+                theirs = chunk_views(self.ws.get("flast", nb)[:nb], 0, dest.size, ce, isz)[0]
+                self._open_into(inws, slots, False, prv, prv, s, elems, theirs)
                 outs = chunk_views(as_bytes(dest), 0, dest.size, ce, isz)[0]
-                self._open_into(inws, slots, False, prv, prv, s, elems, outs)
+                dt = send.dtype
                 for j, o in enumerate(outs):
-                    ufunc(own[j].view(send.dtype), o.view(send.dtype), out=o.view(send.dtype))
+                    ufunc(own[j].view(dt), theirs[j].view(dt), out=o.view(dt))
             elif slots:
                 outws = f"fout{s % 2}"
                 oslots = self.ws.slots(outws, [e * isz for e in elems])
