@@ -11,7 +11,6 @@ DDP's built-in hook:
 """
 
 import sys
-import time
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from seccomm.launch import rank_and_size
 from seccomm.torch import SecureHookState, secure_allreduce_hook
-from seccomm.torch.train import digits, model
+from seccomm.torch.train import digits, model, timed_step
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 rank, world = rank_and_size()
@@ -45,13 +44,7 @@ for step in range(steps):
     lo = step * 32 % (len(ytr) - 32)
     xb, yb = xtr[lo:lo + 32], ytr[lo:lo + 32]
     for k in (list(models) if step % 2 == 0 else list(models)[::-1]):
-        ddp, opt = models[k]
-        dist.barrier()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss_fn(ddp(xb), yb).backward()
-        opt.step()
-        times[k].append(time.perf_counter() - t0)
+        times[k].append(timed_step(*models[k], loss_fn, xb, yb))
 if rank == 0:
     base = np.median(times["default"][20:])
     print(f"# {world} ranks, {steps} steps (first 20 dropped), median step time")

@@ -290,16 +290,10 @@ class DeviceOpRun(OpRun):
         self.exchange(Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume))
 
     def relay(self, parent, children, pieces_or_outs, elems, origin):
+        if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames
+            return super().relay(parent, children, pieces_or_outs, elems, origin)
         t, timeout, what = self.t, self.timeout, self.what
         sreqs, peers = [], []
-        if parent is None:
-            for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin, pieces=pieces_or_outs)):
-                for c in children:
-                    sreqs.append(t.isend(f, c))
-                    peers.append(c)
-            self.pending += sreqs
-            t.wait_sends(sreqs, timeout, peers, what)
-            return
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
         self.pending += rreqs

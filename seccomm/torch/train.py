@@ -68,6 +68,16 @@ def main_train(args) -> int:
     return 0
 
 
+def timed_step(ddp, opt, loss_fn, xb, yb) -> float:
+    """One training step after a barrier (all ranks start together); its wall time in seconds."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    loss_fn(ddp(xb), yb).backward()
+    opt.step()
+    return time.perf_counter() - t0
+
+
 def train(args, rank: int, world: int) -> dict:
     xtr, ytr, xte, yte = digits()
     models = {}
@@ -87,13 +97,7 @@ def train(args, rank: int, world: int) -> dict:
         idx = torch.from_numpy(order[lo + rank * args.batch: lo + (rank + 1) * args.batch])
         xb, yb = xtr[idx], ytr[idx]
         for k in (("default", "secure") if step % 2 == 0 else ("secure", "default")):
-            ddp, opt = models[k]
-            dist.barrier()
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss_fn(ddp(xb), yb).backward()
-            opt.step()
-            times[k][step] = time.perf_counter() - t0
+            times[k][step] = timed_step(*models[k], loss_fn, xb, yb)
     out = {"world_size": world, "steps": args.steps, "suite": args.suite,
            "bucket_cap_mb": args.bucket_cap_mb, "batch_per_rank": args.batch, "variants": {}}
     for k, (ddp, _) in models.items():
