@@ -11,12 +11,11 @@
 #ifndef SECCOMM_CRYPTO_CUH
 #define SECCOMM_CRYPTO_CUH
 
-#if defined(__CUDACC_RTC__)  // NVRTC (cupy.RawModule): no libc headers
+#if defined(__CUDACC_RTC__)  // NVRTC (cupy.RawModule): no libc headers; size_t is built in
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
-typedef unsigned long long size_t;
 #elif defined(__CUDACC__)
 #include <stdint.h>
 #include <stddef.h>

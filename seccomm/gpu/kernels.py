@@ -33,11 +33,19 @@ def get_module(device: int | None = None):
     dev = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
     mod = _MODULES.get(dev.id)
     if mod is None:
-        # The header is pasted into the source: CuPy's kernel cache keys on the source text,
-        # so an edit of sc_crypto.cuh must change it (an -I include would reuse a stale cubin).
-        header = (KERNELS_DIR / "sc_crypto.cuh").read_text()
-        src = (KERNELS_DIR / "aead.cu").read_text().replace('#include "sc_crypto.cuh"', header, 1)
         with dev:
-            mod = cupy.RawModule(code=src, options=("--std=c++17",))
+            mod = cupy.RawModule(code=module_source(), options=NVRTC_OPTIONS)
         _MODULES[dev.id] = mod
     return mod
+
+
+#: NVRTC options of the module (CuPy adds the device's -arch)
+NVRTC_OPTIONS = ("--std=c++17",)
+
+
+def module_source() -> str:
+    """kernels/aead.cu with kernels/sc_crypto.cuh pasted in place of its #include: what NVRTC
+    compiles.  Pasted because CuPy's kernel cache keys on the source text, so an edit of the
+    header must change it (an -I include would reuse a stale cubin)."""
+    header = (KERNELS_DIR / "sc_crypto.cuh").read_text()
+    return (KERNELS_DIR / "aead.cu").read_text().replace('#include "sc_crypto.cuh"', header, 1)
