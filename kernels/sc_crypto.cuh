@@ -56,9 +56,9 @@ SC_HD uint32_t sc_rotl(uint32_t v, int c) { return (v << c) | (v >> (32 - c)); }
     a += b; d ^= a; d = sc_rotl(d, 8);                      \
     c += d; b ^= c; b = sc_rotl(b, 7);
 
-// One 64-byte keystream block for (key, counter, nonce).
-SC_HD void sc_chacha20_block(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],
-                             uint8_t out[64]) {
+// One keystream block for (key, counter, nonce) as 16 little-endian words.
+SC_HD void sc_chacha20_words(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],
+                             uint32_t out[16]) {
     uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u,
                       key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
                       counter, nonce[0], nonce[1], nonce[2]};
@@ -70,7 +70,15 @@ SC_HD void sc_chacha20_block(const uint32_t key[8], uint32_t counter, const uint
         SC_QR(x[0], x[5], x[10], x[15]) SC_QR(x[1], x[6], x[11], x[12])
         SC_QR(x[2], x[7], x[8], x[13]) SC_QR(x[3], x[4], x[9], x[14])
     }
-    for (int i = 0; i < 16; i++) sc_st_le32(out + 4 * i, x[i] + s[i]);
+    for (int i = 0; i < 16; i++) out[i] = x[i] + s[i];
+}
+
+// One 64-byte keystream block for (key, counter, nonce).
+SC_HD void sc_chacha20_block(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3],
+                             uint8_t out[64]) {
+    uint32_t w[16];
+    sc_chacha20_words(key, counter, nonce, w);
+    for (int i = 0; i < 16; i++) sc_st_le32(out + 4 * i, w[i]);
 }
 
 // XOR `len` bytes of keystream starting at block `counter` into out (in may equal out).
@@ -389,6 +397,189 @@ SC_HD int sc_aes256gcm_open(const uint8_t key[32], const uint8_t iv[12], const u
     if (sc_tag_diff(want, tag)) return -1;
     sc_gcm_ctr(rk, iv, ct, pt, len);
     return 0;
+}
+
+// ---------------------------------------------------------------- multi-lane MAC arithmetic
+// Both MACs evaluate a polynomial, h = sum_i m_i k^(N-i+1) (Horner: h = (h + m_i) k), with
+// k = r mod 2^130-5 (Poly1305) or k = H in GF(2^128) (GHASH).  The kernels split a chunk into
+// lanes, evaluate each lane with Horner and combine lanes with powers of k; these are the field
+// operations they need, checked here against the sequential code (tests/test_gpu_core.py).
+
+// Poly1305 field element: five 26-bit limbs (limb 1 may exceed 2^26 slightly after a multiply).
+typedef struct { uint32_t v[5]; } sc_p130;
+
+SC_HD sc_p130 sc_p130_zero(void) { sc_p130 z = {{0, 0, 0, 0, 0}}; return z; }
+
+// One 16-byte block with the appended 1 bit (RFC 8439 §2.5.1; AEAD blocks are always full).
+SC_HD sc_p130 sc_p130_block(const uint8_t m[16]) {
+    sc_p130 a;
+    a.v[0] = (sc_le32(m + 0)) & 0x3ffffff;
+    a.v[1] = (sc_le32(m + 3) >> 2) & 0x3ffffff;
+    a.v[2] = (sc_le32(m + 6) >> 4) & 0x3ffffff;
+    a.v[3] = (sc_le32(m + 9) >> 6) & 0x3ffffff;
+    a.v[4] = (sc_le32(m + 12) >> 8) | (1u << 24);
+    return a;
+}
+
+// The clamped r of a Poly1305 key (first 16 bytes), as a field element.
+SC_HD sc_p130 sc_p130_r(const uint8_t key[16]) {
+    sc_p130 r;
+    r.v[0] = (sc_le32(key + 0)) & 0x3ffffff;
+    r.v[1] = (sc_le32(key + 3) >> 2) & 0x3ffff03;
+    r.v[2] = (sc_le32(key + 6) >> 4) & 0x3ffc0ff;
+    r.v[3] = (sc_le32(key + 9) >> 6) & 0x3f03fff;
+    r.v[4] = (sc_le32(key + 12) >> 8) & 0x00fffff;
+    return r;
+}
+
+// a + b with one carry pass: limbs back under 2^26 (limb 1 under 2^26 + 2^6).
+SC_HD sc_p130 sc_p130_add(sc_p130 a, sc_p130 b) {
+    uint32_t h0 = a.v[0] + b.v[0], h1 = a.v[1] + b.v[1], h2 = a.v[2] + b.v[2];
+    uint32_t h3 = a.v[3] + b.v[3], h4 = a.v[4] + b.v[4], c;
+    c = h0 >> 26; h0 &= 0x3ffffff; h1 += c;
+    c = h1 >> 26; h1 &= 0x3ffffff; h2 += c;
+    c = h2 >> 26; h2 &= 0x3ffffff; h3 += c;
+    c = h3 >> 26; h3 &= 0x3ffffff; h4 += c;
+    c = h4 >> 26; h4 &= 0x3ffffff; h0 += c * 5;
+    c = h0 >> 26; h0 &= 0x3ffffff; h1 += c;
+    sc_p130 r = {{h0, h1, h2, h3, h4}};
+    return r;
+}
+
+// a * b mod 2^130-5 (poly1305-donna's multiply with any b, not only a clamped r: limbs below
+// 2^27 keep every 64-bit column sum below 2^61).
+SC_HD sc_p130 sc_p130_mul(sc_p130 a, sc_p130 b) {
+    const uint32_t r0 = b.v[0], r1 = b.v[1], r2 = b.v[2], r3 = b.v[3], r4 = b.v[4];
+    const uint32_t s1 = r1 * 5, s2 = r2 * 5, s3 = r3 * 5, s4 = r4 * 5;
+    const uint32_t h0 = a.v[0], h1 = a.v[1], h2 = a.v[2], h3 = a.v[3], h4 = a.v[4];
+    uint64_t d0 = (uint64_t)h0 * r0 + (uint64_t)h1 * s4 + (uint64_t)h2 * s3 + (uint64_t)h3 * s2 + (uint64_t)h4 * s1;
+    uint64_t d1 = (uint64_t)h0 * r1 + (uint64_t)h1 * r0 + (uint64_t)h2 * s4 + (uint64_t)h3 * s3 + (uint64_t)h4 * s2;
+    uint64_t d2 = (uint64_t)h0 * r2 + (uint64_t)h1 * r1 + (uint64_t)h2 * r0 + (uint64_t)h3 * s4 + (uint64_t)h4 * s3;
+    uint64_t d3 = (uint64_t)h0 * r3 + (uint64_t)h1 * r2 + (uint64_t)h2 * r1 + (uint64_t)h3 * r0 + (uint64_t)h4 * s4;
+    uint64_t d4 = (uint64_t)h0 * r4 + (uint64_t)h1 * r3 + (uint64_t)h2 * r2 + (uint64_t)h3 * r1 + (uint64_t)h4 * r0;
+    uint32_t c, o0, o1, o2, o3, o4;
+    c = (uint32_t)(d0 >> 26); o0 = (uint32_t)d0 & 0x3ffffff; d1 += c;
+    c = (uint32_t)(d1 >> 26); o1 = (uint32_t)d1 & 0x3ffffff; d2 += c;
+    c = (uint32_t)(d2 >> 26); o2 = (uint32_t)d2 & 0x3ffffff; d3 += c;
+    c = (uint32_t)(d3 >> 26); o3 = (uint32_t)d3 & 0x3ffffff; d4 += c;
+    c = (uint32_t)(d4 >> 26); o4 = (uint32_t)d4 & 0x3ffffff; o0 += c * 5;
+    c = o0 >> 26; o0 &= 0x3ffffff; o1 += c;
+    sc_p130 r = {{o0, o1, o2, o3, o4}};
+    return r;
+}
+
+// x^e (e >= 1) by square-and-multiply.
+SC_HD sc_p130 sc_p130_pow(sc_p130 x, unsigned long long e) {
+    sc_p130 r = x;
+    int top = 63;
+    while (top > 0 && !((e >> top) & 1)) top--;
+    for (int i = top - 1; i >= 0; i--) {
+        r = sc_p130_mul(r, r);
+        if ((e >> i) & 1) r = sc_p130_mul(r, x);
+    }
+    return r;
+}
+
+// The 16-byte Poly1305 tag of accumulator h and pad s (key bytes 16..31).
+SC_HD void sc_p130_tag(sc_p130 h, const uint8_t s[16], uint8_t tag[16]) {
+    sc_poly1305 st;
+    for (int i = 0; i < 5; i++) { st.r[i] = 0; st.h[i] = h.v[i]; }
+    for (int i = 0; i < 4; i++) st.pad[i] = sc_le32(s + 4 * i);
+    sc_poly1305_finish(&st, tag);
+}
+
+// GF(2^128) with 4-bit tables (Shoup's method; the table layout and reduction constants of
+// OpenSSL's gcm_init_4bit/gcm_gmult_4bit): m[i] = i * X for the 4-bit polynomial i, bit 3 = x^0.
+SC_HD void sc_gf_table(sc_u128 x, sc_u128 m[16]) {
+    sc_u128 v = x;
+    m[0].hi = 0; m[0].lo = 0;
+    m[8] = v;
+    for (int i = 4; i >= 1; i >>= 1) {  // v *= x: shift right one bit, reduce by 0xe1 || 0^120
+        uint64_t t = 0xe100000000000000ull & (0 - (v.lo & 1));
+        v.lo = (v.lo >> 1) | (v.hi << 63);
+        v.hi = (v.hi >> 1) ^ t;
+        m[i] = v;
+    }
+    for (int i = 2; i <= 8; i <<= 1)
+        for (int j = 1; j < i; j++) { m[i + j].hi = m[i].hi ^ m[j].hi; m[i + j].lo = m[i].lo ^ m[j].lo; }
+}
+
+// y * X where m is the table of X (sc_gf_table): 32 four-bit steps from the last byte of y.
+SC_HD sc_u128 sc_gf_mul_tab(sc_u128 y, const sc_u128 m[16]) {
+    const uint16_t rem4[16] = {0x0000, 0x1C20, 0x3840, 0x2460, 0x7080, 0x6CA0, 0x48C0, 0x54E0,
+                               0xE100, 0xFD20, 0xD940, 0xC560, 0x9180, 0x8DA0, 0xA9C0, 0xB5E0};
+    sc_u128 z = {0, 0};
+    for (int i = 15; i >= 0; i--) {
+        uint32_t byte = (uint32_t)((i < 8 ? y.hi >> (56 - 8 * i) : y.lo >> (56 - 8 * (i - 8))) & 0xff);
+        for (int half = 0; half < 2; half++) {
+            uint32_t nib = half ? byte >> 4 : byte & 0xf;
+            if (i != 15 || half) {  // shift z right 4 bits, folding the bits shifted out
+                uint32_t rem = (uint32_t)(z.lo & 0xf);
+                z.lo = (z.hi << 60) | (z.lo >> 4);
+                z.hi = (z.hi >> 4) ^ ((uint64_t)rem4[rem] << 48);
+            }
+            z.hi ^= m[nib].hi; z.lo ^= m[nib].lo;
+        }
+    }
+    return z;
+}
+
+// x^e (e >= 1) in GF(2^128), square-and-multiply with the bitwise multiply.
+SC_HD sc_u128 sc_gf_pow(sc_u128 x, unsigned long long e) {
+    sc_u128 r = x;
+    int top = 63;
+    while (top > 0 && !((e >> top) & 1)) top--;
+    for (int i = top - 1; i >= 0; i--) {
+        r = sc_gf_mul(r, r);
+        if ((e >> i) & 1) r = sc_gf_mul(r, x);
+    }
+    return r;
+}
+
+// ---------------------------------------------------------------- AES-256 with 32-bit T-tables
+// te[0][x] = (2S[x], S[x], S[x], 3S[x]) as a big-endian word, te[1..3] its rotations right by
+// 8, 16, 24 bits (FIPS 197 §5.1 rounds as table lookups, the layout of the classic
+// rijndael-alg-fst.c).  The kernels keep the tables in shared memory.
+SC_HD uint32_t sc_ror32(uint32_t v, int c) { return (v >> c) | (v << (32 - c)); }
+
+SC_HD void sc_aes_te_entry(int x, uint32_t *t0, uint32_t *t1, uint32_t *t2, uint32_t *t3) {
+    uint32_t s = SC_SBOX[x], s2 = sc_xtime((uint8_t)s), s3 = s2 ^ s;
+    uint32_t w = (s2 << 24) | (s << 16) | (s << 8) | s3;
+    *t0 = w; *t1 = sc_ror32(w, 8); *t2 = sc_ror32(w, 16); *t3 = sc_ror32(w, 24);
+}
+
+SC_HD uint32_t sc_be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+SC_HD void sc_st_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+// Round keys as 60 big-endian words (from sc_aes256_expand's bytes).
+SC_HD void sc_aes256_rk32(const uint8_t key[32], uint32_t rk32[60]) {
+    uint8_t rk[240];
+    sc_aes256_expand(key, rk);
+    for (int i = 0; i < 60; i++) rk32[i] = sc_be32(rk + 4 * i);
+}
+
+// Encrypt the block (w0, w1, w2, w3) (big-endian words) with tables te and round keys rk32.
+SC_HD void sc_aes256_tt(const uint32_t *te0, const uint32_t *te1, const uint32_t *te2,
+                        const uint32_t *te3, const uint32_t *rk, const uint32_t in[4], uint32_t out[4]) {
+    uint32_t s0 = in[0] ^ rk[0], s1 = in[1] ^ rk[1], s2 = in[2] ^ rk[2], s3 = in[3] ^ rk[3];
+    for (int r = 1; r < 14; r++) {
+        uint32_t t0 = te0[s0 >> 24] ^ te1[(s1 >> 16) & 0xff] ^ te2[(s2 >> 8) & 0xff] ^ te3[s3 & 0xff] ^ rk[4 * r];
+        uint32_t t1 = te0[s1 >> 24] ^ te1[(s2 >> 16) & 0xff] ^ te2[(s3 >> 8) & 0xff] ^ te3[s0 & 0xff] ^ rk[4 * r + 1];
+        uint32_t t2 = te0[s2 >> 24] ^ te1[(s3 >> 16) & 0xff] ^ te2[(s0 >> 8) & 0xff] ^ te3[s1 & 0xff] ^ rk[4 * r + 2];
+        uint32_t t3 = te0[s3 >> 24] ^ te1[(s0 >> 16) & 0xff] ^ te2[(s1 >> 8) & 0xff] ^ te3[s2 & 0xff] ^ rk[4 * r + 3];
+        s0 = t0; s1 = t1; s2 = t2; s3 = t3;
+    }
+    // last round: SubBytes + ShiftRows only; S[x] is byte 1 of te0[x]
+#define SC_SB(x) ((te0[(x)] >> 8) & 0xff)
+    out[0] = (SC_SB(s0 >> 24) << 24 | SC_SB((s1 >> 16) & 0xff) << 16 | SC_SB((s2 >> 8) & 0xff) << 8 | SC_SB(s3 & 0xff)) ^ rk[56];
+    out[1] = (SC_SB(s1 >> 24) << 24 | SC_SB((s2 >> 16) & 0xff) << 16 | SC_SB((s3 >> 8) & 0xff) << 8 | SC_SB(s0 & 0xff)) ^ rk[57];
+    out[2] = (SC_SB(s2 >> 24) << 24 | SC_SB((s3 >> 16) & 0xff) << 16 | SC_SB((s0 >> 8) & 0xff) << 8 | SC_SB(s1 & 0xff)) ^ rk[58];
+    out[3] = (SC_SB(s3 >> 24) << 24 | SC_SB((s0 >> 16) & 0xff) << 16 | SC_SB((s1 >> 8) & 0xff) << 8 | SC_SB(s2 & 0xff)) ^ rk[59];
+#undef SC_SB
 }
 
 // ---------------------------------------------------------------- element types of the fused hop

@@ -150,6 +150,40 @@ def test_fused_hop_matches_cpu_path(lib, suite, ref_cls, dtype, code):
         assert rc == -1 and set(out2.raw) == {0x5a} and set(acc2.raw) == {0x5a}
 
 
+def test_multi_lane_field_pieces(lib):
+    """The pieces of the kernels' multi-lane MACs and T-table AES: Poly1305 products and powers
+    against Python integers mod 2^130 - 5 (with unclamped operands, as the lane powers are),
+    the 4-bit-table GF(2^128) multiply against the bitwise one, powers against repeated products,
+    and T-table AES-256 against `cryptography`."""
+    import ctypes
+
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    p = (1 << 130) - 5
+    rng = __import__("random").Random(5)
+    for _ in range(300):
+        a, b, key, x, y = (rng.randbytes(n) for n in (16, 16, 32, 16, 16))
+        s = int.from_bytes(key[16:], "little")
+        out, out2 = ctypes.create_string_buffer(16), ctypes.create_string_buffer(16)
+        lib.sc_host_p130_mul(a, b, key, out)
+        prod = (int.from_bytes(a, "little") + (1 << 128)) * (int.from_bytes(b, "little") + (1 << 128)) % p
+        assert out.raw == ((prod + s) % (1 << 128)).to_bytes(16, "little")
+        e = rng.randrange(1, 1 << 20)
+        lib.sc_host_p130_pow_tag(key, ctypes.c_ulonglong(e), out)
+        r = int.from_bytes(key[:16], "little") & 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
+        assert out.raw == ((pow(r, e, p) + s) % (1 << 128)).to_bytes(16, "little"), e
+        lib.sc_host_gf(x, y, out, out2)
+        assert out.raw == out2.raw
+        acc = x
+        for _ in range(4):
+            lib.sc_host_gf(x, acc, out, out2)
+            acc = out.raw
+        lib.sc_host_gf_pow(x, ctypes.c_ulonglong(5), out2)
+        assert out2.raw == acc
+        lib.sc_host_aes_tt(key, x, out)
+        assert out.raw == Cipher(algorithms.AES(key), modes.ECB()).encryptor().update(x)
+
+
 def _libnvrtc():
     """libnvrtc from the nvidia-cuda-nvrtc wheel (the test extra), or None."""
     import ctypes
