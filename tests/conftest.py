@@ -16,9 +16,9 @@ WORKER = Path(__file__).with_name("mpi_worker.py")
 PLAN = {
     1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
     2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch", "wire", "device_engine"],
+        "call_mismatch", "wire", "device_engine", "device_kernels"],
     3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch", "wire", "soak", "device_engine"],
+        "call_mismatch", "wire", "soak", "device_engine", "device_kernels"],
     4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy", "device_engine"],
     5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
 }

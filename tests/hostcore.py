@@ -112,7 +112,7 @@ class BatchAEAD:
                      self._p(frames_in, in_offs[j]), ctypes.c_longlong(n), self._p(own, own_offs[j]), code,
                      self._p(keys_out[j]), self._p(nonces_out[j]), self._p(aads_out[j]),
                      ctypes.c_size_t(aads_in.shape[1]), self._p(frames_out, out_offs[j]),
-                     None if acc is None else self._p(acc, out_offs[j]))
+                     None if acc is None else self._p(acc, own_offs[j]))
             ok[j] = rc == 0
         return ok
 

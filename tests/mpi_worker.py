@@ -488,6 +488,57 @@ def device_engine(comm, rec):
     sc.close()
 
 
+@scenario
+def device_kernels(comm, rec):
+    """the device engine driving the GPU kernels themselves (kernels/aead.cu through GPUAEAD, run
+    on the CPU by tests/cuda_emu.h) on even ranks, the CPU engine on odd ranks: the frames of the
+    real kernels interoperate in every collective, the fused ring hop included, and a tampered
+    frame is caught on a kernel rank.  A reduced matrix: the emulator runs one OS thread per CUDA
+    thread."""
+    import tempfile
+    from pathlib import Path
+
+    import kernel_emu
+    from hostcore import HostBackend
+    from seccomm.gpu.aead import GPUAEAD
+
+    lib = None
+    if comm.rank % 2 == 0:
+        lib = kernel_emu.build(Path(tempfile.mkdtemp(prefix=f"sc-emu-{comm.rank}-")))
+
+    class KernelBackend(HostBackend):
+        def aead(self, suite):
+            if suite not in self._aeads:
+                self._aeads[suite] = GPUAEAD(suite, module=kernel_emu.EmulatedModule(lib))
+            return self._aeads[suite]
+
+    mine = KernelBackend(None) if lib is not None else None
+    for suite in SUITES:
+        sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=20000, device_backend=mine)
+        for dname, n in (("float32", 0), ("float32", 30011), ("float16", 4099), ("bfloat16", 4099),
+                         ("int64", 1001)):
+            check_allreduce(comm, sc, rec, dname, n, tag=" device kernels")
+            if comm.size == 2:  # from 3 ranks on, only the allreduce: its ring hops are the fused kernel
+                check_reduce_scatter(comm, sc, rec, dname, n)
+                check_allgather(comm, sc, rec, dname, n)
+                check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
+        sc.close()
+    wrap = (lambda t: TamperTransport(t, lambda i, peer, nb: 3 if (i == 0 and peer == 0) else None)) \
+        if comm.rank == comm.size - 1 else None
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, algorithm="ring", chunk_bytes=20000, timeout=30,
+                    device_backend=mine, wrap_transport=wrap)
+    x = np.ones(20000, np.float32)
+    y = np.full_like(x, 7.0)
+    try:
+        sc.allreduce(x, y)
+        rec("device kernels: tampered frame raised", comm.rank != 0)
+    except AuthenticationError as e:
+        rec("device kernels: tampered frame names its sender", comm.rank == 0 and e.peer == comm.size - 1)
+    except SecCommError:
+        rec("device kernels: others stop", comm.rank != 0)
+    sc.close()
+
+
 def main():
     out, names = sys.argv[1], sys.argv[2:]
     comm = MPI.COMM_WORLD

@@ -15,7 +15,7 @@ CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
 MIN_CASES = {"sweep": 560, "algorithms": 600, "uint8_sweep": 512, "rotation": 62,
              "nonce_unique": 1, "tamper": 8, "mismatch": 8, "policy": 4,
              "call_mismatch": 3, "wire": 4, "soak": 2000,
-             "device_engine": 400}
+             "device_engine": 400, "device_kernels": 20}
 
 
 @pytest.mark.mpi

@@ -1,11 +1,12 @@
 """Batched seal/open/fused-hop of many chunks per launch on CuPy arrays, with exactly the frames
 of the CPU suites (a chunk sealed here opens with ``cryptography`` and vice versa).
 
-Per batch of n chunks (CuPy arrays on one device): ``keys`` (n, 32) uint8, ``nonces`` (n, 12)
-uint8, ``aads`` (n, A) uint8 (the 89-byte AAD headers built by the host framing), byte buffers with
-int64 offset/length arrays.  Scalars go to kernels as numpy scalars of the kernel's exact types
-(CuPy passes Python ints as 64-bit).  Open returns ``ok`` (n,) int32; a chunk whose tag fails is
-not written at all.
+Per batch of n chunks (arrays on one device): ``keys`` (n, 32) uint8, ``nonces`` (n, 12) uint8,
+``aads`` (n, A) uint8 (the 89-byte AAD headers built by the host framing), byte buffers with
+int64 offset/length arrays (n,).  Scalars go to kernels as numpy scalars of the kernel's exact
+types (CuPy passes Python ints as 64-bit).  Open returns ``ok`` (n,) int32; a chunk whose tag
+fails is not written at all.  The kernels and their launch sequence are described in
+``kernels/aead.cu`` and ``docs/gpu.md``.
 """
 
 from __future__ import annotations
@@ -16,78 +17,105 @@ from .kernels import get_module
 
 SUITE_CODES = {"chacha20-poly1305": 0, "aes-256-gcm": 1, "aes-256-gmac": 1}
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
-_THREADS = 256
-
-
-def _grid(total: int) -> tuple[int]:
-    return (max(1, (total + _THREADS - 1) // _THREADS),)
+THREADS = 256                  # SC_T in kernels/aead.cu: threads per block, one 64-byte unit each
+SEGMENT_BYTES = 64 * THREADS   # SC_SEG: bytes of a chunk per block
+_PW_SLOTS = 10                 # SC_PW: per-chunk MAC powers from sc_mac_prep, 8 words each
+_SEAL, _OPEN, _MAC, _MAC_CONCAT, _HOP, _COPY = range(6)
+_NULL = np.uint64(0)           # a NULL device pointer argument
 
 
 class GPUAEAD:
-    """One suite on one device.  ``stream``: CuPy stream to launch on (default: current)."""
+    """One suite on one device.  ``stream``: CuPy stream to launch on (default: current).
+    ``module``: the compiled kernels (default: :func:`~seccomm.gpu.kernels.get_module`); anything
+    with ``get_function`` and an ``xp`` array module can stand in (tests run the kernel source on
+    the CPU this way)."""
 
-    def __init__(self, suite: str, device: int | None = None, stream=None):
+    def __init__(self, suite: str, device: int | None = None, stream=None, module=None):
         if suite not in SUITE_CODES:
             raise ValueError(f"no GPU kernels for suite {suite!r}; allowed: {', '.join(SUITE_CODES)}")
         self.suite, self.code, self.gmac = suite, SUITE_CODES[suite], suite == "aes-256-gmac"
-        self.mod = get_module(device)
+        self.mod = module if module is not None else get_module(device)
+        xp = getattr(self.mod, "xp", None)
+        if xp is None:
+            import cupy as xp
+        self.xp = xp
         self.stream = stream
-        block = 64 if self.code == 0 else 16
-        self._block = block
-        prefix = "sc_chacha" if self.code == 0 else "sc_gcm"
-        self._xor = self.mod.get_function(f"{prefix}_xor")
-        self._tag = self.mod.get_function("sc_chacha_tag" if self.code == 0 else "sc_gcm_tag_k")
-        self._hop = self.mod.get_function("sc_fused_hop_xor")
+        self._units = self.mod.get_function("sc_units_chacha" if self.code == 0 else "sc_units_gcm")
+        self._prep = self.mod.get_function("sc_mac_prep")
+        self._fin = self.mod.get_function("sc_mac_finish")
 
-    def _blocks(self, lens) -> int:
-        return int((int(lens.max()) + self._block - 1) // self._block) if lens.size else 0
+    # ---- launches ------------------------------------------------------------------------------
+    def _go(self, fn, blocks: int, args) -> None:
+        fn((max(1, blocks),), (THREADS,), args, stream=self.stream)
 
-    def _tag_args(self, keys, nonces, aads, frames, fr_offs, lens, tags_out, ok):
-        import cupy
+    def _segments(self, lens, extra: int = 0) -> int:
+        return max(1, -(-(int(lens.max()) + extra) // SEGMENT_BYTES))
 
-        n = np.int32(lens.size)
-        args = [keys, nonces, aads, np.int32(aads.shape[1]), np.int32(aads.shape[1]), frames, fr_offs,
-                lens, tags_out if tags_out is not None else cupy.empty(0, cupy.uint8),
-                ok if ok is not None else _null(), n]
-        if self.code == 1:
-            args.append(np.int32(self.gmac))
-        return tuple(args)
+    def _mac_setup(self, keys, nonces, n: int):
+        """sc_mac_prep: the per-chunk MAC key powers."""
+        pw = self.xp.empty(n * _PW_SLOTS * 8, self.xp.uint32)
+        self._go(self._prep, -(-n // THREADS), (np.int32(self.code), keys, nonces, pw, np.int32(n)))
+        return pw
 
+    def _scratch(self, n: int, segs: int):
+        return self.xp.empty(n * segs * 8, self.xp.uint32), self.xp.empty(n * 8, self.xp.uint32)
+
+    def _pass(self, mode, n, segs, keys, nonces, aads, src, src_offs, lens, pw, parts, tails, *,
+              out=_NULL, out_offs=_NULL, ok=_NULL, keys2=_NULL, nonces2=_NULL, own=_NULL,
+              own_offs=_NULL, acc=_NULL, dtype=0):
+        """sc_units_*: one block per (chunk, 16 KiB segment)."""
+        a = aads.shape[1] if aads is not _NULL else 0
+        self._go(self._units, n * segs,
+                 (np.int32(mode), keys, nonces, keys2, nonces2, aads, np.int32(a), np.int32(a), src, src_offs,
+                  own, own_offs, out, out_offs, acc, lens, ok, pw, parts, tails, np.int32(dtype), np.int32(n),
+                  np.int32(segs)))
+
+    def _finish(self, n, segs, aads, pw, parts, tails, lens, frames, fr_offs, ok=_NULL, gate=_NULL):
+        """sc_mac_finish: write tags (ok NULL) or set ok; chunks with gate[j] == 0 are skipped."""
+        a = aads.shape[1]
+        self._go(self._fin, -(-n // THREADS),
+                 (np.int32(self.code), np.int32(self.gmac), aads, np.int32(a), np.int32(a), pw, parts, tails,
+                  lens, frames, fr_offs, ok, gate, np.int32(n), np.int32(segs)))
+
+    # ---- API -----------------------------------------------------------------------------------
     def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs) -> None:
         """Write the frame (body || tag) of every chunk of ``src`` into ``frames``."""
         n = lens.size
         if n == 0:
             return
-        if self.gmac:  # payload in the clear: copy bodies, then GMAC over header || body
-            so, fo, ln = (_host(a) for a in (src_offs, fr_offs, lens))
-            for j in range(n):
-                frames[fo[j]:fo[j] + ln[j]] = src[so[j]:so[j] + ln[j]]
-        elif self._blocks(lens):  # no launch when every chunk is empty
-            mb = self._blocks(lens)
-            self._xor(_grid(n * mb), (_THREADS,), (keys, nonces, src, frames, src_offs, fr_offs, lens,
-                                                    _null(), np.int32(n), np.int64(mb)), stream=self.stream)
-        self._tag(_grid(n), (_THREADS,), self._tag_args(keys, nonces, aads, frames, fr_offs, lens,
-                                                        frames, None), stream=self.stream)
+        segs = self._segments(lens, aads.shape[1] if self.gmac else 0)
+        pw = self._mac_setup(keys, nonces, n)
+        parts, tails = self._scratch(n, segs)
+        if self.gmac:  # body in the clear; GMAC over header || body
+            self._pass(_COPY, n, segs, keys, nonces, aads, src, src_offs, lens, pw, parts, tails,
+                       out=frames, out_offs=fr_offs)
+            self._pass(_MAC_CONCAT, n, segs, keys, nonces, aads, src, src_offs, lens, pw, parts, tails)
+        else:
+            self._pass(_SEAL, n, segs, keys, nonces, aads, src, src_offs, lens, pw, parts, tails,
+                       out=frames, out_offs=fr_offs)
+        self._finish(n, segs, aads, pw, parts, tails, lens, frames, fr_offs)
 
     def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs):
         """Verify every frame; decrypt (or copy, for GMAC) only the verified ones into ``out``.
         Returns ``ok`` (n,) int32 on the device."""
-        import cupy
-
         n = lens.size
-        ok = cupy.zeros(n, cupy.int32)
+        ok = self.xp.zeros(n, self.xp.int32)
         if n == 0:
             return ok
-        self._tag(_grid(n), (_THREADS,), self._tag_args(keys, nonces, aads, frames, fr_offs, lens, None, ok),
-                  stream=self.stream)
-        if self.gmac:
-            fo, oo, ln = (_host(a) for a in (fr_offs, out_offs, lens))
-            for j in np.flatnonzero(cupy.asnumpy(ok)):
-                out[oo[j]:oo[j] + ln[j]] = frames[fo[j]:fo[j] + ln[j]]
-        elif self._blocks(lens):
-            mb = self._blocks(lens)
-            self._xor(_grid(n * mb), (_THREADS,), (keys, nonces, frames, out, fr_offs, out_offs, lens, ok,
-                                                    np.int32(n), np.int64(mb)), stream=self.stream)
+        ok = self._verify(keys, nonces, aads, frames, fr_offs, lens, ok)
+        segs = self._segments(lens)
+        self._pass(_COPY if self.gmac else _OPEN, n, segs, keys, nonces, aads, frames, fr_offs, lens, _NULL,
+                   _NULL, _NULL, out=out, out_offs=out_offs, ok=ok)
+        return ok
+
+    def _verify(self, keys, nonces, aads, frames, fr_offs, lens, ok):
+        n = lens.size
+        segs = self._segments(lens, aads.shape[1] if self.gmac else 0)
+        pw = self._mac_setup(keys, nonces, n)
+        parts, tails = self._scratch(n, segs)
+        self._pass(_MAC_CONCAT if self.gmac else _MAC, n, segs, keys, nonces, aads, frames, fr_offs, lens, pw,
+                   parts, tails)
+        self._finish(n, segs, aads, pw, parts, tails, lens, frames, fr_offs, ok=ok)
         return ok
 
     def fused_hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out,
@@ -95,34 +123,18 @@ class GPUAEAD:
         """Ring reduce-scatter hop: open ``frames_in``, add ``own``, seal into ``frames_out`` (and
         the plaintext sum into ``acc`` if given) in one pass; unverified chunks write nothing.
         Returns ``ok``.  ChaCha20-Poly1305 and AES-256-GCM (not GMAC)."""
-        import cupy
-
         if self.gmac:
             raise ValueError("the fused hop encrypts: use aes-256-gcm or chacha20-poly1305")
         n = lens.size
-        ok = cupy.zeros(n, cupy.int32)
+        ok = self.xp.zeros(n, self.xp.int32)
         if n == 0:
             return ok
-        self._tag(_grid(n), (_THREADS,), self._tag_args(keys_in, nonces_in, aads_in, frames_in, in_offs,
-                                                        lens, None, ok), stream=self.stream)
-        mb = self._blocks(lens)
-        if mb:
-            self._hop(_grid(n * mb), (_THREADS,),
-                      (np.int32(self.code), keys_in, nonces_in, keys_out, nonces_out, frames_in, in_offs,
-                       own, own_offs, frames_out, out_offs, acc if acc is not None else _null(), lens, ok,
-                       np.int32(DTYPE_CODES[dtype]), np.int32(n), np.int64(mb)),
-                      stream=self.stream)
-        self._tag(_grid(n), (_THREADS,), self._tag_args(keys_out, nonces_out, aads_out, frames_out, out_offs,
-                                                        lens, frames_out, None), stream=self.stream)
+        self._verify(keys_in, nonces_in, aads_in, frames_in, in_offs, lens, ok)
+        segs = self._segments(lens)
+        pw = self._mac_setup(keys_out, nonces_out, n)
+        parts, tails = self._scratch(n, segs)
+        self._pass(_HOP, n, segs, keys_in, nonces_in, aads_out, frames_in, in_offs, lens, pw, parts, tails,
+                   out=frames_out, out_offs=out_offs, ok=ok, keys2=keys_out, nonces2=nonces_out, own=own,
+                   own_offs=own_offs, acc=acc if acc is not None else _NULL, dtype=DTYPE_CODES[dtype])
+        self._finish(n, segs, aads_out, pw, parts, tails, lens, frames_out, out_offs, gate=ok)
         return ok
-
-
-def _host(a):
-    import cupy
-
-    return cupy.asnumpy(a).astype(np.int64)
-
-
-def _null():
-    """A NULL device pointer argument."""
-    return np.uint64(0)

@@ -1,0 +1,203 @@
+"""The GPU kernels themselves (kernels/aead.cu, every launch of seccomm.gpu.aead.GPUAEAD), run on
+the CPU by tests/cuda_emu.h: batch indexing, the multi-lane MAC (per-thread Horner, the shared-
+memory tree, the segment chain), vector and byte paths, and fail-closed gating, bit for bit
+against `cryptography`.  Every output buffer has guard bytes around and between its chunks, which
+must come back untouched."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+import kernel_emu
+from seccomm.dtypes import resolve_dtype
+from seccomm.gpu.aead import SEGMENT_BYTES, GPUAEAD
+
+SUITES = ["chacha20-poly1305", "aes-256-gcm", "aes-256-gmac"]
+SEG = SEGMENT_BYTES
+# Around the edges of a unit (64 B), of a segment (SEG) and of the tree (SEG - 64: a segment whose
+# last whole unit is its last thread), and a chunk of several segments with a partial last one.
+LENGTHS = [0, 1, 15, 16, 17, 63, 64, 65, 128, 1000, SEG - 64, SEG - 1, SEG, SEG + 1, SEG + 64,
+           2 * SEG + 64 * 5 + 7]
+POISON = 0x5A
+
+
+@pytest.fixture(scope="module")
+def mod(tmp_path_factory):
+    return kernel_emu.EmulatedModule(kernel_emu.build(tmp_path_factory.mktemp("emu")))
+
+
+def reference_seal(suite, key, nonce, aad, pt):
+    if suite == "chacha20-poly1305":
+        return ChaCha20Poly1305(key).encrypt(nonce, pt, aad)
+    if suite == "aes-256-gcm":
+        return AESGCM(key).encrypt(nonce, pt, aad)
+    return pt + AESGCM(key).encrypt(nonce, b"", aad + pt)  # GMAC: body in the clear
+
+
+def layout(sizes, gap, base=0):
+    """Offsets for chunks of `sizes` with `gap` guard bytes before each; total length."""
+    offs, pos = [], base
+    for s in sizes:
+        pos += gap
+        offs.append(pos)
+        pos += s
+    return np.array(offs, np.int64), pos + gap
+
+
+def batch(lens, rng):
+    n = len(lens)
+    keys = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+    nonces = rng.integers(0, 256, (n, 12), dtype=np.uint8)
+    aads = rng.integers(0, 256, (n, 89), dtype=np.uint8)
+    return keys, nonces, aads
+
+
+def outside(buf, offs, sizes):
+    """The bytes of buf outside every [off, off + size)."""
+    mask = np.ones(buf.size, bool)
+    for o, s in zip(offs, sizes):
+        mask[o:o + s] = False
+    return buf[mask]
+
+
+@pytest.mark.parametrize("suite", SUITES)
+@pytest.mark.parametrize("gap", [16, 3], ids=["aligned", "unaligned"])
+def test_seal_is_bit_exact_with_cryptography(mod, suite, gap):
+    rng = np.random.default_rng(len(suite) * 7 + gap)
+    lens = np.array(LENGTHS, np.int64)
+    keys, nonces, aads = batch(lens, rng)
+    src_offs, src_size = layout(lens, gap)
+    src = rng.integers(0, 256, src_size, dtype=np.uint8)
+    fr_offs, fr_size = layout(lens + 16, gap)
+    frames = np.full(fr_size, POISON, np.uint8)
+    GPUAEAD(suite, module=mod).seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs)
+    for j, n in enumerate(lens):
+        want = reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]),
+                              bytes(src[src_offs[j]:src_offs[j] + n]))
+        assert bytes(frames[fr_offs[j]:fr_offs[j] + n + 16]) == want, (suite, int(n))
+    assert (outside(frames, fr_offs, lens + 16) == POISON).all(), "seal wrote outside the frames"
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_open_verifies_and_writes_only_verified_chunks(mod, suite):
+    """Frames sealed by `cryptography` open on the kernels; a flipped body byte, a flipped tag byte,
+    another chunk's nonce or a truncated length fail, and their output stays untouched."""
+    rng = np.random.default_rng(len(suite))
+    lens = np.array(LENGTHS, np.int64)
+    keys, nonces, aads = batch(lens, rng)
+    fr_offs, fr_size = layout(lens + 16, 5)
+    frames = np.full(fr_size, POISON, np.uint8)
+    plain = []
+    for j, n in enumerate(lens):
+        pt = rng.integers(0, 256, int(n), dtype=np.uint8).tobytes()
+        plain.append(pt)
+        frames[fr_offs[j]:fr_offs[j] + n + 16] = np.frombuffer(
+            reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]), pt), np.uint8)
+    bad = {2: "body", 9: "tag", 12: "nonce", 15: "body"}
+    frames[fr_offs[2] + 7] ^= 1
+    frames[fr_offs[9] + lens[9] + 15] ^= 0x80
+    nonces_used = nonces.copy()
+    nonces_used[12] = nonces[11]
+    frames[fr_offs[15] + 3 * SEG // 2] ^= 4  # in the middle segment of a multi-segment chunk
+    out_offs, out_size = layout(lens, 7)
+    out = np.full(out_size, POISON, np.uint8)
+    ok = GPUAEAD(suite, module=mod).open(keys, nonces_used, aads, frames, fr_offs, lens, out, out_offs)
+    assert ok.dtype == np.int32 and ok.shape == (len(lens),)
+    for j, n in enumerate(lens):
+        got = out[out_offs[j]:out_offs[j] + n]
+        if j in bad:
+            assert ok[j] == 0, (suite, j, bad[j])
+            assert (got == POISON).all(), f"unverified chunk {j} ({bad[j]}) was written"
+        else:
+            assert ok[j] == 1, (suite, j, int(n))
+            assert got.tobytes() == plain[j]
+    assert (outside(out, out_offs, lens) == POISON).all(), "open wrote outside the chunks"
+    # a frame presented with a shorter length than it was sealed with fails too
+    short = lens.copy()
+    short[10] -= 1
+    ok = GPUAEAD(suite, module=mod).open(keys, nonces, aads, frames, fr_offs, short, out, out_offs)
+    assert ok[10] == 0
+
+
+@pytest.mark.parametrize("suite", ["chacha20-poly1305", "aes-256-gcm"])
+def test_one_mebibyte_plus_three(mod, suite):
+    """One chunk of 1 MiB + 3 (the CPU default chunk size, 65 segments) both ways."""
+    rng = np.random.default_rng(3)
+    n = (1 << 20) + 3
+    lens = np.array([n], np.int64)
+    keys, nonces, aads = batch(lens, rng)
+    src = rng.integers(0, 256, n, dtype=np.uint8)
+    frames = np.zeros(n + 16, np.uint8)
+    zero = np.zeros(1, np.int64)
+    g = GPUAEAD(suite, module=mod)
+    g.seal(keys, nonces, aads, src, zero, lens, frames, zero)
+    want = reference_seal(suite, bytes(keys[0]), bytes(nonces[0]), bytes(aads[0]), src.tobytes())
+    assert frames.tobytes() == want
+    out = np.zeros(n, np.uint8)
+    assert g.open(keys, nonces, aads, frames, zero, lens, out, zero)[0] == 1
+    assert (out == src).all()
+
+
+@pytest.mark.parametrize("suite,ref_cls", [("chacha20-poly1305", ChaCha20Poly1305), ("aes-256-gcm", AESGCM)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fused_hop_is_bit_exact_and_fails_closed(mod, suite, ref_cls, dtype):
+    """open (incoming key) -> add own (float32 accumulation, one rounding) -> seal (outgoing key), in
+    one batch, against cryptography + numpy/ml_dtypes; a chunk whose incoming tag fails writes no
+    outgoing frame and no sum."""
+    dt = resolve_dtype(dtype)
+    rng = np.random.default_rng(len(suite) + len(dtype))
+    counts = [1, 7, 16, 1000, SEG // dt.itemsize + 5, 3 * SEG // dt.itemsize]
+    lens = np.array(counts, np.int64) * dt.itemsize
+    k_in, n_in, a_in = batch(lens, rng)
+    k_out, n_out, a_out = batch(lens, rng)
+    own_offs, own_size = layout(lens, 16)
+    own = np.zeros(own_size, np.uint8)
+    in_offs, in_size = layout(lens + 16, 16)
+    frames_in = np.zeros(in_size, np.uint8)
+    want_sum, want_frame = [], []
+    for j, c in enumerate(counts):
+        with np.errstate(over="ignore"):
+            recv = rng.uniform(-7e4 if dtype == "float16" else -1e4, 7e4 if dtype == "float16" else 1e4, c).astype(dt)
+        mine = rng.uniform(-1e4, 1e4, c).astype(dt)
+        if dtype == "float16" and c >= 3:  # overflow to inf and subnormals
+            recv[:3] = np.array([65504, 6e-8, -65504], np.float32).astype(dt)
+            mine[:3] = np.array([32.0, 1e-7, -16.0], np.float32).astype(dt)
+        own[own_offs[j]:own_offs[j] + lens[j]] = np.frombuffer(mine.tobytes(), np.uint8)
+        frames_in[in_offs[j]:in_offs[j] + lens[j] + 16] = np.frombuffer(
+            ref_cls(bytes(k_in[j])).encrypt(bytes(n_in[j]), recv.tobytes(), bytes(a_in[j])), np.uint8)
+        with np.errstate(over="ignore"):
+            s = (mine + recv).astype(dt).tobytes()
+        want_sum.append(s)
+        want_frame.append(ref_cls(bytes(k_out[j])).encrypt(bytes(n_out[j]), s, bytes(a_out[j])))
+    tampered = 4
+    frames_in[in_offs[tampered] + lens[tampered] // 2] ^= 1
+    out_offs, out_size = layout(lens + 16, 16)
+    frames_out = np.full(out_size, POISON, np.uint8)
+    acc = np.full(own_size, POISON, np.uint8)
+    ok = GPUAEAD(suite, module=mod).fused_hop(k_in, n_in, a_in, frames_in, in_offs, own, own_offs, k_out, n_out,
+                                              a_out, frames_out, out_offs, lens, dtype, acc=acc)
+    for j in range(len(counts)):
+        fo, ao, n = out_offs[j], own_offs[j], lens[j]
+        if j == tampered:
+            assert ok[j] == 0
+            assert (frames_out[fo:fo + n + 16] == POISON).all() and (acc[ao:ao + n] == POISON).all()
+        else:
+            assert ok[j] == 1
+            assert acc[ao:ao + n].tobytes() == want_sum[j], (dtype, counts[j])
+            assert frames_out[fo:fo + n + 16].tobytes() == want_frame[j], (dtype, counts[j])
+    assert (outside(frames_out, out_offs, lens + 16) == POISON).all()
+    assert (outside(acc, own_offs, lens) == POISON).all()
+
+
+def test_launch_arguments_match_kernel_parameters(mod):
+    """Every launch above went through the size check; a Python int (64 bits in CuPy) is refused."""
+    k = mod.get_function("sc_mac_prep")
+    with pytest.raises(TypeError, match="numpy scalar"):
+        k((1,), (256,), (0, np.zeros(32, np.uint8), np.zeros(12, np.uint8), np.zeros(80, np.uint32), np.int32(1)))
+    with pytest.raises(TypeError, match="8 bytes"):
+        k((1,), (256,), (np.int64(0), np.zeros(32, np.uint8), np.zeros(12, np.uint8), np.zeros(80, np.uint32),
+                         np.int32(1)))
