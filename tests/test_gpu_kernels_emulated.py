@@ -201,3 +201,30 @@ def test_launch_arguments_match_kernel_parameters(mod):
     with pytest.raises(TypeError, match="8 bytes"):
         k((1,), (256,), (np.int64(0), np.zeros(32, np.uint8), np.zeros(12, np.uint8), np.zeros(80, np.uint32),
                          np.int32(1)))
+
+
+def test_batches_of_more_than_one_block_of_chunks(mod):
+    """257 chunks: the per-chunk prep and finish kernels launch two blocks, the second for the last
+    chunk alone (their indexing is the same for every suite).  Lengths 0..200."""
+    suite, count, bad = "chacha20-poly1305", 257, 256
+    rng = np.random.default_rng(count)
+    lens = rng.integers(0, 201, count).astype(np.int64)
+    keys, nonces, aads = batch(lens, rng)
+    src_offs, src_size = layout(lens, 1)
+    src = rng.integers(0, 256, src_size, dtype=np.uint8)
+    fr_offs, fr_size = layout(lens + 16, 2)
+    frames = np.full(fr_size, POISON, np.uint8)
+    g = GPUAEAD(suite, module=mod)
+    g.seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs)
+    for j in (0, 1, 255, 256):
+        want = reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]),
+                              bytes(src[src_offs[j]:src_offs[j] + lens[j]]))
+        assert bytes(frames[fr_offs[j]:fr_offs[j] + lens[j] + 16]) == want, j
+    frames[fr_offs[bad] + lens[bad]] ^= 1  # the tag of the chunk in the second block of finish
+    out = np.full(src_size, POISON, np.uint8)
+    ok = g.open(keys, nonces, aads, frames, fr_offs, lens, out, src_offs)
+    assert ok.tolist() == [int(j != bad) for j in range(count)]
+    for j in range(count):
+        got = out[src_offs[j]:src_offs[j] + lens[j]]
+        assert (got == POISON).all() if j == bad else (got == src[src_offs[j]:src_offs[j] + lens[j]]).all(), j
+    assert (outside(out, src_offs, lens) == POISON).all()
