@@ -69,7 +69,7 @@ class BatchAEAD:
     def _p(a, off=0):
         return ctypes.c_void_p(a.ctypes.data + int(off))
 
-    def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs):
+    def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs, max_len=None):
         for j in range(lens.size):
             n, so, fo = int(lens[j]), int(src_offs[j]), int(fr_offs[j])
             k, iv, a = self._p(keys[j]), self._p(nonces[j]), self._p(aads[j])
@@ -81,7 +81,7 @@ class BatchAEAD:
                 self._seal(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(src, so), ctypes.c_size_t(n),
                            self._p(frames, fo), self._p(frames, fo + n))
 
-    def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs):
+    def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs, max_len=None):
         ok = np.zeros(lens.size, np.int32)
         for j in range(lens.size):
             n, fo, oo = int(lens[j]), int(fr_offs[j]), int(out_offs[j])
@@ -101,7 +101,7 @@ class BatchAEAD:
 
 
     def fused_hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out,
-                  nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None):
+                  nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None, max_len=None):
         code = {"float32": 0, "float16": 1, "bfloat16": 2}[dtype]
         suite = self.code
         ok = np.zeros(lens.size, np.int32)

@@ -48,8 +48,10 @@ class GPUAEAD:
     def _go(self, fn, blocks: int, args) -> None:
         fn((max(1, blocks),), (THREADS,), args, stream=self.stream)
 
-    def _segments(self, lens, extra: int = 0) -> int:
-        return max(1, -(-(int(lens.max()) + extra) // SEGMENT_BYTES))
+    def _segments(self, lens, max_len, extra: int = 0) -> int:
+        """Segments of the longest chunk.  ``max_len`` (host int) saves a device-to-host sync."""
+        longest = int(lens.max()) if max_len is None else int(max_len)
+        return max(1, -(-(longest + extra) // SEGMENT_BYTES))
 
     def _mac_setup(self, keys, nonces, n: int):
         """sc_mac_prep: the per-chunk MAC key powers."""
@@ -78,12 +80,14 @@ class GPUAEAD:
                   lens, frames, fr_offs, ok, gate, np.int32(n), np.int32(segs)))
 
     # ---- API -----------------------------------------------------------------------------------
-    def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs) -> None:
-        """Write the frame (body || tag) of every chunk of ``src`` into ``frames``."""
+    def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs, max_len=None) -> None:
+        """Write the frame (body || tag) of every chunk of ``src`` into ``frames``.  ``max_len``:
+        the longest chunk in bytes if the caller knows it (else read from ``lens``: a sync); a
+        smaller value leaves segments unsealed, so tags come out wrong and the frames fail to open."""
         n = lens.size
         if n == 0:
             return
-        segs = self._segments(lens, aads.shape[1] if self.gmac else 0)
+        segs = self._segments(lens, max_len, aads.shape[1] if self.gmac else 0)
         pw = self._mac_setup(keys, nonces, n)
         parts, tails = self._scratch(n, segs)
         if self.gmac:  # body in the clear; GMAC over header || body
@@ -95,22 +99,22 @@ class GPUAEAD:
                        out=frames, out_offs=fr_offs)
         self._finish(n, segs, aads, pw, parts, tails, lens, frames, fr_offs)
 
-    def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs):
+    def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs, max_len=None):
         """Verify every frame; decrypt (or copy, for GMAC) only the verified ones into ``out``.
         Returns ``ok`` (n,) int32 on the device."""
         n = lens.size
         ok = self.xp.zeros(n, self.xp.int32)
         if n == 0:
             return ok
-        ok = self._verify(keys, nonces, aads, frames, fr_offs, lens, ok)
-        segs = self._segments(lens)
+        ok = self._verify(keys, nonces, aads, frames, fr_offs, lens, ok, max_len)
+        segs = self._segments(lens, max_len)
         self._pass(_COPY if self.gmac else _OPEN, n, segs, keys, nonces, aads, frames, fr_offs, lens, _NULL,
                    _NULL, _NULL, out=out, out_offs=out_offs, ok=ok)
         return ok
 
-    def _verify(self, keys, nonces, aads, frames, fr_offs, lens, ok):
+    def _verify(self, keys, nonces, aads, frames, fr_offs, lens, ok, max_len):
         n = lens.size
-        segs = self._segments(lens, aads.shape[1] if self.gmac else 0)
+        segs = self._segments(lens, max_len, aads.shape[1] if self.gmac else 0)
         pw = self._mac_setup(keys, nonces, n)
         parts, tails = self._scratch(n, segs)
         self._pass(_MAC_CONCAT if self.gmac else _MAC, n, segs, keys, nonces, aads, frames, fr_offs, lens, pw,
@@ -119,7 +123,7 @@ class GPUAEAD:
         return ok
 
     def fused_hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out,
-                  nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None):
+                  nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None, max_len=None):
         """Ring reduce-scatter hop: open ``frames_in``, add ``own``, seal into ``frames_out`` (and
         the plaintext sum into ``acc`` if given) in one pass; unverified chunks write nothing.
         Returns ``ok``.  ChaCha20-Poly1305 and AES-256-GCM (not GMAC)."""
@@ -129,8 +133,8 @@ class GPUAEAD:
         ok = self.xp.zeros(n, self.xp.int32)
         if n == 0:
             return ok
-        self._verify(keys_in, nonces_in, aads_in, frames_in, in_offs, lens, ok)
-        segs = self._segments(lens)
+        self._verify(keys_in, nonces_in, aads_in, frames_in, in_offs, lens, ok, max_len)
+        segs = self._segments(lens, max_len)
         pw = self._mac_setup(keys_out, nonces_out, n)
         parts, tails = self._scratch(n, segs)
         self._pass(_HOP, n, segs, keys_in, nonces_in, aads_out, frames_in, in_offs, lens, pw, parts, tails,
