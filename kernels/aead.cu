@@ -150,16 +150,11 @@ __device__ __forceinline__ void sc_unit_ks_aes(const uint32_t (*te)[256], const 
 __device__ __forceinline__ void sc_unit_add(uint32_t pt[16], const uint32_t own[16], int dtype) {
     for (int q = 0; q < 16; q++) {
         if (dtype == 0) {
-            pt[q] = sc_bits_from_f32(sc_f32_from_bits(own[q]) + sc_f32_from_bits(pt[q]));
+            pt[q] = sc_f32_add_bits(own[q], pt[q]);
         } else {
-            uint32_t r = 0;
-            for (int h = 0; h < 2; h++) {
-                uint16_t a = (uint16_t)(own[q] >> (16 * h)), b = (uint16_t)(pt[q] >> (16 * h));
-                uint16_t v = dtype == 1 ? sc_float_to_half(sc_half_to_float(a) + sc_half_to_float(b))
-                                        : sc_float_to_bf16(sc_bf16_to_float(a) + sc_bf16_to_float(b));
-                r |= (uint32_t)v << (16 * h);
-            }
-            pt[q] = r;
+            uint32_t lo = sc_add16((uint16_t)own[q], (uint16_t)pt[q], dtype);
+            uint32_t hi = sc_add16((uint16_t)(own[q] >> 16), (uint16_t)(pt[q] >> 16), dtype);
+            pt[q] = lo | (hi << 16);
         }
     }
 }
@@ -294,10 +289,16 @@ __device__ __forceinline__ void sc_finish(int gmac, const uint8_t *aads, int aad
                                           int *ok, const int *gate, int n, int max_seg) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n || (gate && !gate[j])) return;
+    const long long len = lens[j], A = gmac ? 0 : aad_len, S = gmac ? len + aad_len : len;
+    uint8_t *dst = frames + fr_offs[j] + len;
+    if ((S + SC_SEG - 1) / SC_SEG > max_seg) {  // the caller's max_len was short: segments unMACed
+        if (ok) ok[j] = 0;
+        else for (int q = 0; q < 16; q++) dst[q] = 0;  // a tag that will not verify
+        return;
+    }
     const uint32_t *P = pw + (long long)j * SC_PW * 8;
     typename F::M mk;
     F::make(F::get(P), &mk);
-    const long long len = lens[j], A = gmac ? 0 : aad_len, S = gmac ? len + aad_len : len;
     typename F::E h = F::zero();
     const uint8_t *a = aads + (long long)aad_stride * j;
     for (long long o = 0; o < A; o += 16) {  // AAD blocks, zero padded (not GMAC: its AAD is in the units)
@@ -344,7 +345,6 @@ __device__ __forceinline__ void sc_finish(int gmac, const uint8_t *aads, int aad
     } else {
         sc_p130_tag(h, pad, tag);
     }
-    uint8_t *dst = frames + fr_offs[j] + len;
     if (ok) ok[j] = sc_tag_diff(tag, dst) == 0;
     else for (int q = 0; q < 16; q++) dst[q] = tag[q];
 }

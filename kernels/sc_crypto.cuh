@@ -622,22 +622,45 @@ SC_HD float sc_bf16_to_float(uint16_t b) { return sc_f32_from_bits((uint32_t)b <
 
 SC_HD uint16_t sc_float_to_bf16(float f) {
     uint32_t u = sc_bits_from_f32(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000) | 0x7fc0);  // as ml_dtypes
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+// float32 a + b, bit-exact with numpy on x86 on every platform:
+// - subnormals kept: on the GPU an inline add.rn.f32 (no .ftz), whatever -ftz the compiler
+//   was given (CuPy builds with -ftz=true);
+// - NaN rules of SSE/AVX (Intel SDM, "Floating-Point Exception Conditions"): a NaN operand
+//   propagates quieted, the first one first; an invalid operation (inf + -inf) gives the default
+//   NaN 0xffc00000.  GPUs return one canonical NaN instead, so the rules are applied here.
+SC_HD uint32_t sc_f32_add_bits(uint32_t a, uint32_t b) {
+    if ((a & 0x7fffffffu) > 0x7f800000u) return a | 0x00400000u;
+    if ((b & 0x7fffffffu) > 0x7f800000u) return b | 0x00400000u;
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(sc_f32_from_bits(a)), "f"(sc_f32_from_bits(b)));
+#else
+    float r = sc_f32_from_bits(a) + sc_f32_from_bits(b);
+#endif
+    uint32_t u = sc_bits_from_f32(r);
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0xffc00000u : u;
+}
+
+// a + b for float16 (dtype 1) or bfloat16 (2): float32 sum, one rounding (numpy, ml_dtypes).
+SC_HD uint16_t sc_add16(uint16_t a, uint16_t b, int dtype) {
+    if (dtype == 1)
+        return sc_float_to_half(sc_f32_from_bits(sc_f32_add_bits(sc_bits_from_f32(sc_half_to_float(a)),
+                                                                  sc_bits_from_f32(sc_half_to_float(b)))));
+    return sc_float_to_bf16(sc_f32_from_bits(sc_f32_add_bits((uint32_t)a << 16, (uint32_t)b << 16)));
 }
 
 // acc[i] = own[i] + pt[i] over n elements of dtype (little-endian bytes, any alignment).
 SC_HD void sc_add_into(uint8_t *acc, const uint8_t *own, const uint8_t *pt, long long nbytes, int dtype) {
     if (dtype == 0) {
-        for (long long i = 0; i + 4 <= nbytes; i += 4) {
-            float v = sc_f32_from_bits(sc_le32(own + i)) + sc_f32_from_bits(sc_le32(pt + i));
-            sc_st_le32(acc + i, sc_bits_from_f32(v));
-        }
+        for (long long i = 0; i + 4 <= nbytes; i += 4) sc_st_le32(acc + i, sc_f32_add_bits(sc_le32(own + i), sc_le32(pt + i)));
     } else {
         for (long long i = 0; i + 2 <= nbytes; i += 2) {
             uint16_t a = (uint16_t)(own[i] | (own[i + 1] << 8)), b = (uint16_t)(pt[i] | (pt[i + 1] << 8));
-            uint16_t r = dtype == 1 ? sc_float_to_half(sc_half_to_float(a) + sc_half_to_float(b))
-                                    : sc_float_to_bf16(sc_bf16_to_float(a) + sc_bf16_to_float(b));
+            uint16_t r = sc_add16(a, b, dtype);
             acc[i] = (uint8_t)r; acc[i + 1] = (uint8_t)(r >> 8);
         }
     }

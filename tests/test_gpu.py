@@ -124,3 +124,36 @@ def test_nccl_transport_two_gpus():
     if cupy.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("NCCL needs one GPU per rank: 2 GPUs (run on a multi-GPU node, see docs/gpu.md)")
     _run_worker("nccl")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fused_hop_special_values_on_device(dtype):
+    """On the device the compiler flushes subnormals (CuPy builds with -ftz=true) and the adder
+    returns one canonical NaN; the fused hop must still sum as numpy does (NaN payloads aside for
+    float16, see test_gpu_kernels_emulated.py)."""
+    import cupy as cp
+
+    from seccomm.dtypes import resolve_dtype
+    from seccomm.gpu import GPUAEAD
+    from test_gpu_kernels_emulated import special_pairs
+
+    dt = resolve_dtype(dtype)
+    own, recv = special_pairs(dtype)
+    with np.errstate(all="ignore"):
+        want = (own + recv).astype(dt)
+    kin, nin, ain, offs, fr_offs = batch([own.nbytes])
+    kout, nout, aout, _, _ = batch([own.nbytes])
+    frame = ChaCha20Poly1305(kin[0].tobytes()).encrypt(nin[0].tobytes(), recv.tobytes(), ain[0].tobytes())
+    acc = cp.zeros(own.nbytes, cp.uint8)
+    out = cp.zeros(own.nbytes + 16, cp.uint8)
+    z = cp.zeros(1, cp.int64)
+    ok = GPUAEAD("chacha20-poly1305").fused_hop(
+        cp.asarray(kin), cp.asarray(nin), cp.asarray(ain), cp.asarray(np.frombuffer(frame, np.uint8)), z,
+        cp.asarray(np.frombuffer(own.tobytes(), np.uint8)), z, cp.asarray(kout), cp.asarray(nout), cp.asarray(aout),
+        out, z, cp.asarray(np.array([own.nbytes], np.int64)), dtype, acc)
+    assert int(ok[0]) == 1
+    got = cp.asnumpy(acc).view(dt)
+    ui = np.uint32 if dt.itemsize == 4 else np.uint16
+    loose = np.isnan(want) if dtype == "float16" else np.zeros(want.size, bool)
+    assert np.isnan(got[loose]).all()
+    assert got.view(ui)[~loose].tolist() == want.view(ui)[~loose].tolist()

@@ -228,3 +228,91 @@ def test_batches_of_more_than_one_block_of_chunks(mod):
         got = out[src_offs[j]:src_offs[j] + lens[j]]
         assert (got == POISON).all() if j == bad else (got == src[src_offs[j]:src_offs[j] + lens[j]]).all(), j
     assert (outside(out, src_offs, lens) == POISON).all()
+
+
+def special_pairs(dtype):
+    """(own, received) pairs of special values: subnormals, NaNs with payloads (quiet and
+    signalling), inf - inf, overflow, signed zeros."""
+    if dtype == "float32":
+        bits = [(0x00000001, 0x00000001), (0x80000003, 0x00000001), (0x7FC00001, 0x3F800000),
+                (0x3F800000, 0xFF800123), (0x7F812345, 0xFFC00007), (0x7F800000, 0xFF800000),
+                (0x7F7FFFFF, 0x7F7FFFFF), (0x80000000, 0x00000000), (0x00400000, 0x00400000)]
+        return [np.array(c, np.uint32).view(np.float32) for c in zip(*bits)]
+    bits = [(0x0001, 0x0001), (0x8001, 0x0002), (0x7FC1, 0x3F80), (0x7FFF, 0x3F80), (0xFFFF, 0x3C00),
+            (0x7F81, 0x7E00), (0x7C00, 0xFC00), (0x7F80, 0xFF80), (0x7BFF, 0x7BFF), (0x8000, 0x0000)]
+    return [np.array(c, np.uint16).view(resolve_dtype(dtype)) for c in zip(*bits)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fused_hop_special_values_match_numpy(mod, dtype):
+    """Subnormals, NaN payloads and inf - inf sum as numpy/ml_dtypes do on x86 (a GPU flushes
+    subnormals under CuPy's -ftz=true and returns one canonical NaN: the kernels must not)."""
+    dt = resolve_dtype(dtype)
+    own, recv = special_pairs(dtype)
+    with np.errstate(all="ignore"):
+        want = (own + recv).astype(dt)
+    k_in, n_in, a_in = batch(np.zeros(1), np.random.default_rng(1))
+    k_out, n_out, a_out = batch(np.zeros(1), np.random.default_rng(2))
+    lens = np.array([own.nbytes], np.int64)
+    zero = np.zeros(1, np.int64)
+    frame_in = np.frombuffer(ChaCha20Poly1305(bytes(k_in[0])).encrypt(bytes(n_in[0]), recv.tobytes(),
+                                                                       bytes(a_in[0])), np.uint8).copy()
+    frame_out = np.zeros(own.nbytes + 16, np.uint8)
+    acc = np.zeros(own.nbytes, np.uint8)
+    ok = GPUAEAD("chacha20-poly1305", module=mod).fused_hop(
+        k_in, n_in, a_in, frame_in, zero, np.frombuffer(own.tobytes(), np.uint8).copy(), zero, k_out, n_out,
+        a_out, frame_out, zero, lens, dtype, acc=acc)
+    assert ok[0] == 1
+    ui = np.uint32 if dt.itemsize == 4 else np.uint16
+    got, ref = acc.view(ui), want.view(ui)
+    # NaN payloads: the kernels follow SSE (first NaN operand, quieted), as numpy's float32 and
+    # ml_dtypes' bfloat16 loops do; numpy's float16 loop keeps the second operand's. Every other
+    # result is bit-exact.
+    loose = np.isnan(want) if dtype == "float16" else np.zeros(want.size, bool)
+    assert np.isnan(acc.view(dt)[loose]).all()
+    assert got[~loose].tolist() == ref[~loose].tolist(), [hex(x) for x in got] + ["vs"] + [hex(x) for x in ref]
+
+
+@pytest.mark.parametrize("suite", ["chacha20-poly1305", "aes-256-gmac"])
+def test_short_max_len_never_verifies(mod, suite):
+    """A max_len below a chunk's length: seal writes an all-zero tag and open reports ok 0 without
+    writing, even when the scratch memory still holds the partials of an earlier good open."""
+    rng = np.random.default_rng(9)
+    lens = np.array([2 * SEG + 100], np.int64)
+    keys, nonces, aads = batch(lens, rng)
+    src = rng.integers(0, 256, int(lens[0]), dtype=np.uint8)
+    zero = np.zeros(1, np.int64)
+    g = GPUAEAD(suite, module=mod)
+    frames = np.zeros(int(lens[0]) + 16, np.uint8)
+    g.seal(keys, nonces, aads, src, zero, lens, frames, zero)
+    out = np.full(int(lens[0]), POISON, np.uint8)
+    assert g.open(keys, nonces, aads, frames, zero, lens, out, zero, max_len=int(lens[0]))[0] == 1
+    out[:] = POISON
+    assert g.open(keys, nonces, aads, frames, zero, lens, out, zero, max_len=100)[0] == 0
+    assert (out == POISON).all()
+    short = np.zeros_like(frames)
+    g.seal(keys, nonces, aads, src, zero, lens, short, zero, max_len=100)
+    assert (short[-16:] == 0).all()
+    assert g.open(keys, nonces, aads, short, zero, lens, out, zero)[0] == 0
+
+
+def test_bad_arguments_are_refused_before_any_launch(mod):
+    rng = np.random.default_rng(4)
+    lens = np.array([10, 20], np.int64)
+    keys, nonces, aads = batch(lens, rng)
+    offs = np.array([0, 10], np.int64)
+    src, frames, fr = np.zeros(30, np.uint8), np.zeros(62, np.uint8), np.array([0, 26], np.int64)
+    g = GPUAEAD("aes-256-gcm", module=mod)
+    before = {k: v.launches for k, v in mod._kernels.items()}
+    with pytest.raises(TypeError, match="lens: dtype int32"):
+        g.seal(keys, nonces, aads, src, offs, lens.astype(np.int32), frames, fr)
+    with pytest.raises(ValueError, match="keys: shape"):
+        g.seal(keys[:1], nonces, aads, src, offs, lens, frames, fr)
+    with pytest.raises(ValueError, match="aads: not C-contiguous"):
+        wide = np.zeros((2, 100), np.uint8)
+        g.open(keys, nonces, wide[:, :89], frames, fr, lens, src, offs)
+    with pytest.raises(TypeError, match="frames: dtype float32"):
+        g.open(keys, nonces, aads, np.zeros(62, np.float32), fr, lens, src, offs)
+    with pytest.raises(ValueError, match="adds"):
+        g.fused_hop(keys, nonces, aads, frames, fr, src, offs, keys, nonces, aads, frames, fr, lens, "int64")
+    assert {k: v.launches for k, v in mod._kernels.items()} == before

@@ -11,6 +11,8 @@ fails is not written at all.  The kernels and their launch sequence are describe
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from .kernels import get_module
@@ -39,19 +41,59 @@ class GPUAEAD:
         if xp is None:
             import cupy as xp
         self.xp = xp
-        self.stream = stream
+        self.device, self.stream = device, stream
         self._units = self.mod.get_function("sc_units_chacha" if self.code == 0 else "sc_units_gcm")
         self._prep = self.mod.get_function("sc_mac_prep")
         self._fin = self.mod.get_function("sc_mac_finish")
 
-    # ---- launches ------------------------------------------------------------------------------
+    # ---- checks and launches -------------------------------------------------------------------
+    def _on(self):
+        """Run on this object's device and stream: allocations, fills and launches alike."""
+        stack = contextlib.ExitStack()
+        if self.device is not None:
+            import cupy
+
+            stack.enter_context(cupy.cuda.Device(self.device))
+        if self.stream is not None:
+            stack.enter_context(self.stream)
+        return stack
+
+    @staticmethod
+    def _check(n, keys, nonces, aads, **arrays):
+        """Shapes, dtypes and contiguity, on the host (no sync): a wrong one would make the
+        kernels read or write out of bounds.  Raises TypeError or ValueError naming the argument."""
+        def need(name, a, dtype, shape=None, ndim=None):
+            if a.dtype != np.dtype(dtype):
+                raise TypeError(f"{name}: dtype {a.dtype}, the kernels take {np.dtype(dtype).name}")
+            if shape is not None and tuple(a.shape) != shape:
+                raise ValueError(f"{name}: shape {tuple(a.shape)}, expected {shape}")
+            if ndim is not None and a.ndim != ndim:
+                raise ValueError(f"{name}: {a.ndim}-D, expected {ndim}-D")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{name}: not C-contiguous (the kernels index it by row stride)")
+
+        need("keys", keys, np.uint8, (n, 32))
+        need("nonces", nonces, np.uint8, (n, 12))
+        need("aads", aads, np.uint8, ndim=2)
+        if aads.shape[0] != n:
+            raise ValueError(f"aads: {aads.shape[0]} rows for {n} chunks")
+        for name, a in arrays.items():
+            if name.endswith("offs") or name == "lens":
+                need(name, a, np.int64, (n,))
+            else:
+                need(name, a, np.uint8, ndim=1)
+
     def _go(self, fn, blocks: int, args) -> None:
         fn((max(1, blocks),), (THREADS,), args, stream=self.stream)
 
     def _segments(self, lens, max_len, extra: int = 0) -> int:
         """Segments of the longest chunk.  ``max_len`` (host int) saves a device-to-host sync."""
         longest = int(lens.max()) if max_len is None else int(max_len)
-        return max(1, -(-(longest + extra) // SEGMENT_BYTES))
+        segs = max(1, -(-(longest + extra) // SEGMENT_BYTES))
+        if lens.size * segs > 2**31 - 1:
+            raise ValueError(f"{lens.size} chunks of up to {longest} bytes need {lens.size * segs} blocks, "
+                             "over CUDA's 2^31 - 1: split the batch")
+        return segs
 
     def _mac_setup(self, keys, nonces, n: int):
         """sc_mac_prep: the per-chunk MAC key powers."""
@@ -82,11 +124,19 @@ class GPUAEAD:
     # ---- API -----------------------------------------------------------------------------------
     def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs, max_len=None) -> None:
         """Write the frame (body || tag) of every chunk of ``src`` into ``frames``.  ``max_len``:
-        the longest chunk in bytes if the caller knows it (else read from ``lens``: a sync); a
-        smaller value leaves segments unsealed, so tags come out wrong and the frames fail to open."""
+        the longest chunk in bytes if the caller knows it (else read from ``lens``: a sync).  A
+        chunk longer than ``max_len`` allows gets an all-zero tag, which never verifies (open
+        reports it with ``ok`` 0 the same way).  Raises TypeError/ValueError for a wrong dtype,
+        shape or layout, before any launch."""
         n = lens.size
+        self._check(n, keys, nonces, aads, src=src, src_offs=src_offs, lens=lens, frames=frames, fr_offs=fr_offs)
         if n == 0:
             return
+        with self._on():
+            self._seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs, max_len)
+
+    def _seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs, max_len):
+        n = lens.size
         segs = self._segments(lens, max_len, aads.shape[1] if self.gmac else 0)
         pw = self._mac_setup(keys, nonces, n)
         parts, tails = self._scratch(n, segs)
@@ -103,14 +153,16 @@ class GPUAEAD:
         """Verify every frame; decrypt (or copy, for GMAC) only the verified ones into ``out``.
         Returns ``ok`` (n,) int32 on the device."""
         n = lens.size
-        ok = self.xp.zeros(n, self.xp.int32)
-        if n == 0:
+        self._check(n, keys, nonces, aads, frames=frames, fr_offs=fr_offs, lens=lens, out=out, out_offs=out_offs)
+        with self._on():
+            ok = self.xp.zeros(n, self.xp.int32)
+            if n == 0:
+                return ok
+            self._verify(keys, nonces, aads, frames, fr_offs, lens, ok, max_len)
+            segs = self._segments(lens, max_len)
+            self._pass(_COPY if self.gmac else _OPEN, n, segs, keys, nonces, aads, frames, fr_offs, lens, _NULL,
+                       _NULL, _NULL, out=out, out_offs=out_offs, ok=ok)
             return ok
-        ok = self._verify(keys, nonces, aads, frames, fr_offs, lens, ok, max_len)
-        segs = self._segments(lens, max_len)
-        self._pass(_COPY if self.gmac else _OPEN, n, segs, keys, nonces, aads, frames, fr_offs, lens, _NULL,
-                   _NULL, _NULL, out=out, out_offs=out_offs, ok=ok)
-        return ok
 
     def _verify(self, keys, nonces, aads, frames, fr_offs, lens, ok, max_len):
         n = lens.size
@@ -125,10 +177,25 @@ class GPUAEAD:
     def fused_hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out,
                   nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None, max_len=None):
         """Ring reduce-scatter hop: open ``frames_in``, add ``own``, seal into ``frames_out`` (and
-        the plaintext sum into ``acc`` if given) in one pass; unverified chunks write nothing.
-        Returns ``ok``.  ChaCha20-Poly1305 and AES-256-GCM (not GMAC)."""
+        the plaintext sum into ``acc``, laid out like ``own``, if given) in one pass; unverified
+        chunks write nothing.  Returns ``ok``.  ChaCha20-Poly1305 and AES-256-GCM (not GMAC).
+        The sum is numpy's on x86 bit for bit (float32 arithmetic, one rounding, subnormals kept),
+        also on a GPU whose compiler flushes subnormals; a NaN result is NaN, with SSE's payload
+        rule (numpy's float16 loop picks the other operand's payload)."""
         if self.gmac:
             raise ValueError("the fused hop encrypts: use aes-256-gcm or chacha20-poly1305")
+        if dtype not in DTYPE_CODES:
+            raise ValueError(f"the fused hop adds {', '.join(DTYPE_CODES)}, not {dtype!r}")
+        n = lens.size
+        self._check(n, keys_in, nonces_in, aads_in, frames_in=frames_in, in_offs=in_offs, own=own,
+                    own_offs=own_offs, frames_out=frames_out, out_offs=out_offs, lens=lens)
+        self._check(n, keys_out, nonces_out, aads_out, **({} if acc is None else {"acc": acc}))
+        with self._on():
+            return self._hop(keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out, nonces_out,
+                             aads_out, frames_out, out_offs, lens, dtype, acc, max_len)
+
+    def _hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out, nonces_out,
+             aads_out, frames_out, out_offs, lens, dtype, acc, max_len):
         n = lens.size
         ok = self.xp.zeros(n, self.xp.int32)
         if n == 0:
