@@ -471,20 +471,25 @@ def device_engine(comm, rec):
     for dname, n in (("uint8", 3030), ("float64", 126), ("float64", 379), ("float64", 126)):
         check_allreduce(comm, sc, rec, dname, n, tag=" device-engine growing rows")
     sc.close()
-    # a frame from the last rank to rank 0 (a device-engine rank) tampered on the wire
+    check_tamper_caught_on_rank0(comm, rec, "chacha20-poly1305", 4096, 10, mine, "device engine")
+
+
+def check_tamper_caught_on_rank0(comm, rec, suite, chunk_bytes, timeout, backend, label):
+    """A frame from the last rank to rank 0 (a device-engine rank) is tampered on the wire: rank 0
+    raises AuthenticationError naming the sender, the others stop with a SecCommError."""
     wrap = (lambda t: TamperTransport(t, lambda i, peer, nb: 3 if (i == 0 and peer == 0) else None)) \
         if comm.rank == comm.size - 1 else None
-    sc = SecureComm(comm, "chacha20-poly1305", psk=PSK, algorithm="ring", chunk_bytes=4096, timeout=10,
-                    device_backend=mine, wrap_transport=wrap)
+    sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=chunk_bytes, timeout=timeout,
+                    device_backend=backend, wrap_transport=wrap)
     x = np.ones(20000, np.float32)
     y = np.full_like(x, 7.0)
     try:
         sc.allreduce(x, y)
-        rec("device engine: tampered frame raised", comm.rank != 0)
+        rec(f"{label}: tampered frame raised", comm.rank != 0)
     except AuthenticationError as e:
-        rec("device engine: tampered frame names its sender", comm.rank == 0 and e.peer == comm.size - 1)
+        rec(f"{label}: tampered frame names its sender", comm.rank == 0 and e.peer == comm.size - 1)
     except SecCommError:
-        rec("device engine: others stop", comm.rank != 0)
+        rec(f"{label}: others stop", comm.rank != 0)
     sc.close()
 
 
@@ -523,20 +528,7 @@ def device_kernels(comm, rec):
                 check_allgather(comm, sc, rec, dname, n)
                 check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
         sc.close()
-    wrap = (lambda t: TamperTransport(t, lambda i, peer, nb: 3 if (i == 0 and peer == 0) else None)) \
-        if comm.rank == comm.size - 1 else None
-    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, algorithm="ring", chunk_bytes=20000, timeout=30,
-                    device_backend=mine, wrap_transport=wrap)
-    x = np.ones(20000, np.float32)
-    y = np.full_like(x, 7.0)
-    try:
-        sc.allreduce(x, y)
-        rec("device kernels: tampered frame raised", comm.rank != 0)
-    except AuthenticationError as e:
-        rec("device kernels: tampered frame names its sender", comm.rank == 0 and e.peer == comm.size - 1)
-    except SecCommError:
-        rec("device kernels: others stop", comm.rank != 0)
-    sc.close()
+    check_tamper_caught_on_rank0(comm, rec, "aes-256-gcm", 20000, 30, mine, "device kernels")
 
 
 def main():
