@@ -90,13 +90,40 @@ struct sc_ghash_f {  // GHASH: GF(2^128), multipliers as Shoup 4-bit tables
 };
 
 // ---- a 64-byte unit as 16 little-endian words ---------------------------------------------------
-// Load m bytes (zero padded); 16-byte vector loads when the unit is whole and aligned.
+// (hi:lo) >> s for s in 8, 16, 24: the funnel shift of sm_32+.
+__device__ __forceinline__ uint32_t sc_fshr(uint32_t lo, uint32_t hi, int s) {
+#if defined(__CUDA_ARCH__)
+    return __funnelshift_r(lo, hi, s);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> s);
+#endif
+}
+
+// Load m bytes (zero padded).  A whole unit: 16-byte vector loads when aligned, else 4-byte loads
+// of the aligned words it overlaps (17 of them, all inside the 4-byte words that hold its first
+// and last byte, so inside the allocation) joined by funnel shifts.  A partial unit: bytes.
 __device__ __forceinline__ void sc_unit_load(uint32_t w[16], const uint8_t *src, int m) {
-    if (m == 64 && (((unsigned long long)src) & 15) == 0) {
+    const unsigned long long a = (unsigned long long)src;
+    if (m == 64 && (a & 15) == 0) {
         const uint4 *p = (const uint4 *)src;
         for (int q = 0; q < 4; q++) {
             uint4 v = p[q];
             w[4 * q] = v.x; w[4 * q + 1] = v.y; w[4 * q + 2] = v.z; w[4 * q + 3] = v.w;
+        }
+        return;
+    }
+    if (m == 64) {
+        const uint32_t *p = (const uint32_t *)(a & ~3ull);
+        const int s = 8 * (int)(a & 3);
+        if (s == 0) {
+            for (int q = 0; q < 16; q++) w[q] = p[q];
+        } else {
+            uint32_t lo = p[0];
+            for (int q = 0; q < 16; q++) {
+                uint32_t hi = p[q + 1];
+                w[q] = sc_fshr(lo, hi, s);
+                lo = hi;
+            }
         }
         return;
     }
@@ -199,12 +226,14 @@ __device__ __forceinline__ void sc_units(int mode, const uint8_t *keys, const ui
     uint32_t w[16];
     for (int q = 0; q < 16; q++) w[q] = 0;
     if (m > 0) {
-        if (concat) {  // stream = aad row || body
+        if (concat && off < aad_len) {  // stream = aad row || body; this unit holds AAD bytes
             const uint8_t *a = aads + (long long)aad_stride * j, *b = in + in_offs[j];
             for (int q = 0; q < m; q++) {
                 long long p = off + q;
                 w[q >> 2] |= (uint32_t)(p < aad_len ? a[p] : b[p - aad_len]) << (8 * (q & 3));
             }
+        } else if (concat) {  // a unit of body only, at any alignment
+            sc_unit_load(w, in + in_offs[j] + (off - aad_len), m);
         } else {
             sc_unit_load(w, in + in_offs[j] + off, m);
         }
