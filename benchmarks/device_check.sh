@@ -8,8 +8,12 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # --prefix, not --target: the mpich wheel's data files (bin/mpiexec, lib/libmpi.so*) must land too
 python3 -m pip install -q --ignore-installed --no-index --no-deps --no-compile --no-cache-dir --prefix /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
-SITE=$(python3 -c 'import sys; print(f"/tmp/site/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")')
-export PYTHONPATH=$SITE:$PWD PATH=/tmp/site/bin:$PATH LD_LIBRARY_PATH=/tmp/site/lib:${LD_LIBRARY_PATH:-} PYTHONUNBUFFERED=1
+# where pip put them: lib/pythonX.Y/site-packages, or local/lib/.../dist-packages on a Debian Python
+SITE=$(find /tmp/site -maxdepth 6 -type d -name cryptography -path '*-packages/cryptography' | head -1)
+SITE=${SITE%/cryptography}
+[ -n "$SITE" ] || { echo "installed wheels not found under /tmp/site"; exit 1; }
+export PYTHONPATH=$SITE:$PWD PATH=/tmp/site/bin:/tmp/site/local/bin:$PATH PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=/tmp/site/lib:/tmp/site/local/lib:${LD_LIBRARY_PATH:-}
 rc=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 python3 -c "import cupy, mpi4py, cryptography; from mpi4py import MPI; print('cupy', cupy.__version__, 'mpi4py', mpi4py.__version__, 'cryptography', cryptography.__version__, MPI.Get_library_version().splitlines()[0])" 2>&1 | tee -a "$OUT/gpu.txt" || rc=1

@@ -126,7 +126,10 @@ class MPITransport(Transport):
         return _Staged(self.comm.Isend([host, self._byte], peer, self.tag), host, None)
 
     def _device_irecv(self, buf, peer):
-        if cuda_aware_mpi():
+        if cuda_aware_mpi():  # queued kernels may still read this (reused) frame buffer
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
             return self.comm.Irecv([buf, self._byte], peer, self.tag)
         host = np.empty(buf.nbytes, np.uint8)
         return _Staged(self.comm.Irecv([host, self._byte], peer, self.tag), host, buf)

@@ -126,6 +126,32 @@ def test_nccl_transport_two_gpus():
     _run_worker("nccl")
 
 
+@pytest.mark.mpi
+def test_ddp_hook_cuda_buckets_under_gloo(tmp_path):
+    """DDP with CUDA buckets on a gloo process group (2 ranks sharing a GPU): the hook's device
+    engine frames live in CUDA memory, which gloo's point-to-point cannot read, so TorchTransport
+    stages them through host memory; gradients must equal DDP's own allreduce."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    from conftest import mpiexec
+    from seccomm import launch
+
+    out = tmp_path / "r.json"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
+    proc = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("torch_worker.py")),
+                           str(out), "cuda"], capture_output=True, text=True, timeout=600, env=env)
+    files = [Path(f"{out}.rank{r}") for r in range(2)]
+    assert proc.returncode == 0 and all(f.exists() for f in files), proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = [r for f in files for r in json.loads(f.read_text())]
+    assert len(res) >= 8 and not [r for r in res if not r["ok"]], res
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_fused_hop_special_values_on_device(dtype):
     """On the device the compiler flushes subnormals (CuPy builds with -ftz=true) and the adder

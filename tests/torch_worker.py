@@ -23,21 +23,23 @@ from seccomm.torch.hook import as_numpy
 PSK = bytes(range(32))
 
 
-def grads_match(rank, world, rec, **transport):
+def grads_match(rank, world, rec, device="cpu", **transport):
     torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(40, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
-    ref = DDP(copy.deepcopy(base), bucket_cap_mb=0.01)  # several buckets
-    sec = DDP(copy.deepcopy(base), bucket_cap_mb=0.01)
+    base = nn.Sequential(nn.Linear(40, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3)).to(device)
+    ids = [torch.device(device).index or 0] if device != "cpu" else None
+    ref = DDP(copy.deepcopy(base), bucket_cap_mb=0.01, device_ids=ids)  # several buckets
+    sec = DDP(copy.deepcopy(base), bucket_cap_mb=0.01, device_ids=ids)
     state = SecureHookState(None, "aes-256-gcm", psk=PSK, chunk_bytes=4096, **transport)
     sec.register_comm_hook(state, secure_allreduce_hook)
     tag = " (grouped p2p, staged frames)" if transport else ""
+    tag += " (CUDA buckets)" if device != "cpu" else ""
     opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt_s = torch.optim.SGD(sec.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(100 + rank)
     worst_grad = 0.0
     for step in range(5):
-        x = torch.randn(16, 40, generator=g)
-        y = torch.randint(0, 3, (16,), generator=g)
+        x = torch.randn(16, 40, generator=g).to(device)
+        y = torch.randint(0, 3, (16,), generator=g).to(device)
         for m, o in ((ref, opt_r), (sec, opt_s)):
             o.zero_grad()
             nn.functional.cross_entropy(m(x), y).backward()
@@ -183,7 +185,11 @@ def main():
     def rec(name, ok, detail=""):
         results.append({"name": name, "ok": bool(ok), "detail": str(detail), "rank": rank})
 
-    for fn in (grads_match, grouped_staged, buckets_like_ddp, fp16_limits, bf16_bucket, tamper):  # tamper last: it breaks gloo pairs
+    if sys.argv[2:] == ["cuda"]:  # tests/test_gpu.py: CUDA buckets under gloo (ranks may share a GPU)
+        fns = (lambda r, w, rec: grads_match(r, w, rec, device="cuda:0"),)
+    else:
+        fns = (grads_match, grouped_staged, buckets_like_ddp, fp16_limits, bf16_bucket, tamper)
+    for fn in fns:  # tamper last: it breaks gloo pairs
         try:
             fn(rank, world, rec)
         except Exception as e:  # report instead of hanging the others

@@ -56,6 +56,8 @@ class CupyBackend:
         ptrs = [v.data.ptr for v in views]
         lo, hi = min(ptrs), max(p + v.nbytes for p, v in zip(ptrs, views))
         mem = views[0].data.mem
+        if any(v.data.mem is not mem for v in views):
+            raise ValueError("span: the views are not in one allocation")
         buf = cupy.ndarray((hi - lo,), cupy.uint8, cupy.cuda.MemoryPointer(mem, lo - mem.ptr))
         return buf, np.array([p - lo for p in ptrs], np.int64)
 

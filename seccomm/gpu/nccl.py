@@ -56,7 +56,10 @@ def _device_view(buf):
     import cupy
 
     if hasattr(buf, "__cuda_array_interface__"):
-        return cupy.asarray(buf).reshape(-1).view(cupy.uint8)
+        a = cupy.asarray(buf)
+        if not a.flags.c_contiguous:  # reshape would copy, and a receive into the copy is lost
+            raise ValueError("NCCLTransport moves contiguous device buffers only")
+        return a.reshape(-1).view(cupy.uint8)
     return None
 
 
@@ -81,12 +84,15 @@ class NCCLTransport(Transport):
         self.control = control
         self.rank, self.size, self.timeout = control.rank, control.size, timeout
         self.device = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
-        uid = np.zeros(128, np.int8)  # NCCL_UNIQUE_ID_BYTES
+        uid = np.zeros(128, np.uint8)  # NCCL_UNIQUE_ID_BYTES, as raw bytes
         if self.rank == 0:
-            uid[:] = np.array(nccl.get_unique_id(), np.int64).astype(np.int8)
-        control.bcast(uid.view(np.uint8), 0, what="NCCL setup", timeout=timeout)
+            uid[:] = np.array(nccl.get_unique_id(), np.int64) & 0xFF
+        control.bcast(uid, 0, what="NCCL setup", timeout=timeout)
         with self.device:
-            self.comm = nccl.NcclCommunicator(self.size, tuple(int(x) for x in uid), self.rank)
+            try:  # CuPy hands the id over as C chars: signed on x86-64, unsigned on aarch64
+                self.comm = nccl.NcclCommunicator(self.size, tuple(int(x) for x in uid.view(np.int8)), self.rank)
+            except OverflowError:
+                self.comm = nccl.NcclCommunicator(self.size, tuple(int(x) for x in uid), self.rank)
             self.stream = cupy.cuda.Stream(non_blocking=True)
         self._held: list[_Op] = []
         self._broken = False

@@ -43,6 +43,7 @@ def _as_cupy(buf):
     if mod.startswith("torch"):
         import torch
 
+        buf = buf.detach()  # same storage; DLPack refuses tensors that require grad
         if buf.dtype == torch.bfloat16:
             return cupy.from_dlpack(buf.view(torch.int16)).view(cupy.uint16), "bfloat16"
         return cupy.from_dlpack(buf), None

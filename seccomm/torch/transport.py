@@ -58,7 +58,8 @@ class TorchTransport(Transport):
     ``batch_p2p``: hold point-to-point operations and launch them together with
     ``batch_isend_irecv`` at the first wait (default: only under ``nccl``).  ``device``: stage
     frames through tensors on this device (default: the current CUDA device under ``nccl``,
-    none otherwise).
+    none otherwise; under other backends, frames in CUDA memory are staged through host memory,
+    since gloo's transports read host pointers only).
     """
 
     # gloo point-to-point costs ~0.5-1 ms a message on loopback TCP (measured, docs/performance.md):
@@ -74,33 +75,44 @@ class TorchTransport(Transport):
         self.timeout = timeout
         self._glob = [dist.get_global_rank(group, r) if group is not None else r
                       for r in range(self.size)]
-        nccl = dist.get_backend(group) == "nccl"
+        nccl = "nccl" in str(dist.get_backend(group))  # also "cpu:gloo,cuda:nccl"
         self.batch_p2p = nccl if batch_p2p is None else bool(batch_p2p)
         if device is None and nccl:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = None if device is None else torch.device(device)
+        self._nccl = nccl
         self._poll_completion = nccl  # gloo's point-to-point Work never reports completion
         self._pending: list[_P2P] = []
 
     # -- point-to-point ----------------------------------------------------------------------
+    def _target(self, t: torch.Tensor):
+        """The device the backend moves ``t`` on (None: as it is)."""
+        if self.device is not None:
+            return self.device
+        if t.device.type == "cuda" and not self._nccl:  # a device-engine frame under gloo
+            return torch.device("cpu")
+        return None
+
     def _stage(self, t: torch.Tensor) -> torch.Tensor:
-        """The tensor the backend moves: ``t`` itself when it already lives on ``device``."""
-        if self.device is None or t.device == self.device:
+        """The tensor the backend moves: ``t`` itself when it already lives where it must."""
+        dev = self._target(t)
+        if dev is None or t.device == dev:
             return t
-        return t.to(self.device, copy=True)
+        return t.to(dev, copy=True)
 
     def isend(self, buf, peer):
         t = _tensor(buf)
-        if not self.batch_p2p and self.device is None:  # gloo: launch now, no staging
+        if not self.batch_p2p and self._target(t) is None:  # gloo, host frame: launch now
             return (dist.isend(t, self._glob[peer], group=self.group), t)
         return self._post(_P2P(True, t, self._stage(t), peer))
 
     def irecv(self, buf, peer):
         t = _tensor(buf)
-        if not self.batch_p2p and self.device is None:
+        dev = self._target(t)
+        if not self.batch_p2p and dev is None:
             return (dist.irecv(t, self._glob[peer], group=self.group), t)
-        dev = t if self.device is None or t.device == self.device else torch.empty_like(t, device=self.device)
-        return self._post(_P2P(False, t, dev, peer))
+        stage = t if dev is None or t.device == dev else torch.empty_like(t, device=dev)
+        return self._post(_P2P(False, t, stage, peer))
 
     def _post(self, op: _P2P) -> _P2P:
         if self.batch_p2p:
