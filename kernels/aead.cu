@@ -106,6 +106,7 @@ __device__ __forceinline__ void sc_unit_load(uint32_t w[16], const uint8_t *src,
     const unsigned long long a = (unsigned long long)src;
     if (m == 64 && (a & 15) == 0) {
         const uint4 *p = (const uint4 *)src;
+#pragma unroll
         for (int q = 0; q < 4; q++) {
             uint4 v = p[q];
             w[4 * q] = v.x; w[4 * q + 1] = v.y; w[4 * q + 2] = v.z; w[4 * q + 3] = v.w;
@@ -116,9 +117,11 @@ __device__ __forceinline__ void sc_unit_load(uint32_t w[16], const uint8_t *src,
         const uint32_t *p = (const uint32_t *)(a & ~3ull);
         const int s = 8 * (int)(a & 3);
         if (s == 0) {
+#pragma unroll
             for (int q = 0; q < 16; q++) w[q] = p[q];
         } else {
             uint32_t lo = p[0];
+#pragma unroll
             for (int q = 0; q < 16; q++) {
                 uint32_t hi = p[q + 1];
                 w[q] = sc_fshr(lo, hi, s);
@@ -127,13 +130,21 @@ __device__ __forceinline__ void sc_unit_load(uint32_t w[16], const uint8_t *src,
         }
         return;
     }
-    for (int q = 0; q < 16; q++) w[q] = 0;
-    for (int b = 0; b < m; b++) w[b >> 2] |= (uint32_t)src[b] << (8 * (b & 3));
+    // Static indices only (a loop bound of m would put w[] in local memory for every unit).
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+        uint32_t v = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            if (4 * q + b < m) v |= (uint32_t)src[4 * q + b] << (8 * b);
+        w[q] = v;
+    }
 }
 
 __device__ __forceinline__ void sc_unit_store(uint8_t *dst, const uint32_t w[16], int m) {
     if (m == 64 && (((unsigned long long)dst) & 15) == 0) {
         uint4 *p = (uint4 *)dst;
+#pragma unroll
         for (int q = 0; q < 4; q++) {
             uint4 v;
             v.x = w[4 * q]; v.y = w[4 * q + 1]; v.z = w[4 * q + 2]; v.w = w[4 * q + 3];
@@ -141,11 +152,16 @@ __device__ __forceinline__ void sc_unit_store(uint8_t *dst, const uint32_t w[16]
         }
         return;
     }
-    for (int b = 0; b < m; b++) dst[b] = (uint8_t)(w[b >> 2] >> (8 * (b & 3)));
+#pragma unroll
+    for (int q = 0; q < 16; q++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            if (4 * q + b < m) dst[4 * q + b] = (uint8_t)(w[q] >> (8 * b));
 }
 
 // Zero the bytes at and after m (padding of the last MAC block).
 __device__ __forceinline__ void sc_unit_mask(uint32_t w[16], int m) {
+#pragma unroll
     for (int q = 0; q < 16; q++) {
         int lo = 4 * q;
         if (lo >= m) w[q] = 0;
@@ -165,9 +181,11 @@ __device__ __forceinline__ void sc_unit_ks_chacha(const uint8_t *key, const uint
 __device__ __forceinline__ void sc_unit_ks_aes(const uint32_t (*te)[256], const uint32_t *rk,
                                                const uint8_t *nonce, long long t, uint32_t ks[16]) {
     uint32_t in[4] = {sc_be32(nonce), sc_be32(nonce + 4), sc_be32(nonce + 8), 0}, o[4];
+#pragma unroll
     for (int b = 0; b < 4; b++) {
         in[3] = (uint32_t)(2 + 4 * t + b);
         sc_aes256_tt(te[0], te[1], te[2], te[3], rk, in, o);
+#pragma unroll
         for (int q = 0; q < 4; q++) ks[4 * b + q] = sc_ghash_f::bswap(o[q]);
     }
 }
@@ -175,6 +193,7 @@ __device__ __forceinline__ void sc_unit_ks_aes(const uint32_t (*te)[256], const 
 // own + pt elementwise in dtype (0 float32, 1 float16, 2 bfloat16), float32 arithmetic and one
 // rounding (sc_add_into); whole elements only: 64-byte units hold whole elements of every dtype.
 __device__ __forceinline__ void sc_unit_add(uint32_t pt[16], const uint32_t own[16], int dtype) {
+#pragma unroll
     for (int q = 0; q < 16; q++) {
         if (dtype == 0) {
             pt[q] = sc_f32_add_bits(own[q], pt[q]);
@@ -224,13 +243,20 @@ __device__ __forceinline__ void sc_units(int mode, const uint8_t *keys, const ui
     const long long t = (long long)s * SC_T + i, off = 64 * t;
     const int m = off < slen ? (int)(slen - off < 64 ? slen - off : 64) : 0;
     uint32_t w[16];
+#pragma unroll
     for (int q = 0; q < 16; q++) w[q] = 0;
     if (m > 0) {
         if (concat && off < aad_len) {  // stream = aad row || body; this unit holds AAD bytes
             const uint8_t *a = aads + (long long)aad_stride * j, *b = in + in_offs[j];
-            for (int q = 0; q < m; q++) {
-                long long p = off + q;
-                w[q >> 2] |= (uint32_t)(p < aad_len ? a[p] : b[p - aad_len]) << (8 * (q & 3));
+#pragma unroll
+            for (int q = 0; q < 16; q++) {
+                uint32_t v = 0;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const long long p = off + 4 * q + c;
+                    if (4 * q + c < m) v |= (uint32_t)(p < aad_len ? a[p] : b[p - aad_len]) << (8 * c);
+                }
+                w[q] = v;
             }
         } else if (concat) {  // a unit of body only, at any alignment
             sc_unit_load(w, in + in_offs[j] + (off - aad_len), m);
@@ -241,6 +267,7 @@ __device__ __forceinline__ void sc_units(int mode, const uint8_t *keys, const ui
             uint32_t ks[16];
             if constexpr (AES) sc_unit_ks_aes(te, rk[0], nonces + 12LL * j, t, ks);
             else sc_unit_ks_chacha(keys + 32LL * j, nonces + 12LL * j, t, ks);
+#pragma unroll
             for (int q = 0; q < 16; q++) w[q] ^= ks[q];
             if (mode == SC_HOP) {
                 uint32_t o[16];
@@ -249,6 +276,7 @@ __device__ __forceinline__ void sc_units(int mode, const uint8_t *keys, const ui
                 if (acc) sc_unit_store(acc + own_offs[j] + off, w, m);
                 if constexpr (AES) sc_unit_ks_aes(te, rk[1], nonces2 + 12LL * j, t, ks);
                 else sc_unit_ks_chacha(keys2 + 32LL * j, nonces2 + 12LL * j, t, ks);
+#pragma unroll
                 for (int q = 0; q < 16; q++) w[q] ^= ks[q];
             }
             sc_unit_mask(w, m);
@@ -259,7 +287,9 @@ __device__ __forceinline__ void sc_units(int mode, const uint8_t *keys, const ui
 
     // This thread's lane: Horner over its (up to) four MAC blocks.
     typename F::E v = F::zero();
-    for (int b = 0; b < (m + 15) / 16; b++) v = F::mul(F::add(v, F::words(w + 4 * b)), mul[0]);
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+        if (16 * b < m) v = F::mul(F::add(v, F::words(w + 4 * b)), mul[0]);
     // Units [0, nfull) are whole and go through the tree; the last unit is the tail.
     const long long units = (slen + 63) / 64, nfull = units - 1, seg0 = (long long)s * SC_T;
     const long long end = nfull < seg0 + SC_T ? nfull : seg0 + SC_T;
