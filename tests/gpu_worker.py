@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 import cupy as cp
-from seccomm import AuthenticationError, SecureComm
+from seccomm import AuthenticationError, SecCommError, SecureComm
 from seccomm.transport import TamperTransport
 
 c = MPI.COMM_WORLD
@@ -69,7 +69,7 @@ if mode == "staged":
     collectives(sc, "device engine/MPI")
     from seccomm.gpu.engine import CupyBackend
 
-    check("CuPy arrays ran on the device engine", isinstance(sc._device_backend, CupyBackend))
+    check("CuPy arrays ran on the device engine", isinstance(sc._auto_backend, CupyBackend))
     sc.close()
 else:
     from seccomm.gpu.nccl import NCCLTransport
@@ -78,17 +78,21 @@ else:
     sc = SecureComm(t, "chacha20-poly1305", psk=PSK, chunk_bytes=1 << 18)
     collectives(sc, "NCCL")
     sc.close()
+    # rank 1 flips a byte of the first frame it sends: the rank that receives it (any world size)
+    # raises AuthenticationError naming rank 1; no rank returns a wrong sum
     t2 = NCCLTransport.from_mpi(c, timeout=5)
     wrap = (lambda tr: TamperTransport(tr, lambda i, peer, n: -1 if i == 0 else None)) if c.rank == 1 else None
     sc = SecureComm(t2, "aes-256-gcm", psk=PSK, wrap_transport=wrap)
     x = cp.ones(4096, cp.float32)
+    named = False
     try:
         sc.allreduce(x, x)
-        check("NCCL tampered frame detected", c.rank == 1)
+        check(f"NCCL tamper: rank {c.rank} returned a correct sum", bool((x == c.size).all()))
     except AuthenticationError as e:
-        check("NCCL tampered frame names rank 1", c.rank == 0 and e.peer == 1)
-    except Exception as e:  # noqa: BLE001
-        check(f"NCCL tamper: rank {c.rank} raised {type(e).__name__}", c.rank == 1)
+        named = e.peer == 1
+    except SecCommError:
+        pass
+    check("NCCL tampered frame: some rank named rank 1", any(c.allgather(named)))
     sc.close()
 allf = c.gather(fails, root=0)
 if c.rank == 0:

@@ -97,23 +97,26 @@ def test_fused_hop_equals_cpu(suite, dtype):
         assert outh[fr_offs[j]:fr_offs[j] + lens[j] + 16].tobytes() == frame
 
 
-def _run_worker(mode):
+def _run_worker(mode, ranks=2):
     import subprocess
     import sys
     from pathlib import Path
 
     from conftest import mpiexec
 
-    out = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("gpu_worker.py")), mode],
+    out = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, str(Path(__file__).with_name("gpu_worker.py")),
+                          mode],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-3000:] + out.stderr[-3000:]
 
 
 @pytest.mark.mpi
-def test_secure_comm_on_device_buffers():
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_secure_comm_on_device_buffers(ranks):
     """CuPy arrays on the device engine and torch bfloat16 CUDA tensors (staged) in every
-    collective, over MPI."""
-    _run_worker("staged")
+    collective, over MPI, ranks sharing the GPU; from 3 ranks on, the ring allreduce's middle hops
+    run the fused kernel."""
+    _run_worker("staged", ranks)
 
 
 @pytest.mark.mpi

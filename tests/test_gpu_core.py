@@ -107,6 +107,12 @@ def test_nvcc_compiles_every_kernel_without_spills(tmp_path):
         if src.name == "aead.cu":  # the ChaCha20 unit pass keeps its 64-byte unit in registers
             frame = re.search(r"Function properties for sc_units_chacha\s+(\d+) bytes stack frame", out.stderr)
             assert frame and int(frame.group(1)) == 0, out.stderr[-3000:]
+            # under CuPy's -ftz=true, the fused hop's float32 adds still keep subnormals
+            ptx = tmp_path / "aead.ptx"
+            subprocess.run(["nvcc", "-arch=sm_90", "-ftz=true", "-ptx", str(src), "-o", str(ptx)], check=True,
+                           capture_output=True)
+            adds = re.findall(r"\badd(?:\.\w+)*\.f32\b", ptx.read_text())
+            assert adds and all(a == "add.rn.f32" for a in adds), sorted(set(adds))
 
 
 @pytest.mark.parametrize("suite,ref_cls", [(0, ChaCha20Poly1305), (1, AESGCM)])
@@ -220,7 +226,8 @@ def test_nvrtc_compiles_the_runtime_module_without_spills():
         pytest.skip("NVRTC not installed (nvidia-cuda-nvrtc-cu12, in the test extra on Linux x86_64)")
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), module_source().encode(), b"aead.cu", 0, None, None) == 0
-    opts = [o.encode() for o in NVRTC_OPTIONS] + [b"-arch=sm_90", b"--ptxas-options=-v"]
+    # CuPy appends -ftz=true to every NVRTC build (cupy/cuda/compiler.py, _compile_with_cache_cuda)
+    opts = [o.encode() for o in NVRTC_OPTIONS] + [b"-ftz=true", b"-arch=sm_90", b"--ptxas-options=-v"]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
