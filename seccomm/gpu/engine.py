@@ -7,7 +7,7 @@ plaintext live on the device.  The collectives are the same code: they cut the c
 into chunk views, and the consume callbacks reduce with numpy ufuncs, which dispatch to CuPy.
 Per step the host builds the nonces and AAD headers (the same :class:`~seccomm.framing.FrameContext`
 as the CPU engine), uploads them with the step's key, and launches one seal or open for all
-chunks.  A receive opens only after all its chunks arrived (one launch); an open writes nothing
+chunks.  A receive opens only after all its chunks arrived (one batched call); an open writes nothing
 for a chunk whose tag fails, and the step raises ``AuthenticationError`` for the first one.
 
 A *backend* supplies the array module and the batch AEAD: :class:`CupyBackend` (CuPy and the
@@ -157,7 +157,7 @@ class DeviceOpRun(OpRun):
         return sc.suite, (sc._keys.group_key(ep) if group else sc._keys.direction_key(ep, a, b))
 
     def _crypt(self, seal: bool, suite, key, wsname, slots, data_views):
-        """Seal ``data_views`` into ``slots`` or open ``slots`` into ``data_views``: one launch.
+        """Seal ``data_views`` into ``slots`` or open ``slots`` into ``data_views``: one batched call.
         Returns the per-chunk ``ok`` flags (host int array) for an open."""
         be, n = self.backend, len(slots)
         if n == 0:  # an empty block: nothing to seal or open
