@@ -13,6 +13,10 @@ def _train(p):
     p.add_argument("--suite", default="aes-256-gcm", help=f"one of {', '.join(SUITES)} (default aes-256-gcm)")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size cap in MiB (default 25)")
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model and its gradient buckets live (default cpu); cuda: one GPU per rank")
+    p.add_argument("--backend", choices=("gloo", "nccl"),
+                   help="torch.distributed backend (default: nccl with --device cuda, else gloo)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     return _run
 
@@ -32,9 +36,28 @@ def _run(args, argv) -> int:
     except ImportError as e:
         raise UsageError(f"seccomm train needs the torch extra ({e.name} missing): "
                          "pip install torch==2.13.0 && pip install -e '.[torch]'") from None
+    _check_device(args)
     if not under_launcher():
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         return relaunch(args.np, argv, env)
     from .torch.train import main_train
 
     return main_train(args)
+
+
+def _check_device(args) -> None:
+    """--device/--backend against this machine, before any rank starts."""
+    import torch
+
+    if args.backend == "nccl" and args.device != "cuda":
+        raise UsageError("--backend nccl moves CUDA tensors: add --device cuda")
+    if args.device != "cuda":
+        return
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        raise UsageError("--device cuda: torch finds no CUDA device (a CPU build of torch, or no GPU)")
+    from .launch import under_launcher
+
+    if (args.backend or "nccl") == "nccl" and not under_launcher() and args.np > gpus:
+        raise UsageError(f"--backend nccl needs one GPU per rank: --np {args.np} on {gpus} GPU(s); "
+                         "use --np <= GPUs, or --backend gloo to share them")

@@ -155,6 +155,35 @@ def test_ddp_hook_cuda_buckets_under_gloo(tmp_path):
     assert len(res) >= 8 and not [r for r in res if not r["ok"]], res
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_seccomm_train_on_cuda(tmp_path, backend):
+    """`seccomm train --device cuda`: DDP with CUDA buckets, default vs secure hook, 2 ranks
+    (gloo: sharing a GPU; nccl: one GPU each)."""
+    import json
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    if backend == "nccl" and torch.cuda.device_count() < 2:
+        pytest.skip("nccl needs one GPU per rank: 2 GPUs (on a node: torchrun --nproc-per-node 8 -m seccomm "
+                    "train --device cuda)")
+    from seccomm import launch
+
+    j = tmp_path / "train.json"
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--np", "2", "--steps", "30", "--device", "cuda",
+                           "--backend", backend, "--json", str(j)], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(j.read_text())
+    assert r["device"] == "cuda" and r["backend"] == backend
+    assert r["max_abs_param_diff"] < 1e-4 and r["variants"]["secure"]["test_accuracy"] > 0.5, r
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_fused_hop_special_values_on_device(dtype):
     """On the device the compiler flushes subnormals (CuPy builds with -ftz=true) and the adder

@@ -77,3 +77,16 @@ def test_bench_workload(tmp_path):
     for r in rows:
         assert r["wrong"] == 0 and r["buckets"] == 5
         assert r["projected_step_ms"] == pytest.approx(r["time_us"]["median"] / 1e3 / 0.02)
+
+
+def test_train_device_arguments_are_checked_before_ranks_start():
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    cases = [(["--backend", "nccl"], "add --device cuda")]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda"], "no CUDA device"))
+    for extra, msg in cases:
+        proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--steps", "2", *extra],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 2 and msg in proc.stderr, proc.stderr

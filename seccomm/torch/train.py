@@ -39,25 +39,37 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
-def _secret():
+def _secret(device):
     from ..keys import load_secret
     from ..errors import SecCommError
 
     try:
         return load_secret()[0]
     except SecCommError:  # under torchrun without a secret: benchmark-only, broadcast in the clear
-        t = torch.from_numpy(np.frombuffer(os.urandom(32), np.uint8).copy())
+        t = torch.from_numpy(np.frombuffer(os.urandom(32), np.uint8).copy()).to(device)
         dist.broadcast(t, 0)
-        return t.numpy().tobytes()
+        return t.cpu().numpy().tobytes()
+
+
+def train_device(args, rank: int) -> torch.device:
+    """cpu, or this rank's GPU: LOCAL_RANK under torchrun, else rank modulo the GPUs."""
+    if getattr(args, "device", "cpu") != "cuda":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
 
 
 def main_train(args) -> int:
     rank, world = rank_and_size()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = train_device(args, rank)
+    backend = getattr(args, "backend", None) or ("nccl" if device.type == "cuda" else "gloo")
+    dist.init_process_group(backend, rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
-        res = train(args, rank, world)
+        res = train(args, rank, world, device)
+        res["device"], res["backend"] = str(device.type), backend
     finally:
         dist.destroy_process_group()
     if rank == 0:
@@ -69,23 +81,30 @@ def main_train(args) -> int:
 
 
 def timed_step(ddp, opt, loss_fn, xb, yb) -> float:
-    """One training step after a barrier (all ranks start together); its wall time in seconds."""
+    """One training step after a barrier (all ranks start together); its wall time in seconds
+    (on a GPU, until the device has finished it)."""
     dist.barrier()
+    if xb.is_cuda:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
     loss_fn(ddp(xb), yb).backward()
     opt.step()
+    if xb.is_cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
-def train(args, rank: int, world: int) -> dict:
-    xtr, ytr, xte, yte = digits()
+def train(args, rank: int, world: int, device=None) -> dict:
+    device = torch.device("cpu") if device is None else device
+    xtr, ytr, xte, yte = (t.to(device) for t in digits())
+    ids = [device.index] if device.type == "cuda" else None
     models = {}
     for name in ("default", "secure"):
         torch.manual_seed(0)
-        ddp = DDP(model(), bucket_cap_mb=args.bucket_cap_mb)
+        ddp = DDP(model().to(device), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
         if name == "secure":
-            state = SecureHookState(None, args.suite, psk=_secret())
+            state = SecureHookState(None, args.suite, psk=_secret(device))
             ddp.register_comm_hook(state, secure_allreduce_hook)
         models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9))
     times = {k: np.zeros(args.steps) for k in models}
@@ -94,15 +113,16 @@ def train(args, rank: int, world: int) -> dict:
     loss_fn = nn.CrossEntropyLoss()
     for step in range(args.steps):
         lo = (step * gb) % (len(ytr) - gb + 1)
-        idx = torch.from_numpy(order[lo + rank * args.batch: lo + (rank + 1) * args.batch])
+        idx = torch.from_numpy(order[lo + rank * args.batch: lo + (rank + 1) * args.batch]).to(device)
         xb, yb = xtr[idx], ytr[idx]
         for k in (("default", "secure") if step % 2 == 0 else ("secure", "default")):
             times[k][step] = timed_step(*models[k], loss_fn, xb, yb)
     out = {"world_size": world, "steps": args.steps, "suite": args.suite,
            "bucket_cap_mb": args.bucket_cap_mb, "batch_per_rank": args.batch, "variants": {}}
     for k, (ddp, _) in models.items():
-        t = torch.from_numpy(times[k])
+        t = torch.from_numpy(times[k]).to(device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step lasts until the slowest rank is done
+        t = t.cpu()
         with torch.no_grad():
             m = ddp.module
             loss = float(loss_fn(m(xtr), ytr))
@@ -123,7 +143,7 @@ def report(r: dict, file=sys.stdout) -> None:
     v = r["variants"]
     print(f"# seccomm train: digits MLP ({r['parameters']} parameters), {r['world_size']} ranks, "
           f"{r['steps']} steps, batch {r['batch_per_rank']}/rank, bucket_cap_mb {r['bucket_cap_mb']}, "
-          f"suite {r['suite']}", file=file)
+          f"suite {r['suite']}, {r.get('device', 'cpu')}/{r.get('backend', 'gloo')}", file=file)
     print(f"# {'hook':>8} {'step median [ms]':>17} {'step p90 [ms]':>14} {'train loss':>11} {'test acc':>9}", file=file)
     for k in ("default", "secure"):
         x = v[k]
