@@ -295,7 +295,7 @@ __device__ __forceinline__ void sc_units(int mode, const uint8_t *keys, const ui
     const long long end = nfull < seg0 + SC_T ? nfull : seg0 + SC_T;
     const int cnt = end > seg0 ? (int)(end - seg0) : 0;
     if (t == nfull) F::put(tails + 8LL * j, v);
-    // tree[w] = lane value with weight (k^4)^w, w counted from the segment's last whole unit
+    // tree[p] = lane value with weight (k^4)^p, p counted back from the segment's last whole unit
     if (i < cnt) tree[cnt - 1 - i] = v;
     else tree[i] = F::zero();
     __syncthreads();
