@@ -33,6 +33,32 @@ def mpiexec() -> str:
     return found
 
 
+def run_torch_worker(tmp_path: Path, world: int, *args: str) -> list[dict]:
+    """tests/torch_worker.py on ``world`` ranks under mpiexec (gloo rendezvous on a free port);
+    every rank's result records, after asserting that all ranks finished and wrote them."""
+    from seccomm import launch
+
+    out = tmp_path / "r.json"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
+    proc = subprocess.run([mpiexec(), "-n", str(world), sys.executable, str(WORKER.with_name("torch_worker.py")),
+                           str(out), *args], capture_output=True, text=True, timeout=600, env=env)
+    files = [Path(f"{out}.rank{r}") for r in range(world)]
+    assert proc.returncode == 0 and all(f.exists() for f in files), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [r for f in files for r in json.loads(f.read_text())]
+
+
+def run_train(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``seccomm train --np 2 --json ... *args`` outside any launcher; (process, its JSON)."""
+    from seccomm import launch
+
+    j = tmp_path / "train.json"
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--np", "2", "--json", str(j), *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(j.read_text())
+
+
 def run_worker(n: int, scenarios: list[str], out: Path, timeout: float = 900) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [mpiexec(), "-n", str(n), sys.executable, str(WORKER), str(out), *scenarios]

@@ -134,24 +134,12 @@ def test_ddp_hook_cuda_buckets_under_gloo(tmp_path):
     """DDP with CUDA buckets on a gloo process group (2 ranks sharing a GPU): the hook's device
     engine frames live in CUDA memory, which gloo's point-to-point cannot read, so TorchTransport
     stages them through host memory; gradients must equal DDP's own allreduce."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
-    from conftest import mpiexec
-    from seccomm import launch
+    from conftest import run_torch_worker
 
-    out = tmp_path / "r.json"
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
-    proc = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("torch_worker.py")),
-                           str(out), "cuda"], capture_output=True, text=True, timeout=600, env=env)
-    files = [Path(f"{out}.rank{r}") for r in range(2)]
-    assert proc.returncode == 0 and all(f.exists() for f in files), proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = [r for f in files for r in json.loads(f.read_text())]
+    res = run_torch_worker(tmp_path, 2, "cuda")
     assert len(res) >= 8 and not [r for r in res if not r["ok"]], res
 
 
@@ -160,10 +148,6 @@ def test_ddp_hook_cuda_buckets_under_gloo(tmp_path):
 def test_seccomm_train_on_cuda(tmp_path, backend):
     """`seccomm train --device cuda`: DDP with CUDA buckets, default vs secure hook, 2 ranks
     (gloo: sharing a GPU; nccl: one GPU each)."""
-    import json
-    import subprocess
-    import sys
-
     torch = pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     if not torch.cuda.is_available():
@@ -171,15 +155,9 @@ def test_seccomm_train_on_cuda(tmp_path, backend):
     if backend == "nccl" and torch.cuda.device_count() < 2:
         pytest.skip("nccl needs one GPU per rank: 2 GPUs (on a node: torchrun --nproc-per-node 8 -m seccomm "
                     "train --device cuda)")
-    from seccomm import launch
+    from conftest import run_train
 
-    j = tmp_path / "train.json"
-    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--np", "2", "--steps", "30", "--device", "cuda",
-                           "--backend", backend, "--json", str(j)], capture_output=True, text=True, timeout=600,
-                          env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    r = json.loads(j.read_text())
+    _, r = run_train(tmp_path, "--steps", "30", "--device", "cuda", "--backend", backend)
     assert r["device"] == "cuda" and r["backend"] == backend
     assert r["max_abs_param_diff"] < 1e-4 and r["variants"]["secure"]["test_accuracy"] > 0.5, r
 

@@ -7,29 +7,20 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from conftest import mpiexec  # noqa: E402
+from conftest import run_torch_worker, run_train  # noqa: E402
 from seccomm import launch  # noqa: E402
-
-WORKER = Path(__file__).with_name("torch_worker.py")
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("world", [2, 3])
 def test_hook_on_real_ranks(tmp_path, world):
-    out = tmp_path / "r.json"
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
-    proc = subprocess.run([mpiexec(), "-n", str(world), sys.executable, str(WORKER), str(out)],
-                          capture_output=True, text=True, timeout=600, env=env)
-    files = [Path(f"{out}.rank{r}") for r in range(world)]
-    assert proc.returncode == 0 and all(f.exists() for f in files), proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = [r for f in files for r in json.loads(f.read_text())]
+    res = run_torch_worker(tmp_path, world)
     bad = [r for r in res if not r["ok"]]
     assert not bad, bad
     assert len(res) >= 12 * world
@@ -37,13 +28,8 @@ def test_hook_on_real_ranks(tmp_path, world):
 
 @pytest.mark.mpi
 def test_seccomm_train_end_to_end(tmp_path):
-    j = tmp_path / "train.json"
-    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--np", "2", "--steps", "30",
-                           "--json", str(j)], capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc, r = run_train(tmp_path, "--steps", "30")
     assert "overhead (secure / default step time)" in proc.stdout
-    r = json.loads(j.read_text())
     assert r["world_size"] == 2 and r["parameters"] == 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
     d, s = r["variants"]["default"], r["variants"]["secure"]
     assert d["test_accuracy"] > 0.5 and abs(d["test_accuracy"] - s["test_accuracy"]) < 1e-6
