@@ -10,7 +10,7 @@
     python benchmarks/model_reproductions.py
 """
 
-from seccomm import model as m
+from seccomm import costmodel as m
 
 MB = 1_000_000
 

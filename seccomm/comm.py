@@ -21,7 +21,7 @@ from .framing import AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS
 from .handshake import verify_settings
 from .keys import KEY_EXCHANGES, KeySchedule, load_secret
 from .suites import SUITES, get_suite
-from .transport import MPITransport, Transport
+from .transports.base import MPITransport, Transport
 
 ALGORITHMS = ("auto", "ring", "recursive_doubling")
 _OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
@@ -42,7 +42,7 @@ DEFAULT_BCAST_CHAIN_BYTES = 512 << 10  # bcast: pipelined chain above, binomial 
 
 class SecureComm:
     """Secure collectives on ``comm``: an ``mpi4py.MPI.Intracomm`` (duplicated inside) or a
-    :class:`~seccomm.transport.Transport`.  Construction is a collective call.
+    :class:`~seccomm.transports.base.Transport`.  Construction is a collective call.
 
     Parameters (all ranks must pass the same values; construction verifies this with one
     authenticated exchange and raises ``ConfigMismatchError`` on every rank otherwise):

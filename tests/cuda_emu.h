@@ -1,6 +1,6 @@
 // Run CUDA kernels on the CPU, for tests on machines without a GPU.
 //
-// The kernel source (kernels/aead.cu, unchanged) is compiled as C++ after this header.  A launch runs
+// The kernel source (seccomm/gpu/cuda/aead.cu, unchanged) is compiled as C++ after this header.  A launch runs
 // its blocks one after another on one pool of OS threads, one per CUDA thread, so __syncthreads is a
 // real barrier and __shared__ variables (function statics here) are shared by the block's threads.
 // Hazards that are undefined on a GPU are errors here: a __syncthreads reached after a thread of the

@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from seccomm import SecCommError, SecureComm
-from seccomm.transport import TransportWrapper
+from seccomm.transports.base import TransportWrapper
 
 
 class DieAfterFirstFrame(TransportWrapper):

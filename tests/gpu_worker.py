@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import cupy as cp
 from seccomm import AuthenticationError, SecCommError, SecureComm
-from seccomm.transport import TamperTransport
+from seccomm.transports.base import TamperTransport
 
 c = MPI.COMM_WORLD
 mode = sys.argv[1]
@@ -72,7 +72,7 @@ if mode == "staged":
     check("CuPy arrays ran on the device engine", isinstance(sc._auto_backend, CupyBackend))
     sc.close()
 else:
-    from seccomm.gpu.nccl import NCCLTransport
+    from seccomm.transports.nccl import NCCLTransport
 
     t = NCCLTransport.from_mpi(c, timeout=30)
     sc = SecureComm(t, "chacha20-poly1305", psk=PSK, chunk_bytes=1 << 18)

@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
-from seccomm.transport import TamperTransport, TransportWrapper
+from seccomm.transports.base import TamperTransport, TransportWrapper
 
 PSK = bytes(range(32))
 SUITES = ["none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
@@ -396,7 +396,7 @@ def policy(comm, rec):
 def wire(comm, rec):
     """wire evidence: no 16-byte window of plaintext on the wire under encrypting suites; the
     plaintext is found under aes-256-gmac and none (the check can fail)"""
-    from seccomm.evidence import wire_check
+    from seccomm.compliance.evidence import wire_check
 
     for row in wire_check(comm, count=4096 + 3):
         rec(f"wire {row}", row["ok"] and row["wire_bytes"] > 0
@@ -495,7 +495,7 @@ def check_tamper_caught_on_rank0(comm, rec, suite, chunk_bytes, timeout, backend
 
 @scenario
 def device_kernels(comm, rec):
-    """the device engine driving the GPU kernels themselves (kernels/aead.cu through GPUAEAD, run
+    """the device engine driving the GPU kernels themselves (seccomm/gpu/cuda/aead.cu through GPUAEAD, run
     on the CPU by tests/cuda_emu.h) on even ranks, the CPU engine on odd ranks: the frames of the
     real kernels interoperate in every collective, the fused ring hop included, and a tampered
     frame is caught on a kernel rank.  A reduced matrix: the emulator runs one OS thread per CUDA

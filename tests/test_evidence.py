@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seccomm.evidence import find_plaintext, frames_found
+from seccomm.compliance.evidence import find_plaintext, frames_found
 
 rng = np.random.default_rng(7)
 

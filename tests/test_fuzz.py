@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from seccomm import SecCommError, SecureComm
 from seccomm.errors import AuthenticationError, ConfigMismatchError, FrameError
 from seccomm.handshake import BLOCK_BYTES
-from seccomm.transport import Transport
+from seccomm.transports.base import Transport
 
 PSK = bytes(range(32))
 SUITES = ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]

@@ -1,4 +1,4 @@
-"""The GPU kernels' arithmetic core (kernels/sc_crypto.cuh), compiled for the host with the system
+"""The GPU kernels' arithmetic core (seccomm/gpu/cuda/sc_crypto.cuh), compiled for the host with the system
 C compiler, against RFC 8439, the NIST GCM vectors (FAIL cases included) and `cryptography` on
 random keys, nonces, AAD and lengths; and every .cu compiled by nvcc for sm_90 when nvcc exists."""
 
@@ -96,7 +96,7 @@ def test_gmac_is_gcm_over_empty_plaintext(gcm, lib):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_nvcc_compiles_every_kernel_without_spills(tmp_path):
     sources = sorted(KERNELS.glob("*.cu"))
-    assert sources, "no .cu files in kernels/"
+    assert sources, "no .cu files in seccomm/gpu/cuda/"
     for src in sources:
         out = subprocess.run(["nvcc", "-arch=sm_90", "-Xptxas", "-v", "-c", str(src), "-o",
                               str(tmp_path / (src.stem + ".o"))], capture_output=True, text=True)

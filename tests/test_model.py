@@ -8,7 +8,7 @@ import time
 import pytest
 
 from seccomm import cli
-from seccomm import model as m
+from seccomm import costmodel as m
 
 MIB = 1 << 20
 
@@ -99,7 +99,7 @@ def test_calibration_recovers_synthetic_parameters():
 
 
 def test_sweep_to_16384_gpus_is_fast():
-    from seccomm.project_cli import sweep
+    from seccomm.cli.project import sweep
 
     t0 = time.perf_counter()
     rows = sweep(m.get_preset("ib-ndr400"), [2**i for i in range(12)], 8, 25 * MIB, "allreduce", "all", 2.0, 1e-6)

@@ -123,7 +123,7 @@ def bf16_bucket(rank, world, rec):
 
 def tamper(rank, world, rec):
     from seccomm import AuthenticationError, SecCommError
-    from seccomm.transport import TamperTransport
+    from seccomm.transports.base import TamperTransport
 
     state = SecureHookState(None, "aes-256-gcm", psk=PSK, timeout=3)
     state.sc._transport = TamperTransport(state.sc._transport,

@@ -19,7 +19,7 @@ from ..collectives import get_collective
 from ..dtypes import DTYPES
 from ..errors import SecCommError
 from ..keys import load_secret
-from .report import Report
+from .table import Report
 
 NATIVE = "native"
 

@@ -4,6 +4,6 @@ Needs the ``torch`` extra (``pip install -e '.[torch]'``); ``import seccomm`` ne
 """
 
 from .hook import SecureHookState, secure_allreduce_hook
-from .transport import TorchTransport
+from ..transports.torch import TorchTransport
 
 __all__ = ["SecureHookState", "secure_allreduce_hook", "TorchTransport"]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..comm import SecureComm
-from .transport import TorchTransport, default_timeout
+from ..transports.torch import TorchTransport, default_timeout
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
 
@@ -30,7 +30,7 @@ class SecureHookState:
     """State for :func:`secure_allreduce_hook`; a collective call (builds a ``SecureComm``).
 
     ``process_group``: the DDP process group (``None``: world).  ``batch_p2p``, ``device``: see
-    :class:`~seccomm.torch.transport.TorchTransport` (under ``nccl``: grouped point-to-point and
+    :class:`~seccomm.transports.torch.TorchTransport` (under ``nccl``: grouped point-to-point and
     frames staged through the current CUDA device, by default).  Other keyword arguments go to
     :class:`~seccomm.comm.SecureComm` (``suite``, ``chunk_bytes``, ``psk``, ``algorithm``, ...).
     """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .transport import TransportWrapper, host_bytes
+from ..transports.base import TransportWrapper, host_bytes
 
 WINDOW = 16  #: bytes; a 16-byte window of random float32 data does not occur by chance (2**-128)
 ENCRYPTING = ("aes-256-gcm", "chacha20-poly1305")
@@ -171,7 +171,7 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
     """
     from mpi4py import MPI
 
-    from .comm import SecureComm
+    from ..comm import SecureComm
 
     rank, size = comm.Get_rank(), comm.Get_size()
     psk = psk or bytes(range(32))
@@ -293,8 +293,8 @@ def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pc
     import sys
     from pathlib import Path
 
-    from .keys import new_secret_file
-    from .launch import LAUNCHER_VARS, find_mpiexec
+    from ..keys import new_secret_file
+    from ..launch import LAUNCHER_VARS, find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:
@@ -309,7 +309,7 @@ def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pc
             env.update(TCP_ENV, SECCOMM_PSK_FILE=secret, SECCOMM_CAPTURE_FRAMES=tmp)
             try:
                 with LoopbackCapture() as cap:
-                    out = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm.evidence",
+                    out = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm.compliance.evidence",
                                           suite, str(count), str(si)], env=env, capture_output=True, text=True,
                                          timeout=timeout)
             finally:
@@ -337,13 +337,13 @@ def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pc
 
 
 def _capture_job(suite: str, count: int, salt: int) -> None:
-    """One rank of :func:`capture_check` (``python -m seccomm.evidence SUITE COUNT SALT``): saves
+    """One rank of :func:`capture_check` (``python -m seccomm.compliance.evidence SUITE COUNT SALT``): saves
     the frames it sent to ``$SECCOMM_CAPTURE_FRAMES/rank<r>.npz``."""
     import os
 
     from mpi4py import MPI
 
-    from .comm import SecureComm
+    from ..comm import SecureComm
 
     comm = MPI.COMM_WORLD
     holder = {}

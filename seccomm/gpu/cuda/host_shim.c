@@ -1,4 +1,4 @@
-// Host build of the GPU AEAD core (kernels/sc_crypto.cuh) for verification through ctypes:
+// Host build of the GPU AEAD core (sc_crypto.cuh) for verification through ctypes:
 // the same source the kernels compile, checked here against RFC 8439, NIST GCM and cryptography.
 #include "sc_crypto.cuh"
 

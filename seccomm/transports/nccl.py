@@ -27,7 +27,7 @@ Design (NCCL >= 2.7 point-to-point; CuPy's ``NcclCommunicator.send``/``recv``):
   are still authenticated, so no altered content passes.
 
 Setup messages (configuration check, key exchange, topology) are small host buffers; they go over
-a control :class:`~seccomm.transport.Transport` (MPI by default), which also bootstraps NCCL by
+a control :class:`~seccomm.transports.base.Transport` (MPI by default), which also bootstraps NCCL by
 broadcasting its unique id.
 
 Needs CuPy with NCCL and a GPU per rank; nothing here is imported by ``import seccomm``.
@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 from ..errors import FrameError, TransportTimeout
-from ..transport import Transport
+from .base import Transport
 
 
 class _Op:
@@ -66,8 +66,8 @@ def _device_view(buf):
 class NCCLTransport(Transport):
     """Point-to-point over NCCL on the current CUDA device; setup over ``control``.
 
-    ``control``: a host :class:`~seccomm.transport.Transport` on the same ranks (for example
-    :class:`~seccomm.transport.MPITransport`); ``timeout``: seconds per wait.  Collective: every
+    ``control``: a host :class:`~seccomm.transports.base.Transport` on the same ranks (for example
+    :class:`~seccomm.transports.base.MPITransport`); ``timeout``: seconds per wait.  Collective: every
     rank constructs it together.  Raises ``RuntimeError`` without CuPy/NCCL or a device.
     """
 
@@ -246,9 +246,9 @@ class NCCLTransport(Transport):
     @classmethod
     def from_mpi(cls, comm, timeout: float = 60.0, device: int | None = None) -> "NCCLTransport":
         """NCCL transport on the ranks of ``comm`` (an ``mpi4py`` communicator), with an
-        :class:`~seccomm.transport.MPITransport` on a duplicate of it for setup.  By default
+        :class:`~seccomm.transports.base.MPITransport` on a duplicate of it for setup.  By default
         each rank uses device ``local rank % device count``, and makes it the current device."""
-        from ..transport import MPITransport
+        from .base import MPITransport
 
         control = MPITransport(comm, timeout=timeout)
         if device is None:

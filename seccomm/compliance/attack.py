@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from .errors import AuthenticationError, SecCommError, TransportTimeout
-from .transport import TransportWrapper, host_bytes
+from ..errors import AuthenticationError, SecCommError, TransportTimeout
+from ..transports.base import TransportWrapper, host_bytes
 
 CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
 
@@ -98,7 +98,7 @@ def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, tim
     needs >= 3).  Returns, identical on every rank: trials, detected, silently_accepted, examples."""
     from mpi4py import MPI
 
-    from .comm import SecureComm
+    from ..comm import SecureComm
 
     size, rank = comm.Get_size(), comm.Get_rank()
     psk = psk or bytes(range(32))
@@ -214,7 +214,7 @@ def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> i
 
 
 def _register():
-    from .cli import UsageError, register
+    from ..cli import UsageError, register
 
     @register("attack", "Run the on-path attacker harness on real ranks: every attack must be detected.")
     def _attack(p):
@@ -226,7 +226,7 @@ def _register():
         return _run
 
     def _run(args, argv):
-        from .launch import relaunch, under_launcher
+        from ..launch import relaunch, under_launcher
 
         classes = [c.strip() for c in args.classes.split(",") if c.strip()]
         bad = [c for c in classes if c not in CLASSES]
@@ -236,7 +236,7 @@ def _register():
             raise UsageError("--trials must be >= 1 and --np in 2..64")
         if args.seed < 0:
             raise UsageError("--seed must be >= 0")
-        from .suites import SUITES
+        from ..suites import SUITES
 
         if args.suite not in SUITES:
             raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")

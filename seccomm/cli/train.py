@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .cli import UsageError, register
-from .suites import SUITES
+from . import UsageError, register
+from ..suites import SUITES
 
 
 @register("train", "Train a small model on the digits set twice, default vs secure DDP hook (needs the torch extra).")
@@ -22,7 +22,7 @@ def _train(p):
 
 
 def _run(args, argv) -> int:
-    from .launch import free_port, relaunch, under_launcher
+    from ..launch import free_port, relaunch, under_launcher
 
     if args.suite not in SUITES:
         raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
@@ -40,7 +40,7 @@ def _run(args, argv) -> int:
     if not under_launcher():
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         return relaunch(args.np, argv, env)
-    from .torch.train import main_train
+    from ..torch.train import main_train
 
     return main_train(args)
 
@@ -56,7 +56,7 @@ def _check_device(args) -> None:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus == 0:
         raise UsageError("--device cuda: torch finds no CUDA device (a CPU build of torch, or no GPU)")
-    from .launch import under_launcher
+    from ..launch import under_launcher
 
     if (args.backend or "nccl") == "nccl" and not under_launcher() and args.np > gpus:
         raise UsageError(f"--backend nccl needs one GPU per rank: --np {args.np} on {gpus} GPU(s); "

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import FrameError, TransportTimeout
-from ..transport import Transport
+from .base import Transport
 
 
 def _tensor(buf) -> torch.Tensor:

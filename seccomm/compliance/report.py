@@ -3,9 +3,9 @@
 It states what protects the traffic (suites and their FIPS 140-3 status, key sizes, the KDF and
 its parameters, the nonce construction and why it cannot repeat, the usage limits per key and
 the configured rotation point, the library versions in use) and attaches evidence produced at
-report time on real ranks: the attacker harness (:mod:`seccomm.attack`), the wire check of the
+report time on real ranks: the attacker harness (:mod:`seccomm.compliance.attack`), the wire check of the
 recording transport, and, where the process may open a packet socket, the same check on a packet
-capture of ranks talking TCP over loopback (:mod:`seccomm.evidence`).  Given a ``seccomm bench
+capture of ranks talking TCP over loopback (:mod:`seccomm.compliance.evidence`).  Given a ``seccomm bench
 --json`` result, it adds the measured overhead.
 
 The report is one document model rendered as Markdown or as a single self-contained HTML file
@@ -21,8 +21,8 @@ import shlex
 import sys
 import tempfile
 
-from .framing import (AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS)
-from .suites import KEY_BYTES, NONCE_BYTES, SUITES, TAG_BYTES, TARGET_ADVANTAGE_LOG2
+from ..framing import (AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS)
+from ..suites import KEY_BYTES, NONCE_BYTES, SUITES, TAG_BYTES, TARGET_ADVANTAGE_LOG2
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 
@@ -333,8 +333,8 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
     d.h(1, "How this report was produced")
     d.items([
         f"Command: {cfg['command']}",
-        "Live, at report time: the attacker harness (seccomm.attack.run_classes), the recording-transport "
-        "wire check (seccomm.evidence.wire_check) and the packet capture (seccomm.evidence.capture_check), "
+        "Live, at report time: the attacker harness (seccomm.compliance.attack.run_classes), the recording-transport "
+        "wire check (seccomm.compliance.evidence.wire_check) and the packet capture (seccomm.compliance.evidence.capture_check), "
         "on the ranks and software listed above.",
         "From the code in use: the suite table, FIPS status and usage limits come from the suite registry "
         "(seccomm.suites); the nonce layout and field limits from seccomm.framing; the key schedule from "
@@ -403,7 +403,7 @@ def load_bench(path: str) -> dict:
 def gather_evidence(comm, trials: int, seed: int, log, suite: str = "aes-256-gcm") -> dict:
     """Collective: the attacker harness and the wire check on ``comm``; the result on rank 0."""
     from .attack import CLASSES, run_classes
-    from .bench.machine import machine_info
+    from ..bench.machine import machine_info
     from .evidence import wire_check
 
     attacks = run_classes(comm, CLASSES, trials, seed, log=log, suite=suite)
@@ -464,7 +464,7 @@ def _capture(args) -> dict:
 
 
 def _register():
-    from .cli import UsageError, register
+    from ..cli import UsageError, register
 
     @register("report", "Write a compliance report with live evidence (attacker harness, wire checks).")
     def _report(p):
@@ -484,7 +484,7 @@ def _register():
         return _run
 
     def _run(args, argv):
-        from .launch import relaunch, under_launcher
+        from ..launch import relaunch, under_launcher
 
         if not args.compliance:
             raise UsageError("say which report: --compliance (the only one so far)")

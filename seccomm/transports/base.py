@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .errors import FrameError, PeerAbortError, TransportTimeout
+from ..errors import FrameError, PeerAbortError, TransportTimeout
 
 _SPINS = 2000
 _WAITED, _ABORT = 0, 1  # kinds of give-up notice
@@ -291,7 +291,7 @@ class MPITransport(Transport):
         pass
 
     def node_ids(self):
-        from .topology import host_key, node_ids_from_keys
+        from ..topology import host_key, node_ids_from_keys
 
         keys = np.empty(self.size, np.int64)
         self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), what="topology")

@@ -29,7 +29,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import attack, bench, project_cli, report, train_cli  # noqa: F401  (they register their commands)
+    from .. import bench  # noqa: F401  (the modules register their commands)
+    from ..compliance import attack, report  # noqa: F401
+    from . import project, train  # noqa: F401
 
     argv = list(sys.argv[1:] if argv is None else argv)
     top = Parser(prog="seccomm", description="Secure collectives: cost and evidence.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from .cli import UsageError, register
+from . import UsageError, register
 
 NODES_DEFAULT = ",".join(str(2**i) for i in range(12))  # 1 .. 2048 nodes
 
@@ -56,11 +56,11 @@ def _gamma_here() -> float:
 
 
 def _run(a, argv) -> int:
-    from . import model
-    from .bench import parse_size
+    from .. import costmodel
+    from ..bench import parse_size
 
     if a.calibrate:
-        cal = model.calibrate(_load(a.calibrate), gamma=_gamma_here())
+        cal = costmodel.calibrate(_load(a.calibrate), gamma=_gamma_here())
         text = json.dumps(cal, indent=1)
         if a.out:
             with open(a.out, "w") as f:
@@ -80,16 +80,16 @@ def _run(a, argv) -> int:
         raise UsageError(f"--nodes must be a comma list of integers, got {a.nodes!r}") from None
     if not nodes or nodes[0] < 1 or a.ranks_per_node < 1:
         raise UsageError("--nodes and --ranks-per-node must be >= 1")
-    if a.collective not in model.COLLECTIVES:
-        raise UsageError(f"unknown collective {a.collective!r}; allowed: {', '.join(model.COLLECTIVES)}")
+    if a.collective not in costmodel.COLLECTIVES:
+        raise UsageError(f"unknown collective {a.collective!r}; allowed: {', '.join(costmodel.COLLECTIVES)}")
     nbytes = parse_size(a.message)
     try:
         if a.calibration:
-            prm = model.params_for(_load(a.calibration), a.suite)
+            prm = costmodel.params_for(_load(a.calibration), a.suite)
         else:
-            prm = model.get_preset(a.preset or "ib-ndr400")
+            prm = costmodel.get_preset(a.preset or "ib-ndr400")
         if a.crypto_threads:
-            prm = model.replace(prm, crypto_threads=a.crypto_threads)
+            prm = costmodel.replace(prm, crypto_threads=a.crypto_threads)
         rows = sweep(prm, nodes, a.ranks_per_node, nbytes, a.collective, a.encrypt, a.oversubscription,
                      a.jitter_us * 1e-6)
     except ValueError as e:
@@ -119,17 +119,17 @@ def _run(a, argv) -> int:
 def sweep(prm, nodes, rpn, nbytes, collective, encrypt, oversub, jitter) -> list[dict]:
     """One row per node count: best plain and secure algorithm, times, busbw and efficiency
     (busbw relative to the smallest node count of the sweep)."""
-    from . import model
+    from .. import costmodel
 
     rows = []
     for n in nodes:
-        topo = model.Topology(n, rpn, oversub, jitter=jitter)
-        ap, tp = model.best(collective, nbytes, prm, topo, False, encrypt)
-        asec, ts = model.best(collective, nbytes, prm, topo, True, encrypt)
+        topo = costmodel.Topology(n, rpn, oversub, jitter=jitter)
+        ap, tp = costmodel.best(collective, nbytes, prm, topo, False, encrypt)
+        asec, ts = costmodel.best(collective, nbytes, prm, topo, True, encrypt)
         rows.append({"nodes": n, "ranks": topo.p, "algorithm_plain": ap, "algorithm_secure": asec,
                      "plain_us": tp * 1e6, "secure_us": ts * 1e6, "overhead_x": ts / tp if tp else 1.0,
-                     "busbw_plain_gbps": model.busbw(collective, nbytes, tp, topo.p),
-                     "busbw_secure_gbps": model.busbw(collective, nbytes, ts, topo.p)})
+                     "busbw_plain_gbps": costmodel.busbw(collective, nbytes, tp, topo.p),
+                     "busbw_secure_gbps": costmodel.busbw(collective, nbytes, ts, topo.p)})
     b0p = next((r["busbw_plain_gbps"] for r in rows if r["busbw_plain_gbps"] > 0), 0)
     b0s = next((r["busbw_secure_gbps"] for r in rows if r["busbw_secure_gbps"] > 0), 0)
     for r in rows:
@@ -141,10 +141,10 @@ def sweep(prm, nodes, rpn, nbytes, collective, encrypt, oversub, jitter) -> list
 def _validate(doc, cal) -> int:
     import numpy as np
 
-    from . import model
+    from .. import costmodel
 
     try:
-        res = model.validate(doc, cal)
+        res = costmodel.validate(doc, cal)
     except (KeyError, ValueError) as e:
         raise UsageError(f"cannot validate: {e}") from None
     print(f"# validation: {len(res)} (size, variant) points, {doc.get('world_size')} ranks")
