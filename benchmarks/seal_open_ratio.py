@@ -20,7 +20,8 @@ from seccomm.suites import get_suite
 def pair(suite_name: str, nbytes: int):
     """(raw_seal, framing_seal, raw_open, framing_open) callables on the same bytes."""
     suite = get_suite(suite_name)
-    aead = suite.new_key(os.urandom(32))
+    key = os.urandom(32)
+    keyed, aead = suite.keyed(key), suite.aead_class(key)
     (slot,) = Workspace().slots("w", [nbytes])
     pt = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
     ctx = FrameContext(suite.suite_id, "allreduce", 3, b"j" * 16, b"c" * 16, 0, 1, 0, nbytes // 4, "sum")
@@ -34,23 +35,23 @@ def pair(suite_name: str, nbytes: int):
             buf[AAD_BYTES:] = pt
             aead.encrypt_into(nonce, b"", buf, frame_out[:16])
         fill()
-        suite.seal(aead, slot, pt)
+        keyed.seal(slot, pt)
         tag, hb = bytes(slot.tag), bytes(slot.header_body)
         raw_open = lambda: aead.decrypt_into(nonce, tag, hb, bytearray(0))  # noqa: E731
     else:
         raw_seal = lambda: aead.encrypt_into(nonce, pt, aad, frame_out)  # noqa: E731
         fill()
-        suite.seal(aead, slot, pt)
+        keyed.seal(slot, pt)
         fr, hd = bytes(slot.frame), bytes(slot.header)
         raw_open = lambda: aead.decrypt_into(nonce, fr, hd, out)  # noqa: E731
 
     def frm_seal():
         fill()
-        suite.seal(aead, slot, pt)
+        keyed.seal(slot, pt)
 
     def frm_open():
         fill()
-        suite.open(aead, slot, out)
+        keyed.open(slot, out)
 
     return raw_seal, frm_seal, raw_open, frm_open
 

@@ -14,12 +14,14 @@ import numpy as np
 
 from . import collectives as _coll
 from .dtypes import DTYPES, as_bytes, check_buffer, check_op
-from .engine import OpRun
+from .engine import OpContext, OpRun
 from .errors import (AuthenticationError, CommClosedError, ConfigMismatchError, FrameError,
                      KeyScheduleError, SecCommError)
-from .framing import AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS, Workspace, block_counts
+from .framing import (AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS, FrameContext, Workspace,
+                      block_counts)
 from .handshake import verify_settings
 from .keys import KEY_EXCHANGES, KeySchedule, load_secret
+from .policy import ENCRYPT_POLICIES, EncryptPolicy
 from .suites import SUITES, get_suite
 from .transports.base import MPITransport, Transport
 
@@ -34,7 +36,8 @@ def _close_open_comms():  # before mpi4py finalizes MPI (its atexit hook was reg
             sc.close()
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
-ENCRYPT_POLICIES = ("all", "inter-node")
+
+
 DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_SMALL_BYTES = 64 << 10       # auto: recursive doubling at or below this many bytes
 DEFAULT_BCAST_CHAIN_BYTES = 512 << 10  # bcast: pipelined chain above, binomial tree at or below
@@ -151,7 +154,6 @@ class SecureComm:
         else:
             local = sum(1 for x in node_ids if x == node_ids[self.rank])
         self.node_ids = node_ids
-        self._multi_node = len(set(node_ids)) > 1
         self._limit_forced = rotate_after_frames is not None
         self.usage_limit = (rotate_after_frames if self._limit_forced
                             else self.suite.usage_limit(chunk_bytes, AAD_BYTES))
@@ -170,10 +172,8 @@ class SecureComm:
                         None if self._keys is None else self._keys.confirm_key(), local_error)
         if key_exchange == "psk-dhe":
             self._keys.run_dhe(self._transport)
-        self._clear_suite = SUITES["none"]
-        self._ws = Workspace()
         self._device_backend, self._auto_backend = device_backend, None
-        self._device_ws: dict = {}  # backend id -> DeviceWorkspace
+        self._device_ctx: dict = {}  # backend id -> OpContext of the device engine
         self._seq = 0
         self.epoch, self._epoch_ops, self._epoch_frames = 0, 0, 0
         self.rotations = 0
@@ -182,6 +182,8 @@ class SecureComm:
         self.crypto_threads = threads
         if threads > 1 and self.suite.name != "none":
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="seccomm-crypto")
+        self._ctx = OpContext(self.rank, self.size, self._transport, Workspace(), self._keys, self._pool,
+                              EncryptPolicy(encrypt, node_ids), self.suite, chunk_bytes, self.timeout)
         _OPEN.add(self)
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -210,14 +212,8 @@ class SecureComm:
             self._transport.quiesce(min(self.timeout, 10.0))  # also after an error: peers wait here
             self._broken = "closed"
             self._transport.close()
-        self._keys = None
-
-    def _encrypted_hop(self, a: int, b: int, group: bool) -> bool:
-        if self.encrypt == "all":
-            return True
-        if group:
-            return self._multi_node
-        return self.node_ids[a] != self.node_ids[b]
+        self._keys = self._ctx = None
+        self._device_ctx = {}
 
     def _route(self, a, b):
         """("host" | "device" | "staged", a, b), decided on every call: with a ``device_backend``
@@ -261,45 +257,53 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _begin(self, op: str, dname: str, count: int, itemsize: int, redop: str = "none",
+    def _begin(self, collective: str, dname: str, count: int, itemsize: int, redop: str = "none",
                device: bool = False) -> OpRun:
         if self._broken:
             raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
         nbytes, p = count * itemsize, self.size
         chunks = math.ceil(nbytes / self.chunk_bytes) + 1
         if chunks > MAX_CHUNKS_PER_HOP:
-            raise ValueError(f"{op} of {nbytes} bytes needs {chunks} chunks per hop; at most "
+            raise ValueError(f"{collective} of {nbytes} bytes needs {chunks} chunks per hop; at most "
                              f"{MAX_CHUNKS_PER_HOP}: raise chunk_bytes")
         # Upper bound of frames sealed under any one key by this op, identical on every rank.
         bound = (2 * p + 2 * p.bit_length() + 4) * chunks
         if bound > self.usage_limit:
             fix = ("raise rotate_after_frames" if self._limit_forced else "raise chunk_bytes")
-            raise ValueError(f"{op} of {nbytes} bytes may seal up to {bound} frames under one key, "
-                             f"over the per-key limit of {self.usage_limit}: {fix}")
+            raise ValueError(f"{collective} of {nbytes} bytes may seal up to {bound} frames under one "
+                             f"key, over the per-key limit of {self.usage_limit}: {fix}")
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
-        cls = OpRun
-        if device:
-            from .gpu.engine import DeviceOpRun, DeviceWorkspace
-
-            backend = self._device_backend or self._auto_backend
-            if id(backend) not in self._device_ws:
-                self._device_ws[id(backend)] = DeviceWorkspace(backend)
-            self._active_ws = self._device_ws[id(backend)]
-            cls = DeviceOpRun
-        run = cls(self, op, DTYPES[dname][1], count, itemsize, self.epoch, self._seq, self._epoch_ops,
-                  redop)
+        frame = FrameContext(self.suite.suite_id, collective, DTYPES[dname][1], self._job_id, self._comm_id,
+                             self.epoch, self._seq, self._epoch_ops, count, redop)
         self._epoch_ops += 1
         self._epoch_frames += bound
-        return run
+        if device:
+            from .gpu.engine import DeviceOpRun
+
+            return DeviceOpRun(self._device_context(), frame, itemsize)
+        return OpRun(self._ctx, frame, itemsize)
+
+    def _device_context(self) -> OpContext:
+        """The device engine's context: the host context with a device workspace of the backend
+        in use (one per backend, kept across calls)."""
+        from dataclasses import replace
+
+        from .gpu.engine import DeviceWorkspace
+
+        backend = self._device_backend or self._auto_backend
+        ctx = self._device_ctx.get(id(backend))
+        if ctx is None:
+            ctx = self._device_ctx[id(backend)] = replace(self._ctx, workspace=DeviceWorkspace(backend))
+        return ctx
 
     def _run(self, run: OpRun, fn, *args) -> None:
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
                 fn(run, *args)
         except SecCommError as e:
-            self._broken = f"{run.op} #{run.ctx.seq} failed ({type(e).__name__})"
+            self._broken = f"{run.label} failed ({type(e).__name__})"
             if isinstance(e, (AuthenticationError, FrameError)):
                 self._transport.abort(e.peer)  # ranks waiting on this one raise now, not at the deadline
             self._transport.cancel(run.pending)

@@ -1,7 +1,8 @@
 """The hop engine shared by every collective: seal, send, receive, open, consume — chunk by chunk.
 
-One :class:`OpRun` per collective call holds the frame context (AAD constants), the keys of the
-current epoch and the transport.  :meth:`OpRun.exchange` runs one step of an algorithm: it posts
+One :class:`OpRun` per collective call holds the frame context (AAD constants) and an
+:class:`OpContext`: what the call needs from its ``SecureComm`` (transport, workspace, keys, crypto
+pool, encrypt policy), passed down explicitly.  :meth:`OpRun.exchange` runs one step of an algorithm: it posts
 every receive of the step first, seals and sends each outgoing chunk as soon as it is sealed, and
 opens and consumes (copies or reduces) each incoming chunk as soon as it has arrived.  With a
 crypto thread pool and more than one chunk, sealing of chunk j+1 overlaps the transfer of chunk j
@@ -16,11 +17,44 @@ before the tag check fails, so the chunk is wiped to zeros before the error is r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from .errors import AuthenticationError
 from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext
+from .policy import EncryptPolicy
+from .suites import SUITES, CipherSuite
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """What a collective call needs from its communicator, and nothing more.
+
+    ``rank``, ``size``: this rank and the world size; ``transport``: moves the frames
+    (:class:`~seccomm.transports.base.Transport`); ``workspace``: reusable wire buffers
+    (:class:`~seccomm.framing.Workspace`, or the device engine's); ``keys``: the
+    :class:`~seccomm.keys.KeySchedule`; ``pool``: crypto thread pool or ``None`` (crypto on the
+    calling thread); ``policy``: which hops are encrypted (:class:`~seccomm.policy.EncryptPolicy`);
+    ``suite``: the communicator's suite; ``chunk_bytes``: frame payload bytes; ``timeout``: seconds
+    any single wait may block.
+    """
+
+    rank: int
+    size: int
+    transport: object
+    workspace: object
+    keys: object
+    pool: object
+    policy: EncryptPolicy
+    suite: CipherSuite
+    chunk_bytes: int
+    timeout: float
+
+
+#: the keyed ``none`` suite: hops left in the clear by the encrypt policy (same framing)
+CLEAR = SUITES["none"].keyed(None)
 
 
 class Send:
@@ -53,28 +87,29 @@ def _copy_out(out, pt):
 
 
 class OpRun:
-    """State of one collective call on a :class:`~seccomm.comm.SecureComm`."""
+    """State of one collective call: ``ctx`` (:class:`OpContext`), ``frame`` (the call's
+    :class:`~seccomm.framing.FrameContext`: AAD constants, epoch, sequence number) and the
+    element size in bytes."""
 
-    def __init__(self, sc, op: str, dtype_code: int, total_count: int, itemsize: int, epoch: int,
-                 seq: int, op_index: int, redop: str = "none"):
-        self.sc, self.t, self.ws, self.rank, self.size = sc, sc._transport, sc._ws, sc.rank, sc.size
-        self.op, self.itemsize, self.timeout = op, itemsize, sc.timeout
-        self.ctx = FrameContext(sc.suite.suite_id, op, dtype_code, sc._job_id, sc._comm_id, epoch,
-                                seq, op_index, total_count, redop)
-        self.chunk_elems = max(1, sc.chunk_bytes // itemsize)
-        self.what = f"{op} #{seq}"  # names the operation in transport errors
+    def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int):
+        self.t, self.ws, self.rank, self.size = ctx.transport, ctx.workspace, ctx.rank, ctx.size
+        self.keys, self.policy, self.pool, self.suite = ctx.keys, ctx.policy, ctx.pool, ctx.suite
+        self.collective, self.itemsize, self.timeout = frame.collective, itemsize, ctx.timeout
+        self.ctx = frame
+        self.chunk_elems = max(1, ctx.chunk_bytes // itemsize)
+        self.label = f"{frame.collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
 
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
-        """(suite, aead) for a frame; hops in the clear under ``encrypt="inter-node"`` use
+        """The keyed suite (:class:`~seccomm.suites.SuiteKey`) for a frame sealed by ``a`` for
+        ``b`` (group frames: origin ``a``); hops in the clear under ``encrypt="inter-node"`` use
         the ``none`` suite with the same framing."""
-        sc = self.sc
-        if not sc._encrypted_hop(a, b, group):
-            return sc._clear_suite, None
+        if not self.policy.encrypts(a, b, group):
+            return CLEAR
         if group:
-            return sc.suite, sc._keys.group(self.ctx.epoch)
-        return sc.suite, sc._keys.direction(self.ctx.epoch, a, b)
+            return self.keys.group(self.ctx.epoch)
+        return self.keys.direction(self.ctx.epoch, a, b)
 
     def _fill(self, slot, suite, group, step, j, n, sender, dst, elems):
         if group:
@@ -82,21 +117,21 @@ class OpRun:
         else:
             self.ctx.fill(slot, KEY_DIRECTION, suite.suite_id, step, j, n, sender, dst, elems)
 
-    def _open(self, slot, suite, aead, out, peer, step, j, n):
+    def _open(self, slot, key, out, peer, step, j, n):
         try:
-            return suite.open(aead, slot, out)
+            return key.open(slot, out)
         except InvalidTag:
             # decrypt_into has already written the unverified decryption into ``out``, which may
             # be the caller's buffer (allgather, bcast): wipe it, so no forged value survives
             np.frombuffer(out, np.uint8).fill(0)
-            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
+            raise AuthenticationError(peer=peer, op=self.collective, seq=self.ctx.seq,
                                       step=None if step == GROUP_STEP else step, chunk=j,
-                                      chunks=n, epoch=self.ctx.epoch, suite=suite.name) from None
+                                      chunks=n, epoch=self.ctx.epoch, suite=key.suite.name) from None
 
     def _check_len(self, got, slot, j, n, peer, step=None):
         if got != len(slot.frame):  # a frame of the wrong length cannot be authentic
-            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq, step=step, chunk=j,
-                                      chunks=n, epoch=self.ctx.epoch, suite=self.sc.suite.name,
+            raise AuthenticationError(peer=peer, op=self.collective, seq=self.ctx.seq, step=step,
+                                      chunk=j, chunks=n, epoch=self.ctx.epoch, suite=self.suite.name,
                                       detail=f"frame has {got} bytes, expected {len(slot.frame)} "
                                              f"(truncated or padded)")
 
@@ -106,15 +141,16 @@ class OpRun:
         as it is sealed (in the crypto pool when there is more than one chunk)."""
         group, pieces, n = send.group, send.pieces, len(send.pieces)
         sender = send.origin if group else self.rank
-        suite, aead = self._protect(group, sender, send.dst)
+        key = self._protect(group, sender, send.dst)
+        suite = key.suite
         slots = self.ws.slots(send.ws, [len(p) for p in pieces])
         isz, step, dst = self.itemsize, send.step, send.dst
 
         def job(j):
             self._fill(slots[j], suite, group, step, j, n, sender, dst, len(pieces[j]) // isz)
-            suite.seal(aead, slots[j], pieces[j])
+            key.seal(slots[j], pieces[j])
 
-        pool = self.sc._pool if n > 1 else None
+        pool = self.pool if n > 1 else None
         if pool is None:
             for j in range(n):
                 job(j)
@@ -146,34 +182,35 @@ class OpRun:
         if recv is not None:
             self._drain(recv, rreqs)
         if sreqs:
-            t.wait_sends(sreqs, self.timeout, [send.dst] * len(sreqs), self.what)
+            t.wait_sends(sreqs, self.timeout, [send.dst] * len(sreqs), self.label)
 
     def _drain(self, recv: Recv, rreqs):
-        t, timeout, what = self.t, self.timeout, self.what
+        t, timeout, label = self.t, self.timeout, self.label
         src, step, group, slots, outs = recv.src, recv.step, recv.group, recv.slots, recv.outs
         sender = recv.origin if group else src
-        suite, aead = self._protect(group, sender, self.rank)
+        key = self._protect(group, sender, self.rank)
+        suite = key.suite
         consume, n, rank, elems = recv.consume, len(slots), self.rank, recv.elems
 
         def job(j):
             slot = slots[j]
             self._fill(slot, suite, group, step, j, n, sender, rank, elems[j])
-            pt = self._open(slot, suite, aead, outs[j], src, step, j, n)
+            pt = self._open(slot, key, outs[j], src, step, j, n)
             if consume is None:
                 _copy_out(outs[j], pt)
             else:
                 consume(j, pt)
 
-        pool = self.sc._pool if n > 1 else None
+        pool = self.pool if n > 1 else None
         if pool is None:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, what), slots[j], j, n, src)
+                self._check_len(t.wait_recv(req, timeout, src, label), slots[j], j, n, src)
                 job(j)
             return
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, what), slots[j], j, n, src)
+                self._check_len(t.wait_recv(req, timeout, src, label), slots[j], j, n, src)
                 futs.append(pool.submit(job, j))
             for f in futs:
                 f.result()
@@ -190,22 +227,22 @@ class OpRun:
         messages): the same frames as :meth:`exchange`, with the least work per call.
         ``piece``/``out``: uint8 views of ``elems`` elements; ``consume(0, pt)`` gets the
         verified plaintext."""
-        t, ws, ctx, rank, what = self.t, self.ws, self.ctx, self.rank, self.what
+        t, ws, ctx, rank, label = self.t, self.ws, self.ctx, self.rank, self.label
         nbytes = elems * self.itemsize
         rslot = ws.slots("recv", [nbytes])[0]
         rreq = t.irecv(rslot.frame, peer)
         self.pending.append(rreq)
-        suite, aead = self._protect(False, rank, peer)
+        key = self._protect(False, rank, peer)
         sslot = ws.slots("send", [nbytes])[0]
-        ctx.fill(sslot, KEY_DIRECTION, suite.suite_id, step, 0, 1, rank, peer, elems)
-        suite.seal(aead, sslot, piece)
+        ctx.fill(sslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, rank, peer, elems)
+        key.seal(sslot, piece)
         sreq = t.isend(sslot.frame, peer)
         self.pending.append(sreq)
-        self._check_len(t.wait_recv(rreq, self.timeout, peer, what), rslot, 0, 1, peer)
-        suite, aead = self._protect(False, peer, rank)
-        ctx.fill(rslot, KEY_DIRECTION, suite.suite_id, step, 0, 1, peer, rank, elems)
-        consume(0, self._open(rslot, suite, aead, out, peer, step, 0, 1))
-        t.wait_sends((sreq,), self.timeout, (peer,), what)
+        self._check_len(t.wait_recv(rreq, self.timeout, peer, label), rslot, 0, 1, peer)
+        key = self._protect(False, peer, rank)
+        ctx.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
+        consume(0, self._open(rslot, key, out, peer, step, 0, 1))
+        t.wait_sends((sreq,), self.timeout, (peer,), label)
 
     # -- tree relay (broadcast) --------------------------------------------------------------
     def relay(self, parent: int | None, children: list, pieces_or_outs: list, elems: list,
@@ -213,7 +250,7 @@ class OpRun:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into ``outs[j]``.  Pipelined per chunk (a chain overlaps its hops)."""
-        t, timeout, n, what = self.t, self.timeout, len(elems), self.what
+        t, timeout, n, label = self.t, self.timeout, len(elems), self.label
         sreqs, peers = [], []
         if parent is None:
             for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin,
@@ -222,21 +259,21 @@ class OpRun:
                     sreqs.append(t.isend(f, c))
                     peers.append(c)
             self.pending += sreqs
-            t.wait_sends(sreqs, timeout, peers, what)
+            t.wait_sends(sreqs, timeout, peers, label)
             return
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
         self.pending += rreqs
-        suite, aead = self._protect(True, origin, self.rank)
+        key = self._protect(True, origin, self.rank)
         for j, req in enumerate(rreqs):
             slot = slots[j]
-            self._check_len(t.wait_recv(req, timeout, parent, what), slot, j, n, parent)
+            self._check_len(t.wait_recv(req, timeout, parent, label), slot, j, n, parent)
             for c in children:
                 r = t.isend(slot.frame, c)
                 sreqs.append(r)
                 peers.append(c)
                 self.pending.append(r)
-            self._fill(slot, suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
+            self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             out = pieces_or_outs[j]
-            _copy_out(out, self._open(slot, suite, aead, out, parent, GROUP_STEP, j, n))
-        t.wait_sends(sreqs, timeout, peers, what)
+            _copy_out(out, self._open(slot, key, out, parent, GROUP_STEP, j, n))
+        t.wait_sends(sreqs, timeout, peers, label)

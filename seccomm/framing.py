@@ -118,12 +118,13 @@ class Workspace:
 class FrameContext:
     """The per-operation constants of the AAD; ``fill`` writes one slot's nonce and header."""
 
-    __slots__ = ("op", "epoch", "seq", "op_index", "_head")
+    __slots__ = ("collective", "epoch", "seq", "op_index", "_head")
 
-    def __init__(self, suite_id, op, dtype_code, job_id, comm_id, epoch, seq, op_index, total_count,
-                 redop="none"):
-        self.op, self.epoch, self.seq, self.op_index = op, epoch, seq, op_index
-        self._head = (REDOPS[redop], OP_KINDS[op], dtype_code, job_id, comm_id, epoch, seq, total_count)
+    def __init__(self, suite_id, collective, dtype_code, job_id, comm_id, epoch, seq, op_index,
+                 total_count, redop="none"):
+        self.collective, self.epoch, self.seq, self.op_index = collective, epoch, seq, op_index
+        self._head = (REDOPS[redop], OP_KINDS[collective], dtype_code, job_id, comm_id, epoch, seq,
+                      total_count)
 
     def fill(self, slot: Slot, key_kind: int, suite_id: int, step: int, chunk: int, chunks: int,
              src: int, dst: int, elems: int) -> None:

@@ -32,7 +32,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from .errors import AuthenticationError, KeyScheduleError
 
 MIN_SECRET_BYTES = 32
-_MISSING = object()
 KEY_EXCHANGES = ("psk", "psk-dhe")
 
 
@@ -120,7 +119,8 @@ def hmac_verify(key: bytes, msg: bytes, tag: bytes) -> bool:
 
 
 class KeySchedule:
-    """Derives and caches per-epoch AEAD objects.  Holds secrets; its repr shows none.
+    """Derives and caches per-epoch keys, as raw bytes (GPU kernels) and as keyed suites
+    (:class:`~seccomm.suites.SuiteKey`, the CPU engine).  Holds secrets; its repr shows none.
 
     ``suite``: a :class:`~seccomm.suites.CipherSuite`; ``job_id``, ``comm_id``: 16 bytes each.
     """
@@ -169,20 +169,21 @@ class KeySchedule:
         return key
 
     def direction(self, epoch: int, src: int, dst: int):
-        """AEAD object for frames sealed by ``src`` for ``dst`` in ``epoch``."""
+        """The suite keyed for frames sealed by ``src`` for ``dst`` in ``epoch`` (a
+        :class:`~seccomm.suites.SuiteKey`)."""
         k = ("d", epoch, src, dst)
-        aead = self._cache.get(k, _MISSING)
-        if aead is _MISSING:
-            aead = self._cache[k] = self.suite.new_key(self.direction_key(epoch, src, dst))
-        return aead
+        keyed = self._cache.get(k)
+        if keyed is None:
+            keyed = self._cache[k] = self.suite.keyed(self.direction_key(epoch, src, dst))
+        return keyed
 
     def group(self, epoch: int):
-        """AEAD object for group-key frames (encrypt-once forwarding) in ``epoch``."""
+        """The suite keyed for group-key frames (encrypt-once forwarding) in ``epoch``."""
         k = ("g", epoch)
-        aead = self._cache.get(k, _MISSING)
-        if aead is _MISSING:
-            aead = self._cache[k] = self.suite.new_key(self.group_key(epoch))
-        return aead
+        keyed = self._cache.get(k)
+        if keyed is None:
+            keyed = self._cache[k] = self.suite.keyed(self.group_key(epoch))
+        return keyed
 
     def forget_before(self, epoch: int) -> None:
         """Drop cached keys of epochs older than ``epoch`` (after a rotation)."""

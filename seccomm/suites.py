@@ -5,9 +5,10 @@ A suite works on a *slot*: one chunk's region of a preallocated wire buffer laid
     | nonce (12 B) | AAD header (framing.AAD_BYTES) | body (chunk bytes) | tag (16 B) |
 
 Only ``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce
-and header into its slot before opening, so nothing it did not expect can verify.  Sealing and
-opening are zero-copy (``encrypt_into``/``decrypt_into``); ``aes-256-gmac`` and ``none`` copy the
-payload into the body once, since it travels in the clear.
+and header into its slot before opening, so nothing it did not expect can verify.  A suite bound
+to a key (:meth:`CipherSuite.keyed`, a :class:`SuiteKey`) seals and opens, zero-copy
+(``encrypt_into``/``decrypt_into``); ``aes-256-gmac`` and ``none`` copy the payload into the body
+once, since it travels in the clear.
 
 Usage limits (frames per key) follow CFRG draft-irtf-cfrg-aead-limits (target advantage
 p = 2^-50, L = 16-byte blocks per frame including AAD) and NIST SP 800-38D §8.3.
@@ -57,6 +58,75 @@ class Slot:
         self.header_body = mv[NONCE_BYTES:b0 + nbody]
 
 
+class SuiteKey:
+    """A suite bound to one key, in the style of pyca's AEAD classes (``AESGCM(key)``): every
+    suite's keyed object has the same two methods, so the engine holds one object per hop.
+
+    ``suite``: the :class:`CipherSuite` (its ``suite_id`` goes into the AAD).  Never shows the key.
+    """
+
+    __slots__ = ("suite", "_aead")
+
+    def __init__(self, suite: "CipherSuite", aead):
+        self.suite, self._aead = suite, aead
+
+    def seal(self, slot: Slot, plaintext) -> None:
+        """Write the frame for ``plaintext`` (uint8 view, ``len == len(slot.body)``) into
+        ``slot``; ``slot.nonce`` and ``slot.header`` must already hold the nonce and AAD header."""
+        raise NotImplementedError
+
+    def open(self, slot: Slot, out):
+        """Verify the frame in ``slot`` and return a uint8 view of its plaintext.
+
+        Decrypting suites write into ``out`` (``len == len(slot.body)``) and return it; clear-text
+        suites return ``slot.body`` without copying.  Raises ``cryptography.exceptions.InvalidTag``
+        on a bad tag (the engine turns it into ``AuthenticationError`` with the context).
+        """
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<SuiteKey {self.suite.name}>"
+
+
+class _AEADKey(SuiteKey):
+    """AES-256-GCM or ChaCha20-Poly1305: ``body || tag`` = AEAD(nonce, payload, AAD header)."""
+
+    __slots__ = ()
+
+    def seal(self, slot, plaintext):
+        self._aead.encrypt_into(slot.nonce, plaintext, slot.header, slot.frame)
+
+    def open(self, slot, out):
+        self._aead.decrypt_into(slot.nonce, slot.frame, slot.header, out)
+        return out
+
+
+class _GMACKey(SuiteKey):
+    """AES-256-GCM over an empty plaintext with ``header || payload`` as AAD (NIST SP 800-38D)."""
+
+    __slots__ = ()
+
+    def seal(self, slot, plaintext):
+        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
+        self._aead.encrypt_into(slot.nonce, _EMPTY, slot.header_body, slot.tag)
+
+    def open(self, slot, out):
+        self._aead.decrypt_into(slot.nonce, slot.tag, slot.header_body, _EMPTY)
+        return slot.body
+
+
+class _ClearKey(SuiteKey):
+    """The ``none`` suite: the same framing without cryptography (the payload is the body)."""
+
+    __slots__ = ()
+
+    def seal(self, slot, plaintext):
+        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
+
+    def open(self, slot, out):
+        return slot.body
+
+
 @dataclass(frozen=True)
 class CipherSuite:
     """A named protection level for frames.
@@ -73,57 +143,32 @@ class CipherSuite:
     fips_140_3: str
     limit_source: str
 
-    def new_key(self, key: bytes):
-        """Return the ``cryptography`` AEAD object for a 32-byte key (``None`` for ``none``)."""
-        raise NotImplementedError
+    _key_class = SuiteKey
+    #: the `cryptography` AEAD class keyed by `keyed` (None for `none`)
+    aead_class = None
+
+    def keyed(self, key: bytes | None) -> SuiteKey:
+        """This suite bound to a 32-byte ``key`` (``None`` for ``none``): the object that seals
+        and opens frames (:class:`SuiteKey`)."""
+        return self._key_class(self, None if self.aead_class is None else self.aead_class(key))
 
     def usage_limit(self, chunk_bytes: int, aad_bytes: int) -> int:
         """Maximum frames sealed under one key before the key must be rotated."""
-        raise NotImplementedError
-
-    def seal(self, aead, slot: Slot, plaintext: memoryview) -> None:
-        """Write the frame for ``plaintext`` (uint8 view, len == len(slot.body)) into ``slot``.
-
-        ``slot.nonce`` and ``slot.header`` must already hold the nonce and AAD header.
-        """
-        raise NotImplementedError
-
-    def open(self, aead, slot: Slot, out):
-        """Verify the frame in ``slot`` and return a uint8 view of its plaintext.
-
-        Decrypting suites write into ``out`` (len == len(slot.body)) and return it; clear-text
-        suites return ``slot.body`` without copying.  Raises ``cryptography.exceptions.InvalidTag``
-        on a bad tag (the caller turns it into ``AuthenticationError`` with the context).
-        """
         raise NotImplementedError
 
     def __repr__(self):
         return f"<CipherSuite {self.name}>"
 
 
-class _AEADSuite(CipherSuite):
-    _cls = None
-
-    def new_key(self, key):
-        return self._cls(key)
-
-    def seal(self, aead, slot, plaintext):
-        aead.encrypt_into(slot.nonce, plaintext, slot.header, slot.frame)
-
-    def open(self, aead, slot, out):
-        aead.decrypt_into(slot.nonce, slot.frame, slot.header, out)
-        return out
-
-
-class AESGCMSuite(_AEADSuite):
-    _cls = AESGCM
+class AESGCMSuite(CipherSuite):
+    _key_class, aead_class = _AEADKey, AESGCM
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return _gcm_limit(chunk_bytes, aad_bytes)
 
 
-class ChaChaSuite(_AEADSuite):
-    _cls = ChaCha20Poly1305
+class ChaChaSuite(CipherSuite):
+    _key_class, aead_class = _AEADKey, ChaCha20Poly1305
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         # draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit below 2^96 nonces; the cap
@@ -134,35 +179,19 @@ class ChaChaSuite(_AEADSuite):
 class GMACSuite(CipherSuite):
     """AES-256-GCM over an empty plaintext with ``header || payload`` as AAD (NIST SP 800-38D)."""
 
-    def new_key(self, key):
-        return AESGCM(key)
+    _key_class, aead_class = _GMACKey, AESGCM
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return _gcm_limit(0, chunk_bytes + aad_bytes)
-
-    def seal(self, aead, slot, plaintext):
-        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
-        aead.encrypt_into(slot.nonce, _EMPTY, slot.header_body, slot.tag)
-
-    def open(self, aead, slot, out):
-        aead.decrypt_into(slot.nonce, slot.tag, slot.header_body, _EMPTY)
-        return slot.body
 
 
 class NoneSuite(CipherSuite):
     """Same framing and algorithms, no cryptography: isolates the algorithm's own cost."""
 
-    def new_key(self, key):
-        return None
+    _key_class = _ClearKey
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return 2**63
-
-    def seal(self, aead, slot, plaintext):
-        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
-
-    def open(self, aead, slot, out):
-        return slot.body
 
 
 SUITES: dict[str, CipherSuite] = {}

@@ -216,19 +216,25 @@ def rotation(comm, rec):
     plain.close()
 
 
-class _RecordingSuite:
-    """Wraps a suite to log which key (by derivation parameters) sealed which nonce."""
+class _RecordingKey:
+    """Wraps a keyed suite to log which key (by derivation parameters) sealed which nonce."""
 
-    def __init__(self, inner, keys, log):
-        self.inner, self.keys, self.log = inner, keys, log
+    def __init__(self, inner, keyid, log):
+        self.inner, self.keyid, self.log = inner, keyid, log
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def seal(self, aead, slot, pt):
-        keyid = next((k for k, v in self.keys._cache.items() if v is aead), None)
-        self.log.append((repr(keyid), bytes(slot.nonce)))
-        return self.inner.seal(aead, slot, pt)
+    def seal(self, slot, pt):
+        self.log.append((self.keyid, bytes(slot.nonce)))
+        return self.inner.seal(slot, pt)
+
+
+def _record_seals(keys, log):
+    """Make the key schedule ``keys`` hand out keyed suites that log every seal."""
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: _RecordingKey(direction(e, a, b), repr(("d", e, a, b)), log)
+    keys.group = lambda e: _RecordingKey(group(e), repr(("g", e)), log)
 
 
 @scenario
@@ -236,7 +242,7 @@ def nonce_unique(comm, rec):
     """no (key, nonce) pair repeats across ranks, operations and epochs in a real run"""
     log = []
     sc = SecureComm(comm, "chacha20-poly1305", psk=PSK, rotate_after_frames=300, chunk_bytes=256)
-    sc.suite = _RecordingSuite(sc.suite, sc._keys, log)
+    _record_seals(sc._keys, log)
     for i in range(12):
         x = make_data(comm, "float32", 64 * i + 1, salt=i)
         y = np.empty_like(x)

@@ -68,7 +68,7 @@ def test_aad_binds_every_field():
     """Changing any one bound field changes the header bytes (so the tag)."""
     ws = Workspace()
     (slot,) = ws.slots("w", [64])
-    base = dict(suite_id=1, op="allreduce", dtype_code=3, job_id=b"j" * 16, comm_id=b"c" * 16,
+    base = dict(suite_id=1, collective="allreduce", dtype_code=3, job_id=b"j" * 16, comm_id=b"c" * 16,
                 epoch=2, seq=9, op_index=4, total_count=1000)
     chunk = dict(key_kind=0, suite_id=1, step=3, chunk=1, chunks=4, src=5, dst=6, elems=16)
 
@@ -79,7 +79,7 @@ def test_aad_binds_every_field():
     base["redop"] = "sum"
     ref = header(base, chunk)
     assert AAD.unpack(ref[0])[0] == b"SCM"
-    for k, v in [("op", "bcast"), ("redop", "max"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
+    for k, v in [("collective", "bcast"), ("redop", "max"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
                  ("epoch", 3), ("seq", 10), ("total_count", 1001)]:
         assert header({**base, k: v}, chunk)[0] != ref[0], k
     for k in chunk:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import OpRun, Recv, Send
+from ..suites import SUITES
 from ..errors import AuthenticationError
 from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN
 from ..suites import NONCE_BYTES, TAG_BYTES, Slot
@@ -141,20 +142,19 @@ class DeviceWorkspace:
 
 
 class DeviceOpRun(OpRun):
-    """One collective call whose buffers are device arrays of ``sc``'s device backend."""
+    """One collective call whose buffers are device arrays: its context's workspace is a
+    :class:`DeviceWorkspace`, whose backend supplies the array module and the batch AEAD."""
 
-    def __init__(self, sc, *args, **kw):
-        super().__init__(sc, *args, **kw)
-        self.ws = sc._active_ws
-        self.backend = sc._active_ws.backend
+    def __init__(self, ctx, frame, itemsize):
+        super().__init__(ctx, frame, itemsize)
+        self.backend = ctx.workspace.backend
 
     def _key(self, group: bool, a: int, b: int):
-        """(suite, raw 32-byte key or None for the clear ``none`` suite)."""
-        sc = self.sc
-        if not sc._encrypted_hop(a, b, group) or sc.suite.name == "none":
-            return sc._clear_suite, None
+        """(suite, raw 32-byte key or None for the clear ``none`` suite): the kernels take raw keys."""
+        if not self.policy.encrypts(a, b, group) or self.suite.name == "none":
+            return SUITES["none"], None
         ep = self.ctx.epoch
-        return sc.suite, (sc._keys.group_key(ep) if group else sc._keys.direction_key(ep, a, b))
+        return self.suite, (self.keys.group_key(ep) if group else self.keys.direction_key(ep, a, b))
 
     def _crypt(self, seal: bool, suite, key, wsname, slots, data_views):
         """Seal ``data_views`` into ``slots`` or open ``slots`` into ``data_views``: one batched call.
@@ -198,7 +198,7 @@ class DeviceOpRun(OpRun):
     def _drain(self, recv: Recv, rreqs):
         t, slots, n = self.t, recv.slots, len(recv.slots)
         for j, req in enumerate(rreqs):
-            self._check_len(t.wait_recv(req, self.timeout, recv.src, self.what), slots[j], j, n, recv.src)
+            self._check_len(t.wait_recv(req, self.timeout, recv.src, self.label), slots[j], j, n, recv.src)
         self._open_into(recv.ws, slots, recv.group, recv.origin if recv.group else recv.src, recv.src,
                         recv.step, recv.elems, recv.outs)
         if recv.consume is not None:
@@ -213,7 +213,7 @@ class DeviceOpRun(OpRun):
         bad = np.flatnonzero(np.asarray(ok) == 0)
         if bad.size:
             j = int(bad[0])
-            raise AuthenticationError(peer=peer, op=self.op, seq=self.ctx.seq,
+            raise AuthenticationError(peer=peer, op=self.collective, seq=self.ctx.seq,
                                       step=None if group else step, chunk=j, chunks=len(slots),
                                       epoch=self.ctx.epoch, suite=suite.name)
 
@@ -224,10 +224,10 @@ class DeviceOpRun(OpRun):
         memory; the sum itself is never written out.  Same frames as the unfused ring (the same
         steps, chunks, nonces and AAD).  Returns False (nothing done) where it does not apply:
         not a sum, not float32/float16/bfloat16, GMAC or no encryption, or fewer than 3 ranks."""
-        sc, p, r, isz, ce = self.sc, self.size, self.rank, self.itemsize, self.chunk_elems
+        p, r, isz, ce, suite = self.size, self.rank, self.itemsize, self.chunk_elems, self.suite
         dname = str(send.dtype)
-        if (ufunc is not np.add or p < 3 or sc.encrypt != "all"
-                or sc.suite.name not in ("aes-256-gcm", "chacha20-poly1305")
+        if (ufunc is not np.add or p < 3 or self.policy.mode != "all"
+                or suite.name not in ("aes-256-gcm", "chacha20-poly1305")
                 or dname not in ("float32", "float16", "bfloat16")):
             return False
         from ..collectives.common import chunk_views
@@ -235,7 +235,7 @@ class DeviceOpRun(OpRun):
 
         t, be, nxt, prv = self.t, self.backend, (r + 1) % p, (r - 1) % p
         send_u8 = as_bytes(send)
-        aead = be.aead(sc.suite.name)
+        aead = be.aead(suite.name)
         frames_next = None
         for s in range(p - 1):
             sb, rb = (r - 1 - s) % p, (r - 2 - s) % p
@@ -251,7 +251,7 @@ class DeviceOpRun(OpRun):
             sreqs = [t.isend(f, nxt) for f in frames]
             self.pending += rreqs + sreqs
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, self.timeout, prv, self.what), slots[j], j, len(slots), prv)
+                self._check_len(t.wait_recv(req, self.timeout, prv, self.label), slots[j], j, len(slots), prv)
             own = blocks.views(send_u8, rb, ce, isz)[0]
             if s == p - 2:  # last hop: open into scratch, add this rank's share into its block
                 nb = dest.size * isz  # (scratch: in place, this rank's block of send IS dest)
@@ -264,15 +264,15 @@ class DeviceOpRun(OpRun):
             elif slots:
                 outws = f"fout{s % 2}"
                 oslots = self.ws.slots(outws, [e * isz for e in elems])
-                suite = sc.suite
                 self._fill_all(slots, suite, False, s, prv, r, elems)
                 self._fill_all(oslots, suite, False, s + 1, r, nxt, elems)
                 fin, in_offs, lens, n_in, a_in = self.ws.batch(inws, slots)
                 fout, out_offs, _, n_out, a_out = self.ws.batch(outws, oslots)
                 span, own_offs = be.span(own)
                 n = len(slots)
-                k_in = be.asarray(np.tile(np.frombuffer(sc._keys.direction_key(self.ctx.epoch, prv, r), np.uint8), (n, 1)))
-                k_out = be.asarray(np.tile(np.frombuffer(sc._keys.direction_key(self.ctx.epoch, r, nxt), np.uint8), (n, 1)))
+                ep = self.ctx.epoch
+                k_in = be.asarray(np.tile(np.frombuffer(self.keys.direction_key(ep, prv, r), np.uint8), (n, 1)))
+                k_out = be.asarray(np.tile(np.frombuffer(self.keys.direction_key(ep, r, nxt), np.uint8), (n, 1)))
                 d = [be.asarray(np.ascontiguousarray(a)) for a in (n_in, a_in, in_offs, own_offs, n_out, a_out,
                                                                    out_offs, lens)]
                 ok = aead.fused_hop(k_in, d[0], d[1], fin, d[2], span, d[3], k_out, d[4], d[5], fout, d[6],
@@ -280,12 +280,12 @@ class DeviceOpRun(OpRun):
                 ok = be.to_host(ok) if be.xp is not np else ok
                 bad = np.flatnonzero(np.asarray(ok) == 0)
                 if bad.size:
-                    raise AuthenticationError(peer=prv, op=self.op, seq=self.ctx.seq, step=s, chunk=int(bad[0]),
+                    raise AuthenticationError(peer=prv, op=self.collective, seq=self.ctx.seq, step=s, chunk=int(bad[0]),
                                               chunks=n, epoch=self.ctx.epoch, suite=suite.name)
                 frames_next = [o.frame for o in oslots]
             else:
                 frames_next = []
-            t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.what)
+            t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.label)
         return True
 
     def swap(self, peer, step, piece, elems, out, consume):
@@ -294,17 +294,17 @@ class DeviceOpRun(OpRun):
     def relay(self, parent, children, pieces_or_outs, elems, origin):
         if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames
             return super().relay(parent, children, pieces_or_outs, elems, origin)
-        t, timeout, what = self.t, self.timeout, self.what
+        t, timeout, label = self.t, self.timeout, self.label
         sreqs, peers = [], []
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
         self.pending += rreqs
         for j, req in enumerate(rreqs):  # forward each frame as soon as it arrived
-            self._check_len(t.wait_recv(req, timeout, parent, what), slots[j], j, len(slots), parent)
+            self._check_len(t.wait_recv(req, timeout, parent, label), slots[j], j, len(slots), parent)
             for c in children:
                 r = t.isend(slots[j].frame, c)
                 sreqs.append(r)
                 peers.append(c)
                 self.pending.append(r)
         self._open_into("recv", slots, True, origin, parent, GROUP_STEP, elems, pieces_or_outs)
-        t.wait_sends(sreqs, timeout, peers, what)
+        t.wait_sends(sreqs, timeout, peers, label)
