@@ -23,7 +23,7 @@ from .handshake import verify_settings
 from .keys import KEY_EXCHANGES, KeySchedule, load_secret
 from .policy import ENCRYPT_POLICIES, EncryptPolicy
 from .suites import SUITES, get_suite
-from .transports.base import MPITransport, Transport
+from .transports import MPITransport, Transport
 
 ALGORITHMS = ("auto", "ring", "recursive_doubling")
 _OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
@@ -144,7 +144,7 @@ class SecureComm:
         self.job_id = str(label)
         self._job_id = hashlib.sha256(b"seccomm job " + self.job_id.encode()).digest()[:16]
         cid = np.frombuffer(secrets.token_bytes(16), np.uint8).copy()
-        self._transport.bcast(cid, 0, what="communicator setup")
+        self._transport.bcast(cid, 0, op_label="communicator setup")
         self._comm_id = cid.tobytes()
         # Every rank makes the same collective calls up to the agreement, whatever its arguments
         # (a rank with bad ones reports them there): the topology exchange always runs.
@@ -190,6 +190,15 @@ class SecureComm:
     def __repr__(self):
         return (f"<SecureComm rank={self.rank} size={self.size} suite={self.suite.name} "
                 f"algorithm={self.algorithm} encrypt={self.encrypt} epoch={self.epoch}>")
+
+    @property
+    def transport(self) -> Transport:
+        """The transport this communicator sends its frames and setup messages over (read-only):
+        what ``wrap_transport`` returned when it was given (a tampering, recording or attacking
+        wrapper, reachable here after construction), else the :class:`~seccomm.transports.Transport`
+        passed as ``comm``, else the :class:`~seccomm.transports.MPITransport` built on ``comm``.
+        :meth:`close` closes it."""
+        return self._transport
 
     def __enter__(self):
         return self

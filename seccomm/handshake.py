@@ -61,7 +61,7 @@ def verify_settings(transport, settings: dict, confirm_key: bytes | None,
     size, rank = transport.size, transport.rank
     mine = _encode(settings, None if local_error is None else str(local_error), confirm_key)
     allv = np.empty((size, BLOCK_BYTES), np.uint8)
-    transport.allgather(mine, allv, what="configuration check")
+    transport.allgather(mine, allv, op_label="configuration check")
     bodies, parsed = [], []
     for j in range(size):
         n = struct.unpack(">I", allv[j, :4].tobytes())[0]

@@ -202,7 +202,7 @@ class KeySchedule:
         pub = eph.public_key().public_bytes_raw()
         mine = np.frombuffer(pub + hmac_sha256(auth, b"share" + struct.pack(">I", rank) + pub), np.uint8)
         allv = np.empty((size, 64), np.uint8)
-        transport.allgather(mine, allv, what="key exchange")
+        transport.allgather(mine, allv, op_label="key exchange")
         pair = {}
         for j in range(size):
             if j == rank:
@@ -221,7 +221,7 @@ class KeySchedule:
                 k = AESGCM(hkdf(self._secret + pair[j], self._salt, wrap_info))
                 blobs[j] = np.frombuffer(k.encrypt(b"\0" * 12, gsecret, struct.pack(">I", j)), np.uint8)
         got = np.empty(48, np.uint8)
-        transport.scatter(blobs, got, root=0, what="key exchange")
+        transport.scatter(blobs, got, root=0, op_label="key exchange")
         if rank != 0:
             k = AESGCM(hkdf(self._secret + pair[0], self._salt, wrap_info))
             try:

@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from seccomm import SecCommError, SecureComm
-from seccomm.transports.base import TransportWrapper
+from seccomm.transports import TransportWrapper
 
 
 class DieAfterFirstFrame(TransportWrapper):
@@ -38,22 +38,14 @@ c = MPI.COMM_WORLD
 dead = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 alg = sys.argv[2] if len(sys.argv) > 2 else "ring"
 mode = sys.argv[3] if len(sys.argv) > 3 else "die"
-holder = {}
-
-
-def wrap(t):
-    holder["t"] = DieAfterFirstFrame(t)
-    return holder["t"]
-
-
 sc = SecureComm(c, "aes-256-gcm", psk=bytes(range(32)), timeout=30.0 if mode == "tamper" else 2.0, algorithm=alg, chunk_bytes=1 << 16,
-                wrap_transport=wrap if c.rank == dead else None)
+                wrap_transport=DieAfterFirstFrame if c.rank == dead else None)
 x = np.ones(1 << 20, np.float32)
 y = np.empty_like(x)
 sc.allreduce(x, y)
 if c.rank == dead:
-    holder["t"].armed = True
-    holder["t"].tamper = mode == "tamper"
+    sc.transport.armed = True
+    sc.transport.tamper = mode == "tamper"
 t0 = time.time()
 try:
     sc.allreduce(x, y)

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import cupy as cp
 from seccomm import AuthenticationError, SecCommError, SecureComm
-from seccomm.transports.base import TamperTransport
+from seccomm.transports import TamperTransport
 
 c = MPI.COMM_WORLD
 mode = sys.argv[1]

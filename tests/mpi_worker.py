@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
-from seccomm.transports.base import TamperTransport, TransportWrapper
+from seccomm.transports import TamperTransport, TransportWrapper
 
 PSK = bytes(range(32))
 SUITES = ["none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
@@ -374,22 +374,16 @@ def policy(comm, rec):
             self.frames.append((peer, np.frombuffer(buf, np.uint8).copy()))
             return self.inner.isend(buf, peer)
 
-    holder = {}
-
-    def wrap(t):
-        holder["t"] = Record(t)
-        return holder["t"]
-
     nodes = [0 if r < comm.size // 2 else 1 for r in range(comm.size)]
     sc = SecureComm(comm, "aes-256-gcm", psk=PSK, encrypt="inter-node", node_ids=nodes,
-                    algorithm="ring", wrap_transport=wrap)
+                    algorithm="ring", wrap_transport=Record)
     zeros = np.zeros(4096, np.float32)  # every partial sum is zero: a clear frame is all zero
     sc.reduce_scatter(zeros, np.empty(sc.block_counts(zeros.size)[comm.rank], np.float32))
-    for peer, frame in holder["t"].frames:
+    for peer, frame in sc.transport.frames:
         in_clear = not frame[:-16].any()
         same = nodes[peer] == nodes[comm.rank]
         rec(f"policy frame to rank {peer} (same node: {same}) clear={in_clear}", in_clear == same)
-    rec("policy saw frames", len(holder["t"].frames) > 0)
+    rec("policy saw frames", len(sc.transport.frames) > 0)
     x = (np.arange(4096, dtype=np.float32) + 1000 * comm.rank)
     y = np.empty_like(x)
     sc.allreduce(x, y)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from seccomm import SecCommError, SecureComm
 from seccomm.errors import AuthenticationError, ConfigMismatchError, FrameError
 from seccomm.handshake import BLOCK_BYTES
-from seccomm.transports.base import Transport
+from seccomm.transports import Transport
 
 PSK = bytes(range(32))
 SUITES = ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
@@ -42,10 +42,10 @@ class FuzzPeer(Transport):
         self.sent: list[bytes] = []
         self.k = 0
 
-    def bcast(self, buf, root, what, timeout=None):
+    def bcast(self, buf, root, op_label, timeout=None):
         pass  # rank 0 is the root of the setup broadcast
 
-    def allgather(self, sendbuf, recvbuf, what, timeout=None):
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         n = len(sendbuf)
         out = np.frombuffer(recvbuf, np.uint8).reshape(-1)
         out[:n] = np.frombuffer(sendbuf, np.uint8)
@@ -59,16 +59,16 @@ class FuzzPeer(Transport):
     def irecv(self, buf, peer):
         return _Req(buf)
 
-    def wait_recv(self, req, timeout, peer, what):
+    def wait_recv(self, req, timeout, peer, op_label):
         dest = np.frombuffer(req.buf, np.uint8)
         data = self.deliver(self.k, dest.size, self.sent)
         self.k += 1
         if len(data) > dest.size:  # what MPI reports for a message longer than the posted buffer
-            raise FrameError(f"{what}: message from rank {peer} truncated", peer=peer)
+            raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
         dest[:len(data)] = np.frombuffer(data, np.uint8)
         return len(data)
 
-    def wait_sends(self, reqs, timeout, peers, what):
+    def wait_sends(self, reqs, timeout, peers, op_label):
         pass
 
 

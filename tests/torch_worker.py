@@ -123,11 +123,12 @@ def bf16_bucket(rank, world, rec):
 
 def tamper(rank, world, rec):
     from seccomm import AuthenticationError, SecCommError
-    from seccomm.transports.base import TamperTransport
+    from seccomm.transports import TamperTransport
 
-    state = SecureHookState(None, "aes-256-gcm", psk=PSK, timeout=3)
-    state.sc._transport = TamperTransport(state.sc._transport,
-                                          lambda i, peer, n: 5 if rank == 0 and i == 0 else None)
+    def wrap(t):  # rank 0 flips byte 5 of its first frame
+        return TamperTransport(t, lambda i, peer, n: 5 if rank == 0 and i == 0 else None)
+
+    state = SecureHookState(None, "aes-256-gcm", psk=PSK, timeout=3, wrap_transport=wrap)
     t = torch.ones(3000)
     fut = secure_allreduce_hook(state, Bucket(t))
     result = None

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from ..errors import AuthenticationError, SecCommError, TransportTimeout
-from ..transports.base import TransportWrapper, host_bytes
+from ..transports import TransportWrapper, host_bytes
 
 CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
 
@@ -45,12 +45,7 @@ class AttackTransport(TransportWrapper):
         self.cls, self.target, self.rng = cls, target, rng
         self.armed, self.sent, self.fired, self.victim = False, 0, False, None
         self.history: dict = {}  # (peer, nbytes) -> [frames], in sending order
-        self._keep: list = []
         self._held = None
-
-    def _send(self, buf, peer):
-        self._keep.append(buf)
-        return self.inner.isend(buf, peer)
 
     def isend(self, buf, peer):
         frame = host_bytes(buf)
@@ -64,7 +59,7 @@ class AttackTransport(TransportWrapper):
             if self._held is not None:  # swap: the held frame follows the next one
                 held_peer, held = self._held
                 self._held = None
-                self._send(held, held_peer)
+                self.send_own(held, held_peer)
             return r
         self.fired, self.victim = True, peer
         out = frame.copy()
@@ -89,7 +84,7 @@ class AttackTransport(TransportWrapper):
             return _Done()
         elif self.cls == "drop":
             return _Done()
-        return self._send(out, peer)
+        return self.send_own(out, peer)
 
 
 def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, timeout: float = 2.0,
@@ -126,14 +121,14 @@ def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, tim
         y = np.empty_like(x)
         sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
         if rank == attacker:
-            sc._transport.armed = True
+            sc.transport.armed = True
         y.fill(np.nan)
         err = None
         try:
             sc.allreduce(x, y)
         except SecCommError as e:
             err = e
-        victim = sc._transport.victim if rank == attacker else None
+        victim = sc.transport.victim if rank == attacker else None
         sc.close()
         info = np.array([-1 if victim is None else victim], np.int64)
         comm.Allreduce(MPI.IN_PLACE, info, MPI.MAX)

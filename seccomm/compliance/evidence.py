@@ -1,57 +1,24 @@
 """Wire evidence: record every buffer a rank hands to the transport and scan it for plaintext.
 
-:class:`RecordingTransport` keeps a private copy of every buffer passed to ``isend`` (frames) and
-to the setup collectives (handshake).  :func:`find_plaintext` looks for every 16-byte window of
-the plaintext (every offset) in every 16-byte window of the recording (every offset), so a
-payload sent in the clear is found wherever it lands in a frame.  :func:`wire_check` runs the
-four collectives on random float32 gradients under each suite on real ranks and reports, per
-suite, how many plaintext windows crossed the wire: none for ``aes-256-gcm`` and
-``chacha20-poly1305``; many for ``aes-256-gmac`` (integrity only) and ``none``, which is what
-shows the check can fail.
+:class:`~seccomm.transports.wrappers.RecordingTransport` keeps a private copy of every buffer
+passed to ``isend`` (frames) and to the setup collectives (handshake).  :func:`find_plaintext`
+looks for every 16-byte window of the plaintext (every offset) in every 16-byte window of the
+recording (every offset), so a payload sent in the clear is found wherever it lands in a
+frame.  :func:`wire_check` runs the four collectives on random float32 gradients under each
+suite on real ranks and reports, per suite, how many plaintext windows crossed the wire: none
+for ``aes-256-gcm`` and ``chacha20-poly1305``; many for ``aes-256-gmac`` (integrity only) and
+``none``, which is what shows the check can fail.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..transports.base import TransportWrapper, host_bytes
+from ..transports.wrappers import RecordingTransport
 
 WINDOW = 16  #: bytes; a 16-byte window of random float32 data does not occur by chance (2**-128)
 ENCRYPTING = ("aes-256-gcm", "chacha20-poly1305")
 CHECK_SUITES = ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac", "none")
-
-
-class RecordingTransport(TransportWrapper):
-    """Records a copy of every buffer handed to the transport: ``frames`` is a list of
-    ``(kind, peer, uint8 array)`` with kind ``"frame"`` (isend) or the setup collective's name."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.frames: list[tuple[str, object, np.ndarray]] = []
-
-    def _keep(self, kind, peer, buf):
-        self.frames.append((kind, peer, host_bytes(buf).copy()))
-
-    def isend(self, buf, peer):
-        self._keep("frame", peer, buf)
-        return self.inner.isend(buf, peer)
-
-    def allgather(self, sendbuf, recvbuf, what, timeout=None):
-        self._keep("allgather", "all", sendbuf)
-        return self.inner.allgather(sendbuf, recvbuf, what, timeout)
-
-    def bcast(self, buf, root, what, timeout=None):
-        if self.rank == root:
-            self._keep("bcast", "all", buf)
-        return self.inner.bcast(buf, root, what, timeout)
-
-    def scatter(self, sendbuf, recvbuf, root, what, timeout=None):
-        if self.rank == root:
-            self._keep("scatter", "all", sendbuf)
-        return self.inner.scatter(sendbuf, recvbuf, root, what, timeout)
-
-    def wire_bytes(self) -> int:
-        return sum(f.size for _, _, f in self.frames)
 
 
 def _halves(buf: np.ndarray, window: int = WINDOW):
@@ -177,18 +144,12 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
     psk = psk or bytes(range(32))
     rows = []
     for si, suite in enumerate(suites):
-        holder = {}
-
-        def wrap(t):
-            holder["t"] = RecordingTransport(t)
-            return holder["t"]
-
         inputs = {r: [_gradients(r, count, 10 * si + k) for k in range(5)] for r in range(size)}
         mine = inputs[rank]
         outs, recorded = [], []
         for alg in ("ring", "recursive_doubling"):
             sc = SecureComm(comm, suite, psk=psk, algorithm=alg, chunk_bytes=1 << 16, timeout=timeout,
-                            wrap_transport=wrap)
+                            wrap_transport=RecordingTransport)
             y = np.empty_like(mine[0])
             sc.allreduce(mine[0 if alg == "ring" else 1], y)
             outs.append(y)
@@ -201,7 +162,7 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
                 bc = mine[4].copy()
                 sc.bcast(bc, root=0)
                 outs += [rs, ag, bc]
-            recorded += [f for _, _, f in holder["t"].frames]
+            recorded += [f for _, _, f in sc.transport.frames]
             sc.close()
         plaintexts = [x for r in range(size) for x in inputs[r]] + outs
         res = find_plaintext(recorded, plaintexts)
@@ -346,19 +307,14 @@ def _capture_job(suite: str, count: int, salt: int) -> None:
     from ..comm import SecureComm
 
     comm = MPI.COMM_WORLD
-    holder = {}
-
-    def wrap(t):
-        holder["t"] = RecordingTransport(t)
-        return holder["t"]
-
     x = _gradients(comm.rank, count, 100 + salt)
-    sc = SecureComm(comm, suite, algorithm="ring", chunk_bytes=1 << 16, timeout=60, wrap_transport=wrap)
+    sc = SecureComm(comm, suite, algorithm="ring", chunk_bytes=1 << 16, timeout=60,
+                    wrap_transport=RecordingTransport)
     y = np.empty_like(x)
     sc.allreduce(x, y)
     g = np.empty(count * comm.size, np.float32)
     sc.allgather(x, g)
-    frames = [f for kind, _, f in holder["t"].frames if kind == "frame"]
+    frames = [f for kind, _, f in sc.transport.frames if kind == "frame"]
     sc.close()
     np.savez(os.path.join(os.environ["SECCOMM_CAPTURE_FRAMES"], f"rank{comm.rank}.npz"),
              data=np.concatenate(frames) if frames else np.empty(0, np.uint8),

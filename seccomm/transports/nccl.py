@@ -40,7 +40,9 @@ import time
 import numpy as np
 
 from ..errors import FrameError, TransportTimeout
-from .base import Transport
+from .base import Backoff, Transport, poll_until
+
+_BACKOFF = Backoff(spins=1000, sleep_s=2e-5)  # a CUDA event query is cheap: spin, then sleep
 
 
 class _Op:
@@ -67,7 +69,7 @@ class NCCLTransport(Transport):
     """Point-to-point over NCCL on the current CUDA device; setup over ``control``.
 
     ``control``: a host :class:`~seccomm.transports.base.Transport` on the same ranks (for example
-    :class:`~seccomm.transports.base.MPITransport`); ``timeout``: seconds per wait.  Collective: every
+    :class:`~seccomm.transports.mpi.MPITransport`); ``timeout``: seconds per wait.  Collective: every
     rank constructs it together.  Raises ``RuntimeError`` without CuPy/NCCL or a device.
     """
 
@@ -87,7 +89,7 @@ class NCCLTransport(Transport):
         uid = np.zeros(128, np.uint8)  # NCCL_UNIQUE_ID_BYTES, as raw bytes
         if self.rank == 0:
             uid[:] = np.array(nccl.get_unique_id(), np.int64) & 0xFF
-        control.bcast(uid, 0, what="NCCL setup", timeout=timeout)
+        control.bcast(uid, 0, op_label="NCCL setup", timeout=timeout)
         with self.device:
             try:  # CuPy hands the id over as C chars: signed on x86-64, unsigned on aarch64
                 self.comm = nccl.NcclCommunicator(self.size, tuple(int(x) for x in uid.view(np.int8)), self.rank)
@@ -162,34 +164,31 @@ class NCCLTransport(Transport):
         for op in ops:
             op.event = done
 
-    def _wait(self, op: _Op, timeout: float, peer: int, what: str) -> None:
+    def _wait(self, op: _Op, timeout: float, peer: int, op_label: str) -> None:
         if op.event is None:
             self._launch()
-        deadline = time.monotonic() + timeout
-        spins = 0
-        while not op.event.done:
-            spins += 1
-            if spins > 1000:
-                if time.monotonic() > deadline:
-                    self._abort()
-                    raise TransportTimeout(
-                        f"{what}: no progress with rank {peer} within {timeout:g} s over NCCL (the "
-                        f"peer stopped, died, sent another size, or disagrees on the call sequence)",
-                        peer=peer, op=what, timeout_s=timeout)
-                time.sleep(2e-5)
+
+        def expired():  # NCCL cannot cancel: the communicator is aborted, the transport unusable
+            self._abort()
+            raise TransportTimeout(
+                f"{op_label}: no progress with rank {peer} within {timeout:g} s over NCCL (the "
+                f"peer stopped, died, sent another size, or disagrees on the call sequence)",
+                peer=peer, op=op_label, timeout_s=timeout)
+
+        poll_until(lambda: op.event.done, timeout, expired, _BACKOFF)
         if op.host is None:  # later kernels on the crypto stream see the received frame
             self._cupy.cuda.get_current_stream().wait_event(op.event)
         elif not op.send:  # transfer complete: copy the frame to the CPU engine's buffer
             with self.device:
                 op.dev.get(out=op.host)
 
-    def wait_recv(self, req, timeout, peer, what):
-        self._wait(req, timeout, peer, what)
+    def wait_recv(self, req, timeout, peer, op_label):
+        self._wait(req, timeout, peer, op_label)
         return req.nbytes
 
-    def wait_sends(self, reqs, timeout, peers, what):
+    def wait_sends(self, reqs, timeout, peers, op_label):
         for req, peer in zip(reqs, peers):
-            self._wait(req, timeout, peer, what)
+            self._wait(req, timeout, peer, op_label)
 
     def _abort(self) -> None:
         if not self._broken:
@@ -207,14 +206,14 @@ class NCCLTransport(Transport):
             self._abort()
 
     # -- setup, over the control transport ---------------------------------------------------
-    def allgather(self, sendbuf, recvbuf, what, timeout=None):
-        return self.control.allgather(sendbuf, recvbuf, what, timeout)
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        return self.control.allgather(sendbuf, recvbuf, op_label, timeout)
 
-    def scatter(self, sendbuf, recvbuf, root, what, timeout=None):
-        return self.control.scatter(sendbuf, recvbuf, root, what, timeout)
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
+        return self.control.scatter(sendbuf, recvbuf, root, op_label, timeout)
 
-    def bcast(self, buf, root, what, timeout=None):
-        return self.control.bcast(buf, root, what, timeout)
+    def bcast(self, buf, root, op_label, timeout=None):
+        return self.control.bcast(buf, root, op_label, timeout)
 
     def node_ids(self):
         return self.control.node_ids()
@@ -224,11 +223,10 @@ class NCCLTransport(Transport):
         if not self._broken:
             self._launch()  # held sends of a finished step still have to reach their peers
         deadline = time.monotonic() + timeout
-        while not self._broken and not self.stream.done:
-            if time.monotonic() > deadline:
-                self._abort()
-                return False
-            time.sleep(1e-4)
+        if not poll_until(lambda: self._broken or self.stream.done, timeout, lambda: False,
+                          Backoff(sleep_s=1e-4)):
+            self._abort()
+            return False
         return self.control.quiesce(max(0.1, deadline - time.monotonic()))
 
     def abort(self, blame):
@@ -246,9 +244,9 @@ class NCCLTransport(Transport):
     @classmethod
     def from_mpi(cls, comm, timeout: float = 60.0, device: int | None = None) -> "NCCLTransport":
         """NCCL transport on the ranks of ``comm`` (an ``mpi4py`` communicator), with an
-        :class:`~seccomm.transports.base.MPITransport` on a duplicate of it for setup.  By default
+        :class:`~seccomm.transports.mpi.MPITransport` on a duplicate of it for setup.  By default
         each rank uses device ``local rank % device count``, and makes it the current device."""
-        from .base import MPITransport
+        from .mpi import MPITransport
 
         control = MPITransport(comm, timeout=timeout)
         if device is None:

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..errors import FrameError, TransportTimeout
-from .base import Transport
+from .base import Backoff, Transport, poll_until
+
+_BACKOFF = Backoff(sleep_s=5e-5)  # Work.is_completed() queries a CUDA event: every 50 us
 
 
 def _tensor(buf) -> torch.Tensor:
@@ -132,27 +133,23 @@ class TorchTransport(Transport):
             for o, w in zip(ops, works):
                 o.work = w
 
-    def _poll(self, work, timeout, peer, what):
+    def _poll(self, work, timeout, peer, op_label):
+        """Wait for ``work`` (at most ``timeout`` s): ``TransportTimeout`` naming ``peer`` past
+        the deadline, ``FrameError`` for another backend error."""
+
+        def expired():
+            raise _timeout(op_label, peer, timeout)
+
         try:
             if self._poll_completion:
-                deadline = time.monotonic() + timeout
-                while not work.is_completed():
-                    if time.monotonic() > deadline:
-                        raise TransportTimeout(
-                            f"{what}: no progress with rank {peer} within {timeout:g} s (the peer "
-                            f"stopped, died, or disagrees on the call sequence)",
-                            peer=peer, op=what, timeout_s=timeout)
-                    time.sleep(5e-5)
+                poll_until(work.is_completed, timeout, expired, _BACKOFF)
                 work.wait()  # orders the current stream after the transfer (no blocking)
                 return
             work.wait(timeout=datetime.timedelta(seconds=timeout))
         except RuntimeError as e:
             if "imed out" in str(e) or "imeout" in str(e):
-                raise TransportTimeout(
-                    f"{what}: no progress with rank {peer} within {timeout:g} s (the peer "
-                    f"stopped, died, or disagrees on the call sequence)",
-                    peer=peer, op=what, timeout_s=timeout) from None
-            raise FrameError(f"{what}: transport error with rank {peer}: {e}", peer=peer) from None
+                raise _timeout(op_label, peer, timeout) from None
+            raise FrameError(f"{op_label}: transport error with rank {peer}: {e}", peer=peer) from None
 
     def _work(self, req):
         if isinstance(req, _P2P):
@@ -161,50 +158,56 @@ class TorchTransport(Transport):
             return req.work
         return req[0]
 
-    def wait_recv(self, req, timeout, peer, what):
-        self._poll(self._work(req), timeout, peer, what)
+    def wait_recv(self, req, timeout, peer, op_label):
+        self._poll(self._work(req), timeout, peer, op_label)
         if isinstance(req, _P2P):
             if req.dev is not req.host:
                 req.host.copy_(req.dev)  # device -> host (a no-op copy when not staged)
             return req.host.numel()
         return req[1].numel()
 
-    def wait_sends(self, reqs, timeout, peers, what):
+    def wait_sends(self, reqs, timeout, peers, op_label):
         for req, peer in zip(reqs, peers):
-            self._poll(self._work(req), timeout, peer, what)
+            self._poll(self._work(req), timeout, peer, op_label)
 
-    def allgather(self, sendbuf, recvbuf, what, timeout=None):
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         mine = self._stage(_tensor(sendbuf))
         out = [torch.empty_like(mine) for _ in range(self.size)]
         work = dist.all_gather(out, mine, group=self.group, async_op=True)
-        self._poll(work, self.timeout if timeout is None else timeout, "any", what)
+        self._poll(work, self.timeout if timeout is None else timeout, "any", op_label)
         np.copyto(np.asarray(recvbuf).reshape(self.size, -1).view(np.uint8),
                   torch.stack(out).cpu().numpy())
 
-    def bcast(self, buf, root, what, timeout=None):
+    def bcast(self, buf, root, op_label, timeout=None):
         host = _tensor(buf)
         t = self._stage(host)
         work = dist.broadcast(t, self._glob[root], group=self.group, async_op=True)
-        self._poll(work, self.timeout if timeout is None else timeout, root, what)
+        self._poll(work, self.timeout if timeout is None else timeout, root, op_label)
         if t is not host:
             host.copy_(t)
 
-    def scatter(self, sendbuf, recvbuf, root, what, timeout=None):
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
         # gloo scatter needs the list on the root only; a broadcast of the rows is simpler and
         # only used once at setup for 48-byte blobs.
         rows = np.ascontiguousarray(sendbuf).reshape(self.size, -1).copy()
-        self.bcast(rows, root, what, timeout)
+        self.bcast(rows, root, op_label, timeout)
         np.copyto(np.asarray(recvbuf).view(np.uint8).reshape(-1), rows[self.rank].view(np.uint8))
 
     def node_ids(self):
         from ..topology import host_key, node_ids_from_keys
 
         keys = np.empty(self.size, np.int64)
-        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), what="topology")
+        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology")
         return node_ids_from_keys(keys.tolist(), self.rank)
 
     def cancel(self, reqs):
         self._pending = []  # held operations of a failed step are never launched
+
+
+def _timeout(op_label: str, peer, timeout: float) -> TransportTimeout:
+    return TransportTimeout(f"{op_label}: no progress with rank {peer} within {timeout:g} s (the peer "
+                            f"stopped, died, or disagrees on the call sequence)",
+                            peer=peer, op=op_label, timeout_s=timeout)
 
 
 def default_timeout() -> float:

@@ -1,0 +1,312 @@
+"""MPI transport: buffer-based mpi4py point-to-point, the default transport.
+
+Frames are host buffers, or device frames of the device engine (handed to a CUDA-aware MPI as
+they are, else copied through host memory: :class:`_HostCopyRequest`).  Every wait polls its
+request with :func:`~seccomm.transports.base.poll_until` and, while waiting, collects give-up
+notices: a rank whose deadline passed tells the others whom it blames, so every survivor names
+the rank that stopped (failure propagation).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import FrameError, PeerAbortError, TransportTimeout
+from .base import Backoff, Transport, poll_until
+
+#: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
+_BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
+_NOTICE_EVERY = 256  # polls between two looks at the give-up notices
+_WAITED, _ABORT = 0, 1  # kinds of give-up notice
+
+
+class MPITransport(Transport):
+    """Buffer-based mpi4py point-to-point on a private duplicate of the user's communicator.
+
+    ``comm``: an ``mpi4py.MPI.Intracomm`` (duplicated here; the duplicate is freed on
+    ``close``).  ``timeout``: seconds for collective waits during setup.
+    """
+
+    def __init__(self, comm, timeout: float = 60.0, tag: int = 7):
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.timeout, self.tag = timeout, tag
+        self._status = MPI.Status()
+        self._byte = MPI.BYTE
+        # Non-blocking duplicate: a rank that never joins ends in TransportTimeout, not a hang.
+        self.comm, req = comm.Idup()
+        self._nreqs, self._nsent = [], []
+        self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
+        # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
+        # others which rank it blames, so every survivor names the rank that stopped, not the
+        # neighbour that stalled because of it.  One small receive per peer, posted up front.
+        self._notice_tag = tag + 1
+        self._grace = 5.0
+        self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
+        self.aborted: set[int] = set()  # ranks that stopped after detecting an error
+        self._nbuf = np.full((max(self.size, 1), 2), -1, np.int64)
+        self._nreqs = [MPI.REQUEST_NULL if r == self.rank else
+                       self.comm.Irecv([self._nbuf[r], MPI.INT64_T], r, self._notice_tag)
+                       for r in range(self.size)]
+        self._nsent: list = []
+
+    def isend(self, buf, peer):
+        if hasattr(buf, "__cuda_array_interface__"):
+            return self._device_isend(buf, peer)
+        return self.comm.Isend([buf, self._byte], peer, self.tag)
+
+    def irecv(self, buf, peer):
+        if hasattr(buf, "__cuda_array_interface__"):
+            return self._device_irecv(buf, peer)
+        return self.comm.Irecv([buf, self._byte], peer, self.tag)
+
+    # -- device frames (the device engine over MPI) -------------------------------------------
+    def _device_isend(self, buf, peer):
+        """A device frame: handed to a CUDA-aware MPI after the producing stream is synchronised,
+        else copied to host memory first.  Only point-to-point calls ever see device memory."""
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+        if cuda_aware_mpi():
+            return self.comm.Isend([buf, self._byte], peer, self.tag)
+        host = cupy.asnumpy(buf)
+        return _HostCopyRequest(self.comm.Isend([host, self._byte], peer, self.tag), host, None)
+
+    def _device_irecv(self, buf, peer):
+        if cuda_aware_mpi():  # queued kernels may still read this (reused) frame buffer
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
+            return self.comm.Irecv([buf, self._byte], peer, self.tag)
+        host = np.empty(buf.nbytes, np.uint8)
+        return _HostCopyRequest(self.comm.Irecv([host, self._byte], peer, self.tag), host, buf)
+
+    # -- waits ---------------------------------------------------------------------------------
+    def _poll(self, req, timeout, status, peer, op_label):
+        """Wait for ``req`` (at most ``timeout`` s).  ``peer``: the rank waited on, or ``"any"``
+        for a collective.  Raises ``TransportTimeout``/``PeerAbortError`` naming the rank to
+        blame, ``FrameError`` when MPI reports an error."""
+        MPI = self._MPI
+        one_peer = isinstance(peer, int)
+
+        def notices():  # a rank already gave up on the one this rank waits on
+            if self._check_notices() and peer in self.gave_up:
+                self._give_up(peer, op_label, timeout, waited=False)
+
+        def expired():
+            if not one_peer:
+                raise TransportTimeout(
+                    f"{op_label}: no progress within {timeout:g} s (a rank stopped, died, "
+                    f"or the ranks disagree on the call sequence)",
+                    peer=peer, op=op_label, timeout_s=timeout)
+            self._give_up(peer, op_label, timeout, waited=True)
+
+        try:
+            poll_until(lambda: req.Test(status), timeout, expired, _BACKOFF,
+                       check=notices if one_peer else None, check_every=_NOTICE_EVERY)
+        except MPI.Exception as e:
+            first = e.Get_error_string().splitlines()[0].strip()
+            raise FrameError(f"{op_label}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
+                             f"abandoned the transfer (it failed or closed), or the ranks disagree "
+                             f"on this call's sizes", peer=peer) from None
+
+    def wait_recv(self, req, timeout, peer, op_label):
+        st = self._status
+        if isinstance(req, _HostCopyRequest):
+            self._poll(req.req, timeout, st, peer, op_label)
+            req.dev.set(req.host)  # received frame: host -> device
+        else:
+            self._poll(req, timeout, st, peer, op_label)
+        return st.Get_count(self._byte)
+
+    def wait_sends(self, reqs, timeout, peers, op_label):
+        for req, peer in zip(reqs, peers):
+            self._poll(req.req if isinstance(req, _HostCopyRequest) else req, timeout, None, peer, op_label)
+
+    # -- failure propagation -------------------------------------------------------------------
+    def _check_notices(self) -> bool:
+        """Collect give-up notices that arrived; True if any rank has given up."""
+        MPI = self._MPI
+        for r, req in enumerate(self._nreqs):
+            if req == MPI.REQUEST_NULL:
+                continue
+            try:
+                done = req.Test()
+            except MPI.Exception:  # the link to r failed: r is gone
+                self._nreqs[r] = MPI.REQUEST_NULL
+                continue
+            if done:
+                self.gave_up[r] = int(self._nbuf[r, 0])
+                if self._nbuf[r, 1] == _ABORT:
+                    self.aborted.add(r)
+                self._nreqs[r] = MPI.REQUEST_NULL
+        return bool(self.gave_up)
+
+    def _blame(self, peer: int) -> int:
+        """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end,
+        or to the first rank on it that stopped after detecting an error."""
+        seen = {self.rank}
+        while peer in self.gave_up and peer not in seen and peer not in self.aborted:
+            seen.add(peer)
+            nxt = self.gave_up[peer]
+            if nxt in seen:
+                break
+            peer = nxt
+        return peer
+
+    def _notify(self, peer: int, kind: int = _WAITED) -> None:
+        """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
+        each rank names the rank it waited on, and receivers follow the chain), or, with
+        ``kind=_ABORT``, that it stopped after detecting an error in a frame from ``peer``."""
+        MPI = self._MPI
+        if self._nsent:
+            return
+        msg = np.array([peer, kind], np.int64)
+        self._nsent.append(msg)
+        for r in range(self.size):
+            if r != self.rank:
+                try:
+                    self._nsent.append(self.comm.Isend([msg, MPI.INT64_T], r, self._notice_tag))
+                except MPI.Exception:
+                    pass
+
+    def _flush_notices(self, limit: float) -> None:
+        """Drive this rank's notices out (a process may exit right after the error); a send to
+        a dead rank never completes, so this waits at most ``limit`` seconds."""
+        MPI = self._MPI
+        pending = [r for r in self._nsent if isinstance(r, MPI.Request)]
+
+        def sent():
+            pending[:] = [r for r in pending if not r.Test()]
+            return not pending
+
+        try:
+            poll_until(sent, limit, lambda: False, Backoff(sleep_s=1e-4))
+        except MPI.Exception:
+            pass
+
+    def _give_up(self, peer: int, op_label: str, timeout: float, waited: bool):
+        """Raise ``TransportTimeout`` naming the rank to blame, after telling the others; or
+        ``PeerAbortError`` when the chain ends at a rank that stopped after detecting an error.
+
+        ``waited``: this rank's own deadline passed while waiting on ``peer``.  It then waits a
+        short grace period (at most ``min(timeout, 5)`` s) for the notice of ``peer`` -- alive
+        but itself stuck -- or of every other rank, so the blame lands on the rank that stopped.
+        Otherwise ``peer`` already gave up, and the blame follows its notice.
+        """
+        self._notify(peer)
+        if waited:
+            poll_until(lambda: self._notices_settle(peer), min(timeout, self._grace), lambda: False,
+                       Backoff(sleep_s=1e-3))
+        self._flush_notices(min(timeout, 0.5))
+        culprit = self._blame(peer)
+        if culprit in self.aborted:
+            raise PeerAbortError(
+                f"{op_label}: rank {culprit} stopped this operation after it detected an error in a "
+                f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})",
+                peer=culprit, op=op_label, blamed=self.gave_up[culprit])
+        if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
+            raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
+                f"{op_label}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it "
+                f"stalled past the {timeout:g} s deadline", peer=self.rank, op=op_label, timeout_s=timeout)
+        via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
+        raise TransportTimeout(
+            f"{op_label}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, "
+            f"died, or the ranks disagree on the call sequence", peer=culprit, op=op_label, timeout_s=timeout)
+
+    def _notices_settle(self, peer: int) -> bool:
+        """Whether the notices that arrived settle the blame for ``peer``: its own notice, or one
+        from every rank other than the culprit, this rank and ``peer``."""
+        self._check_notices()
+        culprit = self._blame(peer)
+        return peer in self.gave_up or len(set(self.gave_up) - {culprit}) >= self.size - 2
+
+    # -- setup collectives, topology, teardown -------------------------------------------------
+    def _coll(self, req, op_label, timeout):
+        self._poll(req, self.timeout if timeout is None else timeout, None, "any", op_label)
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        self._coll(self.comm.Iallgather([sendbuf, self._byte], [recvbuf, self._byte]), op_label, timeout)
+
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
+        self._coll(self.comm.Iscatter([sendbuf, self._byte], [recvbuf, self._byte], root), op_label, timeout)
+
+    def bcast(self, buf, root, op_label, timeout=None):
+        self._coll(self.comm.Ibcast([buf, self._byte], root), op_label, timeout)
+
+    def cancel(self, reqs):
+        # Nothing is cancelled: MPICH can crash cancelling a send, or a receive already matched
+        # to a rendezvous send.  The caller keeps the requests (and their buffers) referenced,
+        # the SecureComm refuses further operations, and close() frees the duplicate.
+        pass
+
+    def node_ids(self):
+        from ..topology import host_key, node_ids_from_keys
+
+        keys = np.empty(self.size, np.int64)
+        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology")
+        return node_ids_from_keys(keys.tolist(), self.rank)
+
+    def abort(self, blame) -> None:
+        if isinstance(blame, (int, np.integer)) and self.comm is not None:
+            self._notify(int(blame), _ABORT)
+            self._flush_notices(0.2)
+
+    def quiesce(self, timeout):
+        # A non-blocking barrier keeps MPI progressing until every rank has arrived: MPICH
+        # completes a sender's last rendezvous Isends only while the receiver still progresses.
+        try:
+            self._poll(self.comm.Ibarrier(), timeout, None, "any", "close")
+            return True
+        except (TransportTimeout, FrameError):
+            return False
+
+    def close(self):
+        MPI = self._MPI
+        if self.comm is not None and self.comm != MPI.COMM_NULL:
+            for r, req in enumerate(self._nreqs):  # unmatched notice receives: safe to cancel
+                if req != MPI.REQUEST_NULL:
+                    try:
+                        req.Cancel()
+                        req.Wait()
+                    except MPI.Exception:
+                        pass
+            self._nreqs = []
+            self.comm.Free()
+        self.comm = None
+
+
+class _HostCopyRequest:
+    """An MPI request on a host copy of a device frame (MPI that is not CUDA-aware): ``req``
+    moves ``host``; for a receive, ``dev`` is the device frame the copy goes back to."""
+
+    __slots__ = ("req", "host", "dev")
+
+    def __init__(self, req, host, dev):
+        self.req, self.host, self.dev = req, host, dev
+
+
+_CUDA_AWARE = None
+
+
+def cuda_aware_mpi() -> bool:
+    """Whether the MPI library takes device pointers: ``SECCOMM_CUDA_AWARE_MPI=1``/``0`` if set,
+    else ``MPIX_Query_cuda_support()`` (MPICH, Open MPI) where the library exports it, else
+    False (device frames are then staged through host memory)."""
+    global _CUDA_AWARE
+    if _CUDA_AWARE is None:
+        env = os.environ.get("SECCOMM_CUDA_AWARE_MPI")
+        if env is not None:
+            _CUDA_AWARE = env == "1"
+        else:
+            try:
+                import ctypes
+
+                _CUDA_AWARE = bool(ctypes.CDLL(None).MPIX_Query_cuda_support())
+            except (AttributeError, OSError):
+                _CUDA_AWARE = False
+    return _CUDA_AWARE

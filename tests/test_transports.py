@@ -1,0 +1,101 @@
+"""The transports package: the shared poll-until-deadline loop, the wrappers, import hygiene and
+``SecureComm.transport`` (in-process, world size 1 on COMM_SELF)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from seccomm import SecureComm
+from seccomm.transports import (Backoff, RecordingTransport, TamperTransport, Transport,
+                                TransportWrapper, poll_until)
+
+PSK = bytes(range(32))
+
+
+def test_poll_until_done_expired_and_checked():
+    polls = iter([False, False, True])
+    assert poll_until(lambda: next(polls), 1.0, lambda: pytest.fail("expired")) is True
+    t0 = time.monotonic()
+    assert poll_until(lambda: False, 0.05, lambda: "late", Backoff(spins=10, yield_until=50)) == "late"
+    assert 0.05 <= time.monotonic() - t0 < 1.0
+    seen = []
+
+    def check():  # e.g. a give-up notice arrived: raises before the deadline
+        seen.append(1)
+        if len(seen) == 2:
+            raise RuntimeError("notice")
+
+    with pytest.raises(RuntimeError, match="notice"):
+        poll_until(lambda: False, 5.0, lambda: None, Backoff(spins=3), check=check, check_every=4)
+    assert len(seen) == 2  # polls 4 and 8: after the spin phase, every 4th
+
+
+def test_poll_until_done_first_needs_no_clock():
+    assert poll_until(lambda: True, -1.0, lambda: pytest.fail("expired")) is True
+
+
+class _Loop(Transport):
+    """Rank 0 of 1: records what the wrappers hand on."""
+
+    rank, size = 0, 1
+
+    def __init__(self):
+        self.sent = []
+
+    def isend(self, buf, peer):
+        self.sent.append((peer, np.frombuffer(buf, np.uint8).copy()))
+        return len(self.sent)
+
+    def bcast(self, buf, root, op_label, timeout=None):
+        self.label = op_label
+
+
+def test_tamper_flips_a_private_copy():
+    inner = _Loop()
+    t = TamperTransport(inner, lambda i, peer, n: -1 if i == 1 else None)
+    frame = np.zeros(32, np.uint8)
+    t.isend(frame, 0)
+    t.isend(frame, 0)
+    assert (t.sent, t.tampered) == (2, 1)
+    assert not frame.any() and not inner.sent[0][1].any() and inner.sent[1][1][-1] == 1
+
+
+def test_recording_keeps_frames_and_setup():
+    t = RecordingTransport(_Loop())
+    t.isend(np.arange(20, dtype=np.uint8), 0)
+    t.bcast(np.ones(4, np.uint8), 0, op_label="setup")
+    assert [(k, p) for k, p, _ in t.frames] == [("frame", 0), ("bcast", "all")]
+    assert t.wire_bytes() == 24 and t.inner.label == "setup"
+
+
+def test_wrapper_delegates_and_keeps_own_buffers():
+    inner = _Loop()
+    inner.extra = "x"
+    w = TransportWrapper(inner)
+    assert w.extra == "x" and (w.rank, w.size) == (0, 1)
+    own = np.ones(8, np.uint8)
+    w.send_own(own, 0)
+    assert w._own == [own] and inner.sent[0][1].sum() == 8
+
+
+def test_package_import_needs_no_torch_cupy_or_mpi():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['cupy'] = None\n"
+            "import seccomm.transports, seccomm.transports.wrappers\n"
+            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py imported eagerly'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_securecomm_transport_is_the_wrapped_one():
+    from mpi4py import MPI
+
+    with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK, wrap_transport=RecordingTransport) as sc:
+        assert isinstance(sc.transport, RecordingTransport)
+        assert [k for k, _, _ in sc.transport.frames][:1] == ["bcast"]  # the communicator id
+        with pytest.raises(AttributeError):
+            sc.transport = None
