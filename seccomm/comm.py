@@ -312,7 +312,7 @@ class SecureComm:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
                 fn(run, *args)
         except SecCommError as e:
-            self._broken = f"{run.label} failed ({type(e).__name__})"
+            self._broken = f"{run.op_label} failed ({type(e).__name__})"
             if isinstance(e, (AuthenticationError, FrameError)):
                 self._transport.abort(e.peer)  # ranks waiting on this one raise now, not at the deadline
             self._transport.cancel(run.pending)

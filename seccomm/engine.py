@@ -97,7 +97,7 @@ class OpRun:
         self.collective, self.itemsize, self.timeout = frame.collective, itemsize, ctx.timeout
         self.ctx = frame
         self.chunk_elems = max(1, ctx.chunk_bytes // itemsize)
-        self.label = f"{frame.collective} #{frame.seq}"  # names the operation in transport errors
+        self.op_label = f"{frame.collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
 
     # -- keys and policy ---------------------------------------------------------------------
@@ -182,10 +182,10 @@ class OpRun:
         if recv is not None:
             self._drain(recv, rreqs)
         if sreqs:
-            t.wait_sends(sreqs, self.timeout, [send.dst] * len(sreqs), self.label)
+            t.wait_sends(sreqs, self.timeout, [send.dst] * len(sreqs), self.op_label)
 
     def _drain(self, recv: Recv, rreqs):
-        t, timeout, label = self.t, self.timeout, self.label
+        t, timeout, op_label = self.t, self.timeout, self.op_label
         src, step, group, slots, outs = recv.src, recv.step, recv.group, recv.slots, recv.outs
         sender = recv.origin if group else src
         key = self._protect(group, sender, self.rank)
@@ -204,13 +204,13 @@ class OpRun:
         pool = self.pool if n > 1 else None
         if pool is None:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, label), slots[j], j, n, src)
+                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src)
                 job(j)
             return
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, label), slots[j], j, n, src)
+                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src)
                 futs.append(pool.submit(job, j))
             for f in futs:
                 f.result()
@@ -227,7 +227,7 @@ class OpRun:
         messages): the same frames as :meth:`exchange`, with the least work per call.
         ``piece``/``out``: uint8 views of ``elems`` elements; ``consume(0, pt)`` gets the
         verified plaintext."""
-        t, ws, ctx, rank, label = self.t, self.ws, self.ctx, self.rank, self.label
+        t, ws, ctx, rank, op_label = self.t, self.ws, self.ctx, self.rank, self.op_label
         nbytes = elems * self.itemsize
         rslot = ws.slots("recv", [nbytes])[0]
         rreq = t.irecv(rslot.frame, peer)
@@ -238,11 +238,11 @@ class OpRun:
         key.seal(sslot, piece)
         sreq = t.isend(sslot.frame, peer)
         self.pending.append(sreq)
-        self._check_len(t.wait_recv(rreq, self.timeout, peer, label), rslot, 0, 1, peer)
+        self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer)
         key = self._protect(False, peer, rank)
         ctx.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
         consume(0, self._open(rslot, key, out, peer, step, 0, 1))
-        t.wait_sends((sreq,), self.timeout, (peer,), label)
+        t.wait_sends((sreq,), self.timeout, (peer,), op_label)
 
     # -- tree relay (broadcast) --------------------------------------------------------------
     def relay(self, parent: int | None, children: list, pieces_or_outs: list, elems: list,
@@ -250,7 +250,7 @@ class OpRun:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into ``outs[j]``.  Pipelined per chunk (a chain overlaps its hops)."""
-        t, timeout, n, label = self.t, self.timeout, len(elems), self.label
+        t, timeout, n, op_label = self.t, self.timeout, len(elems), self.op_label
         sreqs, peers = [], []
         if parent is None:
             for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin,
@@ -259,7 +259,7 @@ class OpRun:
                     sreqs.append(t.isend(f, c))
                     peers.append(c)
             self.pending += sreqs
-            t.wait_sends(sreqs, timeout, peers, label)
+            t.wait_sends(sreqs, timeout, peers, op_label)
             return
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
@@ -267,7 +267,7 @@ class OpRun:
         key = self._protect(True, origin, self.rank)
         for j, req in enumerate(rreqs):
             slot = slots[j]
-            self._check_len(t.wait_recv(req, timeout, parent, label), slot, j, n, parent)
+            self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent)
             for c in children:
                 r = t.isend(slot.frame, c)
                 sreqs.append(r)
@@ -276,4 +276,4 @@ class OpRun:
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             out = pieces_or_outs[j]
             _copy_out(out, self._open(slot, key, out, parent, GROUP_STEP, j, n))
-        t.wait_sends(sreqs, timeout, peers, label)
+        t.wait_sends(sreqs, timeout, peers, op_label)

@@ -198,7 +198,7 @@ class DeviceOpRun(OpRun):
     def _drain(self, recv: Recv, rreqs):
         t, slots, n = self.t, recv.slots, len(recv.slots)
         for j, req in enumerate(rreqs):
-            self._check_len(t.wait_recv(req, self.timeout, recv.src, self.label), slots[j], j, n, recv.src)
+            self._check_len(t.wait_recv(req, self.timeout, recv.src, self.op_label), slots[j], j, n, recv.src)
         self._open_into(recv.ws, slots, recv.group, recv.origin if recv.group else recv.src, recv.src,
                         recv.step, recv.elems, recv.outs)
         if recv.consume is not None:
@@ -251,7 +251,7 @@ class DeviceOpRun(OpRun):
             sreqs = [t.isend(f, nxt) for f in frames]
             self.pending += rreqs + sreqs
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, self.timeout, prv, self.label), slots[j], j, len(slots), prv)
+                self._check_len(t.wait_recv(req, self.timeout, prv, self.op_label), slots[j], j, len(slots), prv)
             own = blocks.views(send_u8, rb, ce, isz)[0]
             if s == p - 2:  # last hop: open into scratch, add this rank's share into its block
                 nb = dest.size * isz  # (scratch: in place, this rank's block of send IS dest)
@@ -285,7 +285,7 @@ class DeviceOpRun(OpRun):
                 frames_next = [o.frame for o in oslots]
             else:
                 frames_next = []
-            t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.label)
+            t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
         return True
 
     def swap(self, peer, step, piece, elems, out, consume):
@@ -294,17 +294,17 @@ class DeviceOpRun(OpRun):
     def relay(self, parent, children, pieces_or_outs, elems, origin):
         if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames
             return super().relay(parent, children, pieces_or_outs, elems, origin)
-        t, timeout, label = self.t, self.timeout, self.label
+        t, timeout, op_label = self.t, self.timeout, self.op_label
         sreqs, peers = [], []
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
         self.pending += rreqs
         for j, req in enumerate(rreqs):  # forward each frame as soon as it arrived
-            self._check_len(t.wait_recv(req, timeout, parent, label), slots[j], j, len(slots), parent)
+            self._check_len(t.wait_recv(req, timeout, parent, op_label), slots[j], j, len(slots), parent)
             for c in children:
                 r = t.isend(slots[j].frame, c)
                 sreqs.append(r)
                 peers.append(c)
                 self.pending.append(r)
         self._open_into("recv", slots, True, origin, parent, GROUP_STEP, elems, pieces_or_outs)
-        t.wait_sends(sreqs, timeout, peers, label)
+        t.wait_sends(sreqs, timeout, peers, op_label)
