@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from seccomm.bench import parse_size
 from seccomm.framing import AAD_BYTES, KEY_DIRECTION, FrameContext, Workspace
 from seccomm.suites import get_suite
+from seccomm.units import parse_size
 
 
 def pair(suite_name: str, nbytes: int):

@@ -363,3 +363,26 @@ def validate(doc: dict, cal: dict) -> list[dict]:
                     "measured_us": meas * 1e6, "predicted_us": pred * 1e6,
                     "error": (pred - meas) / meas if meas > 0 else float("nan")})
     return out
+
+
+def sweep(prm, nodes, rpn, nbytes, collective, encrypt, oversub, jitter) -> list[dict]:
+    """One row per node count in ``nodes`` (``rpn`` ranks per node, ``nbytes`` [B] per rank,
+    ``oversub`` fat-tree taper, ``jitter`` [s] per step): the best plain and secure algorithm,
+    their times [us], busbw [GB/s] (nccl-tests' definition) and efficiency (busbw relative to
+    the smallest node count of the sweep).  ``ValueError`` on a bad topology (:class:`Topology`)
+    or a negative size (:func:`predict`)."""
+    rows = []
+    for n in nodes:
+        topo = Topology(n, rpn, oversub, jitter=jitter)
+        ap, tp = best(collective, nbytes, prm, topo, False, encrypt)
+        asec, ts = best(collective, nbytes, prm, topo, True, encrypt)
+        rows.append({"nodes": n, "ranks": topo.p, "algorithm_plain": ap, "algorithm_secure": asec,
+                     "plain_us": tp * 1e6, "secure_us": ts * 1e6, "overhead_x": ts / tp if tp else 1.0,
+                     "busbw_plain_gbps": busbw(collective, nbytes, tp, topo.p),
+                     "busbw_secure_gbps": busbw(collective, nbytes, ts, topo.p)})
+    b0p = next((r["busbw_plain_gbps"] for r in rows if r["busbw_plain_gbps"] > 0), 0)
+    b0s = next((r["busbw_secure_gbps"] for r in rows if r["busbw_secure_gbps"] > 0), 0)
+    for r in rows:
+        r["efficiency_plain"] = r["busbw_plain_gbps"] / b0p if b0p else 1.0
+        r["efficiency_secure"] = r["busbw_secure_gbps"] / b0s if b0s else 1.0
+    return rows

@@ -61,7 +61,7 @@ def pytest_configure(config):
 
 
 def sizes_option(config) -> list[int]:
-    from .bench import parse_size
+    from .units import parse_size
 
     return [parse_size(s) for s in config.getoption("--seccomm-sizes").split(",") if s.strip()]
 

@@ -143,14 +143,15 @@ class CipherSuite:
     fips_140_3: str
     limit_source: str
 
-    _key_class = SuiteKey
+    #: the SuiteKey subclass that `keyed` returns
+    key_class = SuiteKey
     #: the `cryptography` AEAD class keyed by `keyed` (None for `none`)
     aead_class = None
 
     def keyed(self, key: bytes | None) -> SuiteKey:
         """This suite bound to a 32-byte ``key`` (``None`` for ``none``): the object that seals
         and opens frames (:class:`SuiteKey`)."""
-        return self._key_class(self, None if self.aead_class is None else self.aead_class(key))
+        return self.key_class(self, None if self.aead_class is None else self.aead_class(key))
 
     def usage_limit(self, chunk_bytes: int, aad_bytes: int) -> int:
         """Maximum frames sealed under one key before the key must be rotated."""
@@ -161,14 +162,14 @@ class CipherSuite:
 
 
 class AESGCMSuite(CipherSuite):
-    _key_class, aead_class = _AEADKey, AESGCM
+    key_class, aead_class = _AEADKey, AESGCM
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return _gcm_limit(chunk_bytes, aad_bytes)
 
 
 class ChaChaSuite(CipherSuite):
-    _key_class, aead_class = _AEADKey, ChaCha20Poly1305
+    key_class, aead_class = _AEADKey, ChaCha20Poly1305
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         # draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit below 2^96 nonces; the cap
@@ -179,7 +180,7 @@ class ChaChaSuite(CipherSuite):
 class GMACSuite(CipherSuite):
     """AES-256-GCM over an empty plaintext with ``header || payload`` as AAD (NIST SP 800-38D)."""
 
-    _key_class, aead_class = _GMACKey, AESGCM
+    key_class, aead_class = _GMACKey, AESGCM
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return _gcm_limit(0, chunk_bytes + aad_bytes)
@@ -188,7 +189,7 @@ class GMACSuite(CipherSuite):
 class NoneSuite(CipherSuite):
     """Same framing and algorithms, no cryptography: isolates the algorithm's own cost."""
 
-    _key_class = _ClearKey
+    key_class = _ClearKey
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return 2**63

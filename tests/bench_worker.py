@@ -7,13 +7,16 @@ import numpy as np
 
 from seccomm.bench import BenchConfig
 from seccomm.bench.runner import main_ranks
-from seccomm.suites import NoneSuite, register
+from seccomm.suites import NoneSuite, SuiteKey, register
 
 
-class CorruptOnRank1(NoneSuite):
-    """The 'none' suite, except that rank 1 receives one element altered in every frame."""
+class CorruptOnRank1Key(SuiteKey):
+    """The 'none' suite's frames, except that rank 1 receives one element altered in every frame."""
 
-    def open(self, aead, slot, out):
+    def seal(self, slot, plaintext):
+        np.copyto(np.frombuffer(slot.body, np.uint8), np.frombuffer(plaintext, np.uint8))
+
+    def open(self, slot, out):
         from mpi4py import MPI
 
         body = slot.body
@@ -22,6 +25,10 @@ class CorruptOnRank1(NoneSuite):
             np.frombuffer(out, np.float32)[0] += 1.0
             return out
         return body
+
+
+class CorruptOnRank1(NoneSuite):
+    key_class = CorruptOnRank1Key
 
 
 register(CorruptOnRank1("test-corrupt", 99, False, False, "n/a", "test only"))

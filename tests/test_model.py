@@ -99,10 +99,8 @@ def test_calibration_recovers_synthetic_parameters():
 
 
 def test_sweep_to_16384_gpus_is_fast():
-    from seccomm.cli.project import sweep
-
     t0 = time.perf_counter()
-    rows = sweep(m.get_preset("ib-ndr400"), [2**i for i in range(12)], 8, 25 * MIB, "allreduce", "all", 2.0, 1e-6)
+    rows = m.sweep(m.get_preset("ib-ndr400"), [2**i for i in range(12)], 8, 25 * MIB, "allreduce", "all", 2.0, 1e-6)
     assert time.perf_counter() - t0 < 1.0
     assert rows[-1]["ranks"] == 16384 and all(r["overhead_x"] >= 1 for r in rows)
     assert all(0 < r["efficiency_secure"] <= 1.0 + 1e-9 for r in rows)

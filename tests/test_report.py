@@ -13,7 +13,8 @@ import html5lib
 import pytest
 
 from seccomm import launch
-from seccomm.compliance.report import build, to_html, to_markdown
+from seccomm.compliance.doc import to_html, to_markdown
+from seccomm.compliance.report import build
 
 MACHINE = {"utc": "2026-11-29T12:00:00+00:00", "seccomm": "0.1.0", "git_commit": "abc123", "host": "h",
            "platform": "Linux", "python": "3.11", "openssl": "OpenSSL 3.x", "cryptography": "46",

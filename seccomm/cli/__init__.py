@@ -1,44 +1,35 @@
 """``seccomm`` command line: a registry of subcommands, each building its own parser.
 
+Each command is a module of this package exposing ``HELP``, ``add_arguments(parser)`` and
+``run(args, argv) -> exit status``; :data:`COMMANDS` lists them.  The commands import the tools
+(bench runner, cost model, attack harness, compliance report); no tool imports the CLI.
 Bad arguments print one line, ``seccomm CMD: error: ...``, and exit with status 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-COMMANDS: dict = {}
+from . import attack, bench, project, report, train
+from .usage import Parser, UsageError
+
+#: name -> command module, in the order ``seccomm --help`` lists them
+COMMANDS = {"bench": bench, "attack": attack, "report": report, "project": project, "train": train}
 
 
-def register(name: str, help: str):
-    """Decorator: ``fn(parser)`` adds arguments and returns the function that runs the command."""
-    def deco(fn):
-        COMMANDS[name] = (help, fn)
-        return fn
-    return deco
-
-
-class UsageError(Exception):
-    """A bad command-line value: reported in one line, exit status 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
+def _parser() -> Parser:
+    top = Parser(prog="seccomm", description="Secure collectives: cost and evidence.")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, cmd in COMMANDS.items():
+        cmd.add_arguments(sub.add_parser(name, help=cmd.HELP, description=cmd.HELP))
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import bench  # noqa: F401  (the modules register their commands)
-    from ..compliance import attack, report  # noqa: F401
-    from . import project, train  # noqa: F401
-
+    """Run ``seccomm ARGV`` (default ``sys.argv[1:]``); returns the exit status: the command's,
+    or 2 after one line on standard error for a bad argument (no command: the help, status 2)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    top = Parser(prog="seccomm", description="Secure collectives: cost and evidence.")
-    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    runners = {}
-    for name, (help_, fn) in COMMANDS.items():
-        runners[name] = fn(sub.add_parser(name, help=help_, description=help_))
+    top = _parser()
     prog = f"seccomm {argv[0]}" if argv and argv[0] in COMMANDS else "seccomm"
     try:
         args = top.parse_args(argv)
@@ -46,11 +37,13 @@ def main(argv: list[str] | None = None) -> int:
             top.print_help()
             return 2
         prog = f"seccomm {args.command}"
-        return runners[args.command](args, argv)
+        return COMMANDS[args.command].run(args, argv)
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
 
+
+__all__ = ["COMMANDS", "Parser", "UsageError", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

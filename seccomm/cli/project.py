@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 import json
 
-from . import UsageError, register
+from .usage import UsageError, size_arg
 
+HELP = "Project the cost of secure collectives to many nodes (alpha-beta-gamma model)."
 NODES_DEFAULT = ",".join(str(2**i) for i in range(12))  # 1 .. 2048 nodes
 
 
-@register("project", "Project the cost of secure collectives to many nodes (alpha-beta-gamma model).")
-def _project(p):
+def add_arguments(p) -> None:
+    """The projection's options on parser ``p``."""
     p.add_argument("--preset", help="hardware preset (see docs/model.md); default ib-ndr400")
     p.add_argument("--calibration", metavar="FILE", help="calibration JSON (from --calibrate)")
     p.add_argument("--nodes", default=NODES_DEFAULT, help="node counts, comma list (default 1..2048)")
@@ -29,7 +30,6 @@ def _project(p):
     p.add_argument("--calibrate", metavar="RESULTS.json", help="fit a calibration from seccomm bench --json")
     p.add_argument("--out", metavar="CAL.json", help="where --calibrate writes (default stdout)")
     p.add_argument("--validate", metavar="RESULTS.json", help="compare predictions with a bench result")
-    return _run
 
 
 def _load(path: str) -> dict:
@@ -55,45 +55,78 @@ def _gamma_here() -> float:
     return sorted(ts)[len(ts) // 2] / a.nbytes
 
 
-def _run(a, argv) -> int:
-    from .. import costmodel
-    from ..bench import parse_size
-
+def run(a, argv) -> int:
+    """Calibrate (``--calibrate``), validate (``--validate``) or print the projection table;
+    returns the exit status, ``UsageError`` on bad values."""
     if a.calibrate:
-        cal = costmodel.calibrate(_load(a.calibrate), gamma=_gamma_here())
-        text = json.dumps(cal, indent=1)
-        if a.out:
-            with open(a.out, "w") as f:
-                f.write(text)
-        else:
-            print(text)
-        return 0
+        return _calibrate(a)
     if a.calibration and a.preset:
         raise UsageError("give --calibration or --preset, not both")
     if a.validate:
         if not a.calibration:
             raise UsageError("--validate needs --calibration FILE (make one with --calibrate)")
         return _validate(_load(a.validate), _load(a.calibration))
+    return _project(a)
+
+
+def _calibrate(a) -> int:
+    """Fit a calibration to a bench result; write it to ``--out`` or standard output."""
+    from .. import costmodel
+
+    cal = costmodel.calibrate(_load(a.calibrate), gamma=_gamma_here())
+    text = json.dumps(cal, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
+
+
+def _project(a) -> int:
+    """The projection table, one row per node count, and the files asked for."""
+    from .. import costmodel
+
+    nodes = _nodes(a)
+    if a.collective not in costmodel.COLLECTIVES:
+        raise UsageError(f"unknown collective {a.collective!r}; allowed: {', '.join(costmodel.COLLECTIVES)}")
+    nbytes = size_arg(a.message)
+    try:
+        prm = _params(a)
+        rows = costmodel.sweep(prm, nodes, a.ranks_per_node, nbytes, a.collective, a.encrypt,
+                               a.oversubscription, a.jitter_us * 1e-6)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    _print_rows(a, nbytes, rows)
+    _write(a, prm, rows)
+    return 0
+
+
+def _nodes(a) -> list[int]:
+    """``--nodes`` as sorted distinct node counts (and ``--ranks-per-node``), all >= 1."""
     try:
         nodes = sorted({int(x) for x in a.nodes.split(",") if x.strip()})
     except ValueError:
         raise UsageError(f"--nodes must be a comma list of integers, got {a.nodes!r}") from None
     if not nodes or nodes[0] < 1 or a.ranks_per_node < 1:
         raise UsageError("--nodes and --ranks-per-node must be >= 1")
-    if a.collective not in costmodel.COLLECTIVES:
-        raise UsageError(f"unknown collective {a.collective!r}; allowed: {', '.join(costmodel.COLLECTIVES)}")
-    nbytes = parse_size(a.message)
-    try:
-        if a.calibration:
-            prm = costmodel.params_for(_load(a.calibration), a.suite)
-        else:
-            prm = costmodel.get_preset(a.preset or "ib-ndr400")
-        if a.crypto_threads:
-            prm = costmodel.replace(prm, crypto_threads=a.crypto_threads)
-        rows = sweep(prm, nodes, a.ranks_per_node, nbytes, a.collective, a.encrypt, a.oversubscription,
-                     a.jitter_us * 1e-6)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    return nodes
+
+
+def _params(a):
+    """Model parameters from ``--calibration`` or ``--preset``; ``ValueError`` on a bad one."""
+    from .. import costmodel
+
+    if a.calibration:
+        prm = costmodel.params_for(_load(a.calibration), a.suite)
+    else:
+        prm = costmodel.get_preset(a.preset or "ib-ndr400")
+    if a.crypto_threads:
+        prm = costmodel.replace(prm, crypto_threads=a.crypto_threads)
+    return prm
+
+
+def _print_rows(a, nbytes: int, rows: list[dict]) -> None:
     print(f"# seccomm project: {a.collective} of {nbytes} B, {a.ranks_per_node} ranks/node, suite {a.suite}, "
           f"encrypt {a.encrypt}, oversubscription {a.oversubscription}, "
           f"{'calibration ' + a.calibration if a.calibration else 'preset ' + (a.preset or 'ib-ndr400')}")
@@ -103,6 +136,10 @@ def _run(a, argv) -> int:
         print(f"  {r['nodes']:>6} {r['ranks']:>7} {r['algorithm_secure']:>18} {r['plain_us']:12.1f} "
               f"{r['secure_us']:12.1f} {r['overhead_x']:8.2f}x {r['busbw_plain_gbps']:12.1f} "
               f"{r['busbw_secure_gbps']:13.1f} {r['efficiency_plain']:10.2f} {r['efficiency_secure']:11.2f}")
+
+
+def _write(a, prm, rows: list[dict]) -> None:
+    """``--json`` (parameters and rows), ``--csv`` (rows), ``--plot`` (PNG)."""
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"params": prm.to_json(), "rows": rows}, f, indent=1)
@@ -113,29 +150,6 @@ def _run(a, argv) -> int:
             w.writerows(rows)
     if a.plot:
         _plot(a.plot, rows)
-    return 0
-
-
-def sweep(prm, nodes, rpn, nbytes, collective, encrypt, oversub, jitter) -> list[dict]:
-    """One row per node count: best plain and secure algorithm, times, busbw and efficiency
-    (busbw relative to the smallest node count of the sweep)."""
-    from .. import costmodel
-
-    rows = []
-    for n in nodes:
-        topo = costmodel.Topology(n, rpn, oversub, jitter=jitter)
-        ap, tp = costmodel.best(collective, nbytes, prm, topo, False, encrypt)
-        asec, ts = costmodel.best(collective, nbytes, prm, topo, True, encrypt)
-        rows.append({"nodes": n, "ranks": topo.p, "algorithm_plain": ap, "algorithm_secure": asec,
-                     "plain_us": tp * 1e6, "secure_us": ts * 1e6, "overhead_x": ts / tp if tp else 1.0,
-                     "busbw_plain_gbps": costmodel.busbw(collective, nbytes, tp, topo.p),
-                     "busbw_secure_gbps": costmodel.busbw(collective, nbytes, ts, topo.p)})
-    b0p = next((r["busbw_plain_gbps"] for r in rows if r["busbw_plain_gbps"] > 0), 0)
-    b0s = next((r["busbw_secure_gbps"] for r in rows if r["busbw_secure_gbps"] > 0), 0)
-    for r in rows:
-        r["efficiency_plain"] = r["busbw_plain_gbps"] / b0p if b0p else 1.0
-        r["efficiency_secure"] = r["busbw_secure_gbps"] / b0s if b0s else 1.0
-    return rows
 
 
 def _validate(doc, cal) -> int:

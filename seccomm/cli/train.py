@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from . import UsageError, register
 from ..suites import SUITES
+from .usage import UsageError
+
+HELP = "Train a small model on the digits set twice, default vs secure DDP hook (needs the torch extra)."
 
 
-@register("train", "Train a small model on the digits set twice, default vs secure DDP hook (needs the torch extra).")
-def _train(p):
+def add_arguments(p) -> None:
+    """The training run's options on parser ``p``."""
     p.add_argument("--np", type=int, default=2, help="local ranks when not started by a launcher (default 2)")
     p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
     p.add_argument("--suite", default="aes-256-gcm", help=f"one of {', '.join(SUITES)} (default aes-256-gcm)")
@@ -18,10 +20,11 @@ def _train(p):
     p.add_argument("--backend", choices=("gloo", "nccl"),
                    help="torch.distributed backend (default: nccl with --device cuda, else gloo)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    return _run
 
 
-def _run(args, argv) -> int:
+def run(args, argv) -> int:
+    """Check the arguments and this machine; run plainly, start ``--np`` local ranks (with a
+    torch.distributed rendezvous on 127.0.0.1); as a rank, train.  ``UsageError`` on bad values."""
     from ..launch import free_port, relaunch, under_launcher
 
     if args.suite not in SUITES:

@@ -197,6 +197,9 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
 
 
 def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> int:
+    """Every rank of ``seccomm attack``: run ``classes`` on ``MPI.COMM_WORLD``, rank 0 prints the
+    table and a verdict line.  Exit status 1 when any attack went undetected or a class did not
+    run, else 0."""
     from mpi4py import MPI
 
     t0 = time.time()
@@ -206,44 +209,3 @@ def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> i
         print(f"# {'OK' if not bad else 'FAILED'}: {sum(r['trials'] for r in rows)} attacks, "
               f"{sum(r['silently_accepted'] for r in rows)} silently accepted, {time.time() - t0:.0f} s")
     return 1 if bad else 0
-
-
-def _register():
-    from ..cli import UsageError, register
-
-    @register("attack", "Run the on-path attacker harness on real ranks: every attack must be detected.")
-    def _attack(p):
-        p.add_argument("--np", type=int, default=3, help="local ranks when not under a launcher (default 3)")
-        p.add_argument("--trials", type=int, default=200, help="trials per attack class (default 200)")
-        p.add_argument("--classes", default=",".join(CLASSES), help=f"comma list of {', '.join(CLASSES)}")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--suite", default="aes-256-gcm", help="suite under attack (default aes-256-gcm)")
-        return _run
-
-    def _run(args, argv):
-        from ..launch import relaunch, under_launcher
-
-        classes = [c.strip() for c in args.classes.split(",") if c.strip()]
-        bad = [c for c in classes if c not in CLASSES]
-        if bad or not classes:
-            raise UsageError(f"unknown attack class {','.join(bad) or args.classes!r}; allowed: {', '.join(CLASSES)}")
-        if args.trials < 1 or not 2 <= args.np <= 64:
-            raise UsageError("--trials must be >= 1 and --np in 2..64")
-        if args.seed < 0:
-            raise UsageError("--seed must be >= 0")
-        from ..suites import SUITES
-
-        if args.suite not in SUITES:
-            raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
-        if "redirect" in classes and args.np < 3 and not under_launcher():
-            raise UsageError("the redirect class needs a rank that seals for two peers: --np 3 or more "
-                             "(or leave redirect out of --classes)")
-        if not under_launcher():
-            try:
-                return relaunch(args.np, argv)
-            except FileNotFoundError as e:
-                raise UsageError(str(e)) from None
-        return main_ranks(classes, args.trials, args.seed, args.suite)
-
-
-_register()

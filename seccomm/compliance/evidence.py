@@ -3,11 +3,12 @@
 :class:`~seccomm.transports.wrappers.RecordingTransport` keeps a private copy of every buffer
 passed to ``isend`` (frames) and to the setup collectives (handshake).  :func:`find_plaintext`
 looks for every 16-byte window of the plaintext (every offset) in every 16-byte window of the
-recording (every offset), so a payload sent in the clear is found wherever it lands in a
-frame.  :func:`wire_check` runs the four collectives on random float32 gradients under each
-suite on real ranks and reports, per suite, how many plaintext windows crossed the wire: none
-for ``aes-256-gcm`` and ``chacha20-poly1305``; many for ``aes-256-gmac`` (integrity only) and
-``none``, which is what shows the check can fail.
+recording (every offset), so a payload sent in the clear is found wherever it lands in a frame.
+:func:`wire_check` runs the four collectives on random float32 gradients under each suite on real
+ranks and reports, per suite, how many plaintext windows crossed the wire: none for
+``aes-256-gcm`` and ``chacha20-poly1305``; many for ``aes-256-gmac`` (integrity only) and
+``none``, which is what shows the check can fail.  The same search on a packet capture is
+:mod:`seccomm.compliance.capture`.
 """
 
 from __future__ import annotations
@@ -121,7 +122,9 @@ def frames_found(captured: list[np.ndarray], frames: list[np.ndarray]) -> int:
     return len({i for j in np.flatnonzero(hit) for i in owners[needles[j]]})
 
 
-def _gradients(rank: int, count: int, salt: int) -> np.ndarray:
+def gradients(rank: int, count: int, salt: int) -> np.ndarray:
+    """``count`` float32 standard-normal values, the same on every rank for (rank, count, salt):
+    each rank can rebuild every other rank's inputs to search for them."""
     return np.random.default_rng([rank, count, salt]).standard_normal(count).astype(np.float32)
 
 
@@ -144,7 +147,7 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
     psk = psk or bytes(range(32))
     rows = []
     for si, suite in enumerate(suites):
-        inputs = {r: [_gradients(r, count, 10 * si + k) for k in range(5)] for r in range(size)}
+        inputs = {r: [gradients(r, count, 10 * si + k) for k in range(5)] for r in range(size)}
         mine = inputs[rank]
         outs, recorded = [], []
         for alg in ("ring", "recursive_doubling"):
@@ -174,154 +177,3 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
         rows.append({"suite": suite, "wire_bytes": int(tot[1]), "plaintext_windows": res["plaintext_windows"],
                      "hits": hits, "expect": expect, "ok": searched and (hits == 0) == (expect == "absent")})
     return rows
-
-
-# -- packet capture on loopback (root or CAP_NET_RAW) ------------------------------------------
-
-#: environment that makes local MPICH ranks talk TCP over loopback, as ranks on two nodes do
-TCP_ENV = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp", "FI_PROVIDER": "tcp"}
-_ETH_P_ALL = 0x0003
-
-
-class LoopbackCapture:
-    """Every packet on the loopback interface while running, through a Linux ``AF_PACKET``
-    socket (needs root or ``CAP_NET_RAW``; ``PermissionError`` otherwise).  ``packets``: list of
-    ``(time, bytes)``, each an Ethernet frame as the kernel hands it over."""
-
-    def __init__(self, interface: str = "lo"):
-        import socket
-
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, 33, 256 << 20)  # SO_RCVBUFFORCE: keep up
-        except OSError:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
-        self.sock.bind((interface, 0))
-        self.sock.settimeout(0.1)
-        self.packets: list[tuple[float, bytes]] = []
-        self._stop = False
-        self._thread = None
-
-    def __enter__(self):
-        import threading
-
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self):
-        import socket
-        import time
-
-        while not self._stop:
-            try:
-                data, addr = self.sock.recvfrom(1 << 18)
-            except socket.timeout:
-                continue
-            if addr[2] != socket.PACKET_OUTGOING:  # loopback shows each packet twice
-                self.packets.append((time.time(), data))
-
-    def __exit__(self, *exc):
-        self._stop = True
-        self._thread.join()
-        self.sock.close()
-
-    def write_pcap(self, path) -> None:
-        """Write the packets as a classic pcap file (LINKTYPE_ETHERNET), readable by Wireshark
-        and tcpdump."""
-        import struct
-
-        with open(path, "wb") as f:
-            f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 1 << 18, 1))
-            for t, p in self.packets:
-                f.write(struct.pack("<IIII", int(t), int((t % 1) * 1e6), len(p), len(p)))
-                f.write(p)
-
-
-def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pcap_dir=None,
-                  timeout: float = 120.0) -> list[dict]:
-    """Run ``nranks`` local ranks over TCP on loopback per suite (allreduce and allgather of
-    random float32 gradients), capture every packet on ``lo``, and search the captured bytes for
-    every rank's inputs.  The ranks also save the frames they handed to MPI; every one of them
-    must be found in the capture (``frames_found == frames``), or the row is ``ok: False``: a
-    capture that missed traffic proves nothing.
-
-    Raises ``PermissionError`` without root/``CAP_NET_RAW``, ``FileNotFoundError`` without
-    ``mpiexec``.  Writes ``<pcap_dir>/<suite>.pcap`` when ``pcap_dir`` is given.
-    """
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from ..keys import new_secret_file
-    from ..launch import LAUNCHER_VARS, find_mpiexec
-
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        raise FileNotFoundError("no mpiexec found (pip install mpich)")
-    import tempfile
-
-    rows = []
-    for si, suite in enumerate(suites):
-        secret = new_secret_file()
-        env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-        with tempfile.TemporaryDirectory(prefix="seccomm-capture-") as tmp:
-            env.update(TCP_ENV, SECCOMM_PSK_FILE=secret, SECCOMM_CAPTURE_FRAMES=tmp)
-            try:
-                with LoopbackCapture() as cap:
-                    out = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm.compliance.evidence",
-                                          suite, str(count), str(si)], env=env, capture_output=True, text=True,
-                                         timeout=timeout)
-            finally:
-                os.unlink(secret)
-            if out.returncode != 0:
-                raise RuntimeError(f"capture job for {suite} failed: {out.stderr.strip()[-400:]}")
-            frames = []
-            for r in range(nranks):
-                with np.load(Path(tmp) / f"rank{r}.npz") as z:
-                    frames += np.split(z["data"], np.cumsum(z["lens"])[:-1])
-        pkts = [np.frombuffer(p, np.uint8) for _, p in cap.packets]
-        inputs = [_gradients(r, count, 100 + si) for r in range(nranks)]
-        res = find_plaintext(pkts, inputs)
-        found = frames_found(pkts, frames)
-        if pcap_dir is not None:
-            Path(pcap_dir).mkdir(parents=True, exist_ok=True)
-            cap.write_pcap(Path(pcap_dir) / f"{suite}.pcap")
-        expect = "absent" if suite in ENCRYPTING else "present"
-        complete = bool(frames) and found == len(frames) and res["plaintext_windows"] > 0
-        rows.append({"suite": suite, "packets": len(pkts), "captured_bytes": res["recorded_bytes"],
-                     "frames": len(frames), "frames_found": found,
-                     "frame_bytes": int(sum(f.size for f in frames)), "hits": res["hits"], "expect": expect,
-                     "complete": complete, "ok": complete and (res["hits"] == 0) == (expect == "absent")})
-    return rows
-
-
-def _capture_job(suite: str, count: int, salt: int) -> None:
-    """One rank of :func:`capture_check` (``python -m seccomm.compliance.evidence SUITE COUNT SALT``): saves
-    the frames it sent to ``$SECCOMM_CAPTURE_FRAMES/rank<r>.npz``."""
-    import os
-
-    from mpi4py import MPI
-
-    from ..comm import SecureComm
-
-    comm = MPI.COMM_WORLD
-    x = _gradients(comm.rank, count, 100 + salt)
-    sc = SecureComm(comm, suite, algorithm="ring", chunk_bytes=1 << 16, timeout=60,
-                    wrap_transport=RecordingTransport)
-    y = np.empty_like(x)
-    sc.allreduce(x, y)
-    g = np.empty(count * comm.size, np.float32)
-    sc.allgather(x, g)
-    frames = [f for kind, _, f in sc.transport.frames if kind == "frame"]
-    sc.close()
-    np.savez(os.path.join(os.environ["SECCOMM_CAPTURE_FRAMES"], f"rank{comm.rank}.npz"),
-             data=np.concatenate(frames) if frames else np.empty(0, np.uint8),
-             lens=np.array([f.size for f in frames], np.int64))
-
-
-if __name__ == "__main__":
-    import sys
-
-    _capture_job(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

@@ -5,107 +5,25 @@ its parameters, the nonce construction and why it cannot repeat, the usage limit
 the configured rotation point, the library versions in use) and attaches evidence produced at
 report time on real ranks: the attacker harness (:mod:`seccomm.compliance.attack`), the wire check of the
 recording transport, and, where the process may open a packet socket, the same check on a packet
-capture of ranks talking TCP over loopback (:mod:`seccomm.compliance.evidence`).  Given a ``seccomm bench
---json`` result, it adds the measured overhead.
+capture of ranks talking TCP over loopback (:mod:`seccomm.compliance.evidence`,
+:mod:`seccomm.compliance.capture`).  Given a ``seccomm bench --json`` result, it adds the
+measured overhead.
 
-The report is one document model rendered as Markdown or as a single self-contained HTML file
-(inline CSS, no scripts, no external resources).
+:func:`build` writes the report as a :class:`~seccomm.compliance.doc.Doc`, one function per
+section in :data:`SECTIONS`; the command (:mod:`seccomm.cli.report`) renders it as Markdown or as
+one self-contained HTML file.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import os
-import shlex
-import sys
-import tempfile
+from dataclasses import dataclass
 
-from ..framing import (AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS)
-from ..suites import KEY_BYTES, NONCE_BYTES, SUITES, TAG_BYTES, TARGET_ADVANTAGE_LOG2
+from ..framing import AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS
+from ..suites import KEY_BYTES, NONCE_BYTES, SUITES, TAG_BYTES, TARGET_ADVANTAGE_LOG2, CipherSuite
+from .doc import Doc
 
 DEFAULT_CHUNK_BYTES = 1 << 20
-
-
-# -- document model ------------------------------------------------------------------------------
-class Doc:
-    """Blocks: ``("h", level, text)``, ``("p", text)``, ``("list", [text])``,
-    ``("table", headers, rows)``, ``("code", text)``.  Text is plain; renderers escape it."""
-
-    def __init__(self, title: str):
-        self.title, self.blocks = title, []
-
-    def h(self, level, text):
-        self.blocks.append(("h", level, text))
-
-    def p(self, text):
-        self.blocks.append(("p", text))
-
-    def items(self, items):
-        self.blocks.append(("list", list(items)))
-
-    def table(self, headers, rows):
-        self.blocks.append(("table", list(headers), [[str(c) for c in r] for r in rows]))
-
-    def code(self, text):
-        self.blocks.append(("code", text))
-
-
-def to_markdown(doc: Doc) -> str:
-    out = [f"# {doc.title}", ""]
-    for b in doc.blocks:
-        if b[0] == "h":
-            out += ["#" * (b[1] + 1) + " " + b[2], ""]
-        elif b[0] == "p":
-            out += [b[1], ""]
-        elif b[0] == "list":
-            out += [f"- {i}" for i in b[1]] + [""]
-        elif b[0] == "code":
-            out += ["```", b[1], "```", ""]
-        else:
-            cell = lambda c: c.replace("|", "\\|").replace("\n", " ")  # noqa: E731
-            out.append("| " + " | ".join(cell(h) for h in b[1]) + " |")
-            out.append("|" + "---|" * len(b[1]))
-            out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in b[2]]
-            out.append("")
-    return "\n".join(out).rstrip() + "\n"
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:70rem;margin:2rem auto;
-padding:0 1rem;color:#1b1f24;line-height:1.45}
-h1{border-bottom:2px solid #1b1f24;padding-bottom:.3rem}h2{margin-top:2rem;border-bottom:1px solid #ccd}
-table{border-collapse:collapse;margin:.6rem 0;font-size:.92rem}
-th,td{border:1px solid #bbc;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#eef}code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.88rem}
-pre{background:#f4f4f8;padding:.6rem;overflow-x:auto}
-td.pass{color:#05631f;font-weight:600}td.fail{color:#a40e0e;font-weight:700}
-"""
-
-
-def to_html(doc: Doc) -> str:
-    e = html.escape
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           f"<title>{e(doc.title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-           f"<h1>{e(doc.title)}</h1>"]
-    for b in doc.blocks:
-        if b[0] == "h":
-            out.append(f"<h{b[1] + 1}>{e(b[2])}</h{b[1] + 1}>")
-        elif b[0] == "p":
-            out.append(f"<p>{e(b[1])}</p>")
-        elif b[0] == "list":
-            out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b[1]) + "</ul>")
-        elif b[0] == "code":
-            out.append(f"<pre>{e(b[1])}</pre>")
-        else:
-            def td(c):
-                cls = ' class="pass"' if c.startswith("PASS") else ' class="fail"' if c.startswith("FAIL") else ""
-                return f"<td{cls}>{e(c)}</td>"
-            out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(td(c) for c in r) + "</tr>" for r in b[2])
-                       + "</tbody></table>")
-    out += ["</body>", "</html>"]
-    return "\n".join(out) + "\n"
 
 
 # -- facts -----------------------------------------------------------------------------------------
@@ -127,53 +45,117 @@ def _mib(n: int) -> str:
     return f"{n:,} bytes" + (f" ({n / (1 << 20):g} MiB)" if n >= 1 << 20 else f" ({n / 1024:g} KiB)" if n >= 1024 else "")
 
 
-def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tuple[Doc, bool]:
-    """The report for evidence ``ev`` (from :func:`gather_evidence`) and configuration ``cfg``;
-    returns ``(doc, all_evidence_passed)``."""
-    m = ev["machine"]
-    suite = SUITES[cfg["suite"]]
-    chunk = cfg["chunk_bytes"]
-    limit = cfg["rotate_after_frames"] or suite.usage_limit(chunk, AAD_BYTES)
-    attacks, wire, cap = ev["attacks"], ev["wire"], ev.get("capture")
-    attack_ok = bool(attacks) and all(r["detected"] == r["trials"] and r["silently_accepted"] == 0
-                                      for r in attacks)
-    wire_ok = bool(wire) and all(r["ok"] for r in wire)
-    cap_ok = None if not cap or cap.get("rows") is None else all(r["ok"] for r in cap["rows"])
-    suite_ok = suite.confidential and suite.authenticated
+@dataclass(frozen=True)
+class Review:
+    """What the sections read: the evidence ``ev`` (:func:`gather_evidence`, plus ``"capture"``),
+    the configuration ``cfg``, an optional bench result, and the verdicts drawn from them."""
+
+    ev: dict
+    cfg: dict
+    bench: dict | None
+    bench_name: str | None
+    suite: CipherSuite
+    chunk: int  #: frame payload [B]
+    limit: int  #: configured rotation point [frames per key]
+    limit_max: int  #: the suite's usage limit at ``chunk`` [frames per key]
+    suite_ok: bool  #: the suite encrypts and authenticates
+    rotation_ok: bool
+    attack_ok: bool
+    wire_ok: bool
+    cap_ok: bool | None  #: None: the packet capture did not run
+
+    @property
+    def passed(self) -> bool:
+        """Every evidence check passed (a capture that did not run does not fail the report)."""
+        return (self.attack_ok and self.wire_ok and self.cap_ok is not False and self.suite_ok
+                and self.rotation_ok)
+
+    @property
+    def machine(self) -> dict:
+        return self.ev["machine"]
+
+    @property
+    def attacks(self) -> list[dict]:
+        return self.ev["attacks"]
+
+    @property
+    def wire(self) -> list[dict]:
+        return self.ev["wire"]
+
+    @property
+    def cap(self) -> dict | None:
+        return self.ev.get("capture")
+
+
+def review(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> Review:
+    """The verdicts for evidence ``ev`` under configuration ``cfg`` (``suite``, ``chunk_bytes``,
+    ``rotate_after_frames``: None for the suite's usage limit)."""
+    suite, chunk = SUITES[cfg["suite"]], cfg["chunk_bytes"]
     limit_max = suite.usage_limit(chunk, AAD_BYTES)
-    rotation_ok = limit <= limit_max
-    passed = attack_ok and wire_ok and cap_ok is not False and suite_ok and rotation_ok
+    limit = cfg["rotate_after_frames"] or limit_max
+    attacks, wire, cap = ev["attacks"], ev["wire"], ev.get("capture")
+    return Review(ev, cfg, bench, bench_name, suite, chunk, limit, limit_max,
+                  suite_ok=suite.confidential and suite.authenticated, rotation_ok=limit <= limit_max,
+                  attack_ok=bool(attacks) and all(r["detected"] == r["trials"] and r["silently_accepted"] == 0
+                                                  for r in attacks),
+                  wire_ok=bool(wire) and all(r["ok"] for r in wire),
+                  cap_ok=None if not cap or cap.get("rows") is None else all(r["ok"] for r in cap["rows"]))
+
+
+def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tuple[Doc, bool]:
+    """The report for evidence ``ev`` (from :func:`gather_evidence`, plus ``"capture"``) and
+    configuration ``cfg``, with a bench result ``bench`` read from ``bench_name`` if given;
+    returns ``(doc, all_evidence_passed)``."""
+    rv = review(ev, cfg, bench, bench_name)
     d = Doc("seccomm compliance report")
+    for section in SECTIONS:
+        section(d, rv)
+    return d, rv.passed
+
+
+# -- sections, in the order they appear ------------------------------------------------------------
+def _header(d: Doc, rv: Review) -> None:
+    """The title table: when, what, where, the command, and the overall verdict."""
+    m, passed, cfg = rv.machine, rv.passed, rv.cfg
     d.table(["field", "value"], [
         ["generated (UTC)", m["utc"]], ["seccomm", m["seccomm"]],
         ["commit", m["git_commit"] or "unknown (not run from a git checkout)"],
         ["host", f"{m['host']} ({m['platform']})"], ["command", cfg["command"]],
         ["overall", "PASS: all evidence checks passed" if passed else "FAIL: see the summary"]])
 
+
+def _summary(d: Doc, rv: Review) -> None:
+    """One row per check with its verdict."""
+    suite, chunk, limit, limit_max = rv.suite, rv.chunk, rv.limit, rv.limit_max
+    attacks, wire, cap = rv.attacks, rv.wire, rv.cap
     d.h(1, "Summary")
     n_att = sum(r["trials"] for r in attacks)
     d.table(["check", "result", "detail"], [
-        ["suite under review protects confidentiality and integrity", _verdict(suite_ok),
-         f"{suite.name}: " + ("encrypts and authenticates every frame" if suite_ok else
+        ["suite under review protects confidentiality and integrity", _verdict(rv.suite_ok),
+         f"{suite.name}: " + ("encrypts and authenticates every frame" if rv.suite_ok else
                               "payload travels in the clear (integrity only)" if suite.authenticated else
                               "no protection at all")],
-        ["rotation point within the suite's usage limit", _verdict(rotation_ok),
+        ["rotation point within the suite's usage limit", _verdict(rv.rotation_ok),
          f"{limit:,} frames per key; limit {limit_max:,} at {chunk:,}-byte frames"],
         ["FIPS 140-3 status of the suite (information)", "approved" if suite.fips_140_3.startswith("approved")
          else "not approved", suite.fips_140_3],
-        ["attacker harness (live)", _verdict(attack_ok),
-         f"{n_att} attacks in {len(attacks)} classes ({suite.name}; ranks 0-1, redirect on all {ev['world_size']} ranks): "
+        ["attacker harness (live)", _verdict(rv.attack_ok),
+         f"{n_att} attacks in {len(attacks)} classes ({suite.name}; ranks 0-1, redirect on all {rv.ev['world_size']} ranks): "
          f"{sum(r['detected'] for r in attacks)} detected, "
          f"{sum(r['silently_accepted'] for r in attacks)} silently accepted"],
-        ["wire evidence, recording transport (live)", _verdict(wire_ok),
+        ["wire evidence, recording transport (live)", _verdict(rv.wire_ok),
          "; ".join(f"{r['suite']}: {r['hits']:,} plaintext windows (expected {r['expect']})" for r in wire)],
-        ["wire evidence, packet capture (live)", _verdict(cap_ok),
+        ["wire evidence, packet capture (live)", _verdict(rv.cap_ok),
          cap.get("reason", "") if cap and cap.get("rows") is None else
          "; ".join(f"{r['suite']}: {r['hits']:,} windows in {r['captured_bytes']:,} captured bytes"
                    for r in (cap or {}).get("rows") or [])],
-        ["measured overhead", "given" if bench else "not given",
-         bench_name or "pass --bench RESULTS.json (from seccomm bench --json) to include it"]])
+        ["measured overhead", "given" if rv.bench else "not given",
+         rv.bench_name or "pass --bench RESULTS.json (from seccomm bench --json) to include it"]])
 
+
+def _configuration(d: Doc, rv: Review) -> None:
+    """The settings under review: suite, key exchange, frame size, rotation point, field limits."""
+    suite, chunk, limit, cfg = rv.suite, rv.chunk, rv.limit, rv.cfg
     d.h(1, "Configuration under review")
     d.table(["setting", "value"], [
         ["cipher suite", f"{suite.name}: {'encrypts and authenticates' if suite.confidential else 'authenticates only, payload in the clear' if suite.authenticated else 'no protection'}"],
@@ -186,6 +168,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
         ["world size", f"at most {MAX_RANKS:,} ranks (16-bit step field)"],
         ["chunks per hop", f"at most {MAX_CHUNKS_PER_HOP:,} (24-bit chunk field)"]])
 
+
+def _suites(d: Doc, rv: Review) -> None:
+    """Every suite: protection, FIPS 140-3 status, key/nonce/tag sizes, usage limit."""
+    chunk = rv.chunk
     d.h(1, "Cipher suites and FIPS 140-3 status")
     d.p("All CPU cryptography is done by the Python 'cryptography' package on OpenSSL; seccomm "
         "implements none of these primitives itself on the CPU. FIPS 140-3 applies to the "
@@ -201,6 +187,9 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
     d.table(["suite", "confidentiality", "integrity", "FIPS 140-3", "key [bits]", "nonce [bits]", "tag [bits]",
              f"frames per key at {chunk:,} B", "limit source"], rows)
 
+
+def _key_derivation(d: Doc, rv: Review) -> None:
+    """The HKDF key schedule, one row per key."""
     d.h(1, "Key derivation")
     d.p("Every key is 32 bytes from HKDF with SHA-256 (RFC 5869, via cryptography): "
         "HKDF(SHA-256, ikm, salt = job id || communicator id, info). The job id is the first 16 bytes "
@@ -225,6 +214,9 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
         "Key material never appears in logs, exceptions or this report; errors name ranks, "
         "operations, sequence numbers and chunk indices only."])
 
+
+def _nonces(d: Doc, rv: Review) -> None:
+    """The nonce layout and why a nonce cannot repeat under one key."""
     d.h(1, "Nonce construction: why a nonce cannot repeat under one key")
     d.p("Deterministic 96-bit nonces (NIST SP 800-38D section 8.2.1), big-endian fields, built by "
         "both ends from what they already know; nothing but the frame (ciphertext || 16-byte tag) "
@@ -246,6 +238,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
         "Tested: tests/mpi_worker.py 'nonce_unique' records every (key, nonce) pair sealed on real "
         "ranks across rotations and finds no repeat."])
 
+
+def _usage_limits(d: Doc, rv: Review) -> None:
+    """Frames per key by suite and frame size; the configured rotation point."""
+    suite, chunk, limit = rv.suite, rv.chunk, rv.limit
     d.h(1, "Usage limits per key and rotation")
     d.p(f"Limits follow CFRG draft-irtf-cfrg-aead-limits with a target advantage p = 2^{TARGET_ADVANTAGE_LOG2}: "
         "for AES-GCM, q <= (p^(1/2) * 2^64.5 - 1) / (L + 1) frames per key, with L the 16-byte blocks "
@@ -259,6 +255,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
              for s in SUITES.values() if s.name != "none"])
     d.p(f"Configured rotation point: {limit:,} frames per key ({suite.name}, {chunk:,}-byte frames).")
 
+
+def _software(d: Doc, rv: Review) -> None:
+    """Versions of everything in the data path, and the CPU's crypto instructions."""
+    m = rv.machine
     d.h(1, "Software in use")
     cpu = m["cpu"]
     d.table(["component", "version"], [
@@ -269,6 +269,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
         ["CPU", f"{cpu['model']}, {cpu['cores']} cores, AES-NI {'yes' if cpu['aes'] else 'no'}, "
                 f"VAES {'yes' if cpu['vaes'] else 'no'}, PCLMULQDQ {'yes' if cpu['pclmulqdq'] else 'no'}"]])
 
+
+def _attack_evidence(d: Doc, rv: Review) -> None:
+    """The attacker harness run for this report, one row per class."""
+    suite, attacks, cfg, ev = rv.suite, rv.attacks, rv.cfg, rv.ev
     d.h(1, "Evidence: attacker harness (run for this report)")
     d.p(f"An on-path attacker transport sits between SecureComm and MPI on real ranks ({suite.name}, "
         f"{cfg['trials']} trials per class, seed {cfg['seed']}; every class runs on ranks 0 and 1 except "
@@ -283,6 +287,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
               _verdict(r["detected"] == r["trials"] and r["silently_accepted"] == 0), r["example"][:160]]
              for r in attacks])
 
+
+def _wire_evidence(d: Doc, rv: Review) -> None:
+    """The recording-transport wire check run for this report, one row per suite."""
+    wire = rv.wire
     d.h(1, "Evidence: no plaintext on the wire (run for this report)")
     d.p("A recording transport keeps a copy of every buffer each rank hands to MPI (frames and setup "
         "messages) while allreduce (ring and recursive doubling), reduce-scatter, allgather and "
@@ -294,6 +302,11 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
              "windows found", "expected", "result"],
             [[r["suite"], f"{r['wire_bytes']:,}", f"{r['plaintext_windows']:,}", f"{r['hits']:,}",
               r["expect"], _verdict(r["ok"])] for r in wire])
+
+
+def _packet_capture(d: Doc, rv: Review) -> None:
+    """The same check on a loopback packet capture, or why it did not run."""
+    cap = rv.cap
     d.h(2, "Packet capture")
     if cap and cap.get("rows") is not None:
         d.p("The same search on every packet captured on the loopback interface (AF_PACKET socket) while "
@@ -309,6 +322,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
     else:
         d.p(f"Not run: {(cap or {}).get('reason', 'not requested')}.")
 
+
+def _overhead(d: Doc, rv: Review) -> None:
+    """The measured overhead from a ``seccomm bench --json`` result, if given."""
+    bench, bench_name = rv.bench, rv.bench_name
     d.h(1, "Measured overhead")
     if bench:
         _bench_section(d, bench, bench_name)
@@ -316,38 +333,10 @@ def build(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> tu
         d.p("No benchmark result given. Run seccomm bench --json RESULTS.json on the target system and "
             "pass --bench RESULTS.json.")
 
-    d.h(1, "Threat model in brief")
-    d.items([
-        "Attacker: on-path on the links between nodes; can read, modify, inject, replay, reorder, drop, "
-        "truncate and redirect frames.",
-        "Guaranteed with aes-256-gcm and chacha20-poly1305: confidentiality of the payload, integrity, "
-        "replay and reorder detection, binding of each frame to its sender, receiver, operation, job "
-        "and communicator. aes-256-gmac gives the same integrity without confidentiality.",
-        "Drops surface as TransportTimeout naming the rank to blame after the configured deadline; no wait "
-        "blocks forever.",
-        "Out of scope: a compromised rank or host (it holds the keys), side channels, and traffic "
-        "analysis. Sizes and timing leak: a frame is the payload plus 16 bytes and the message pattern "
-        "reveals the collective, algorithm and message sizes; nothing is padded.",
-        "Full text: docs/threat-model.md in the seccomm source tree."])
-
-    d.h(1, "How this report was produced")
-    d.items([
-        f"Command: {cfg['command']}",
-        "Live, at report time: the attacker harness (seccomm.compliance.attack.run_classes), the recording-transport "
-        "wire check (seccomm.compliance.evidence.wire_check) and the packet capture (seccomm.compliance.evidence.capture_check), "
-        "on the ranks and software listed above.",
-        "From the code in use: the suite table, FIPS status and usage limits come from the suite registry "
-        "(seccomm.suites); the nonce layout and field limits from seccomm.framing; the key schedule from "
-        "seccomm.keys.",
-        "From the file given with --bench: the measured overhead, with that file's own machine, commit "
-        "and time.",
-        "The run exits with status 1 when any evidence check fails; the report is still written.",
-        "Reproduce: the same command on the same commit; compare the tables (timings differ, counts must not)."])
-    return d, passed
-
 
 def _bench_section(d: Doc, bench: dict, name: str | None) -> None:
-    bm, cfgb = bench.get("machine", {}), bench.get("config", {})
+    """Where the bench ran, and one row per (collective, size, suite) against native MPI."""
+    bm = bench.get("machine", {})
     d.p(f"From {name}: measured {bm.get('utc', '?')} on {bm.get('host', '?')} "
         f"({(bm.get('cpu') or {}).get('model', '?')}), commit {bm.get('git_commit') or '?'}, "
         f"{bench.get('world_size', '?')} ranks. Native MPI and each suite ran interleaved in one run; the "
@@ -368,6 +357,45 @@ def _bench_section(d: Doc, bench: dict, name: str | None) -> None:
     if isinstance(w, dict):
         d.p(f"Workload: {w.get('name', '?')}, {w.get('parameters', '?')} parameters, "
             f"{len(w.get('buckets') or [])} DDP buckets.")
+
+
+def _threat_model(d: Doc, rv: Review) -> None:
+    """The threat model in brief."""
+    d.h(1, "Threat model in brief")
+    d.items([
+        "Attacker: on-path on the links between nodes; can read, modify, inject, replay, reorder, drop, "
+        "truncate and redirect frames.",
+        "Guaranteed with aes-256-gcm and chacha20-poly1305: confidentiality of the payload, integrity, "
+        "replay and reorder detection, binding of each frame to its sender, receiver, operation, job "
+        "and communicator. aes-256-gmac gives the same integrity without confidentiality.",
+        "Drops surface as TransportTimeout naming the rank to blame after the configured deadline; no wait "
+        "blocks forever.",
+        "Out of scope: a compromised rank or host (it holds the keys), side channels, and traffic "
+        "analysis. Sizes and timing leak: a frame is the payload plus 16 bytes and the message pattern "
+        "reveals the collective, algorithm and message sizes; nothing is padded.",
+        "Full text: docs/threat-model.md in the seccomm source tree."])
+
+
+def _provenance(d: Doc, rv: Review) -> None:
+    """How this report was produced and how to reproduce it."""
+    cfg = rv.cfg
+    d.h(1, "How this report was produced")
+    d.items([
+        f"Command: {cfg['command']}",
+        "Live, at report time: the attacker harness (seccomm.compliance.attack.run_classes), the "
+        "recording-transport wire check (seccomm.compliance.evidence.wire_check) and the packet capture "
+        "(seccomm.compliance.capture.capture_check), on the ranks and software listed above.",
+        "From the code in use: the suite table, FIPS status and usage limits come from the suite registry "
+        "(seccomm.suites); the nonce layout and field limits from seccomm.framing; the key schedule from "
+        "seccomm.keys.",
+        "From the file given with --bench: the measured overhead, with that file's own machine, commit "
+        "and time.",
+        "The run exits with status 1 when any evidence check fails; the report is still written.",
+        "Reproduce: the same command on the same commit; compare the tables (timings differ, counts must not)."])
+
+
+SECTIONS = (_header, _summary, _configuration, _suites, _key_derivation, _nonces, _usage_limits, _software,
+            _attack_evidence, _wire_evidence, _packet_capture, _overhead, _threat_model, _provenance)
 
 
 def load_bench(path: str) -> dict:
@@ -402,8 +430,8 @@ def load_bench(path: str) -> dict:
 # -- running -------------------------------------------------------------------------------------
 def gather_evidence(comm, trials: int, seed: int, log, suite: str = "aes-256-gcm") -> dict:
     """Collective: the attacker harness and the wire check on ``comm``; the result on rank 0."""
-    from .attack import CLASSES, run_classes
     from ..bench.machine import machine_info
+    from .attack import CLASSES, run_classes
     from .evidence import wire_check
 
     attacks = run_classes(comm, CLASSES, trials, seed, log=log, suite=suite)
@@ -411,119 +439,3 @@ def gather_evidence(comm, trials: int, seed: int, log, suite: str = "aes-256-gcm
         log("# wire check: recording transport, 4 suites")
     wire = wire_check(comm)
     return {"attacks": attacks, "wire": wire, "world_size": comm.Get_size(), "machine": machine_info()}
-
-
-def main_ranks(args, argv) -> int:
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
-    log = (lambda s: print(s, file=sys.stderr, flush=True)) if rank == 0 else (lambda s: None)
-    ev = gather_evidence(comm, args.trials, args.seed, log, suite=args.suite)
-    if rank != 0:
-        return 0
-    path = os.environ.get("SECCOMM_CAPTURE_RESULT")
-    if path:
-        with open(path) as f:
-            ev["capture"] = json.load(f)
-    else:
-        ev["capture"] = {"rows": None, "reason": "seccomm report ran under an external launcher; the "
-                                                 "packet capture runs only when it starts its own ranks"}
-    cfg = {"suite": args.suite, "chunk_bytes": args.chunk_bytes, "rotate_after_frames": args.rotate_after_frames,
-           "key_exchange": args.key_exchange, "trials": args.trials, "seed": args.seed,
-           "command": os.environ.get("SECCOMM_REPORT_COMMAND") or "seccomm " + shlex.join(argv)}
-    bench = load_bench(args.bench) if args.bench else None
-    doc, passed = build(ev, cfg, bench, os.path.basename(args.bench) if args.bench else None)
-    text = to_html(doc) if args.format == "html" else to_markdown(doc)
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
-        log(f"# report written to {args.output}: {'PASS' if passed else 'FAIL'}")
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return 0 if passed else 1
-
-
-def _capture(args) -> dict:
-    from .evidence import LoopbackCapture, capture_check
-
-    if args.no_capture:
-        return {"rows": None, "reason": "--no-capture"}
-    try:
-        LoopbackCapture().sock.close()
-    except (PermissionError, OSError, AttributeError) as e:
-        return {"rows": None, "reason": f"no packet socket on this machine ({type(e).__name__}: "
-                                        f"needs Linux and root or CAP_NET_RAW)"}
-    print("# packet capture on loopback: 2 ranks over TCP, 4 suites", file=sys.stderr, flush=True)
-    try:
-        rows = capture_check(pcap_dir=args.pcap)
-    except (RuntimeError, FileNotFoundError, OSError, ValueError) as e:
-        return {"rows": None, "reason": f"capture failed: {e}"}
-    return {"rows": rows, "nranks": 2, "pcap_dir": args.pcap}
-
-
-def _register():
-    from ..cli import UsageError, register
-
-    @register("report", "Write a compliance report with live evidence (attacker harness, wire checks).")
-    def _report(p):
-        p.add_argument("--compliance", action="store_true", help="the compliance report (required)")
-        p.add_argument("--format", choices=("md", "html"), default="md", help="md (default) or html")
-        p.add_argument("-o", "--output", help="write the report here (default: standard output)")
-        p.add_argument("--bench", metavar="RESULTS.json", help="a seccomm bench --json result to include")
-        p.add_argument("--np", type=int, default=3, help="local ranks when not under a launcher (default 3)")
-        p.add_argument("--trials", type=int, default=200, help="attacker-harness trials per class (default 200)")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--suite", default="aes-256-gcm", help="the suite under review (default aes-256-gcm)")
-        p.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="frame payload in bytes")
-        p.add_argument("--rotate-after-frames", type=int, default=None, help="configured rotation point")
-        p.add_argument("--key-exchange", choices=("psk", "psk-dhe"), default="psk")
-        p.add_argument("--no-capture", action="store_true", help="skip the loopback packet capture")
-        p.add_argument("--pcap", metavar="DIR", help="also write the captured packets as DIR/<suite>.pcap")
-        return _run
-
-    def _run(args, argv):
-        from ..launch import relaunch, under_launcher
-
-        if not args.compliance:
-            raise UsageError("say which report: --compliance (the only one so far)")
-        if args.suite not in SUITES:
-            raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
-        if args.trials < 1 or not 3 <= args.np <= 64:
-            raise UsageError("--trials must be >= 1 and --np in 3..64 (the redirect attack needs 3 ranks)")
-        if args.seed < 0:
-            raise UsageError("--seed must be >= 0")
-        if not 16 <= args.chunk_bytes < (1 << 31) - 64:
-            raise UsageError("--chunk-bytes must be in [16, 2**31 - 64)")
-        if args.rotate_after_frames is not None and args.rotate_after_frames < 1:
-            raise UsageError("--rotate-after-frames must be >= 1")
-        if args.bench:
-            try:
-                load_bench(args.bench)
-            except ValueError as e:
-                raise UsageError(str(e)) from None
-        if args.output:
-            parent = os.path.dirname(os.path.abspath(args.output))
-            if not os.path.isdir(parent):
-                raise UsageError(f"--output {args.output}: no such directory {parent}")
-            if os.path.isdir(args.output):
-                raise UsageError(f"--output {args.output} is a directory; give a file name")
-            if not os.access(parent, os.W_OK) or (os.path.exists(args.output) and not os.access(args.output, os.W_OK)):
-                raise UsageError(f"--output {args.output}: not writable")
-        if under_launcher():
-            return main_ranks(args, argv)
-        cap = _capture(args)
-        fd, path = tempfile.mkstemp(prefix="seccomm-capture-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(cap, f)
-        try:
-            return relaunch(args.np, argv, extra_env={"SECCOMM_CAPTURE_RESULT": path,
-                                                      "SECCOMM_REPORT_COMMAND": "seccomm " + shlex.join(argv)})
-        except FileNotFoundError as e:
-            raise UsageError(str(e)) from None
-        finally:
-            os.unlink(path)
-
-
-_register()

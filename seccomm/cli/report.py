@@ -1,0 +1,140 @@
+"""``seccomm report --compliance``: check the arguments, run the packet capture (before the
+ranks start: it starts ranks of its own), start the ranks, and write the report that
+:mod:`seccomm.compliance.report` builds from their evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+
+from ..compliance.report import DEFAULT_CHUNK_BYTES, load_bench
+from ..suites import SUITES
+from .usage import UsageError
+
+HELP = "Write a compliance report with live evidence (attacker harness, wire checks)."
+
+
+def add_arguments(p) -> None:
+    """The report's options on parser ``p``."""
+    p.add_argument("--compliance", action="store_true", help="the compliance report (required)")
+    p.add_argument("--format", choices=("md", "html"), default="md", help="md (default) or html")
+    p.add_argument("-o", "--output", help="write the report here (default: standard output)")
+    p.add_argument("--bench", metavar="RESULTS.json", help="a seccomm bench --json result to include")
+    p.add_argument("--np", type=int, default=3, help="local ranks when not under a launcher (default 3)")
+    p.add_argument("--trials", type=int, default=200, help="attacker-harness trials per class (default 200)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--suite", default="aes-256-gcm", help="the suite under review (default aes-256-gcm)")
+    p.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="frame payload in bytes")
+    p.add_argument("--rotate-after-frames", type=int, default=None, help="configured rotation point")
+    p.add_argument("--key-exchange", choices=("psk", "psk-dhe"), default="psk")
+    p.add_argument("--no-capture", action="store_true", help="skip the loopback packet capture")
+    p.add_argument("--pcap", metavar="DIR", help="also write the captured packets as DIR/<suite>.pcap")
+
+
+def run(args, argv) -> int:
+    """Check the arguments; run plainly, capture packets, then start ``--np`` local ranks that get
+    the capture's result through ``SECCOMM_CAPTURE_RESULT``; as a rank, gather the evidence and
+    write the report.  Exit status 1 when any evidence check fails; ``UsageError`` on bad values."""
+    from ..launch import relaunch, under_launcher
+
+    _check(args)
+    if under_launcher():
+        return _ranks(args, argv)
+    cap = _capture(args)
+    fd, path = tempfile.mkstemp(prefix="seccomm-capture-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(cap, f)
+    try:
+        return relaunch(args.np, argv, extra_env={"SECCOMM_CAPTURE_RESULT": path,
+                                                  "SECCOMM_REPORT_COMMAND": "seccomm " + shlex.join(argv)})
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        os.unlink(path)
+
+
+def _check(args) -> None:
+    """Every argument, before any rank starts; ``UsageError`` naming the first bad one."""
+    if not args.compliance:
+        raise UsageError("say which report: --compliance (the only one so far)")
+    if args.suite not in SUITES:
+        raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
+    if args.trials < 1 or not 3 <= args.np <= 64:
+        raise UsageError("--trials must be >= 1 and --np in 3..64 (the redirect attack needs 3 ranks)")
+    if args.seed < 0:
+        raise UsageError("--seed must be >= 0")
+    if not 16 <= args.chunk_bytes < (1 << 31) - 64:
+        raise UsageError("--chunk-bytes must be in [16, 2**31 - 64)")
+    if args.rotate_after_frames is not None and args.rotate_after_frames < 1:
+        raise UsageError("--rotate-after-frames must be >= 1")
+    if args.bench:
+        try:
+            load_bench(args.bench)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    if args.output:
+        _check_output(args.output)
+
+
+def _check_output(path: str) -> None:
+    """``-o PATH``: a file name in an existing, writable folder."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--output {path}: no such directory {parent}")
+    if os.path.isdir(path):
+        raise UsageError(f"--output {path} is a directory; give a file name")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"--output {path}: not writable")
+
+
+def _capture(args) -> dict:
+    """The packet-capture evidence (``{"rows": None, "reason": ...}`` when skipped)."""
+    from ..compliance.capture import capture_evidence
+
+    if args.no_capture:
+        return {"rows": None, "reason": "--no-capture"}
+    return capture_evidence(args.pcap, log=lambda s: print(s, file=sys.stderr, flush=True))
+
+
+def _ranks(args, argv) -> int:
+    """Every rank: gather the evidence; rank 0 adds the capture's result, builds the report and
+    writes it (to ``-o`` or standard output).  Exit status 1 when any check failed."""
+    from mpi4py import MPI
+
+    from ..compliance.doc import to_html, to_markdown
+    from ..compliance.report import build, gather_evidence
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if rank == 0 else (lambda s: None)
+    ev = gather_evidence(comm, args.trials, args.seed, log, suite=args.suite)
+    if rank != 0:
+        return 0
+    ev["capture"] = _capture_result()
+    cfg = {"suite": args.suite, "chunk_bytes": args.chunk_bytes, "rotate_after_frames": args.rotate_after_frames,
+           "key_exchange": args.key_exchange, "trials": args.trials, "seed": args.seed,
+           "command": os.environ.get("SECCOMM_REPORT_COMMAND") or "seccomm " + shlex.join(argv)}
+    bench = load_bench(args.bench) if args.bench else None
+    doc, passed = build(ev, cfg, bench, os.path.basename(args.bench) if args.bench else None)
+    text = to_html(doc) if args.format == "html" else to_markdown(doc)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+        log(f"# report written to {args.output}: {'PASS' if passed else 'FAIL'}")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0 if passed else 1
+
+
+def _capture_result() -> dict:
+    """What the capture before the ranks started found, or why there is none."""
+    path = os.environ.get("SECCOMM_CAPTURE_RESULT")
+    if path:
+        with open(path) as f:
+            return json.load(f)
+    return {"rows": None, "reason": "seccomm report ran under an external launcher; the "
+                                    "packet capture runs only when it starts its own ranks"}
