@@ -56,10 +56,10 @@ class OpRun:
     """State of one collective call on a :class:`~seccomm.comm.SecureComm`."""
 
     def __init__(self, sc, op: str, dtype_code: int, total_count: int, itemsize: int, epoch: int,
-                 seq: int, op_index: int, redop: str = "none"):
+                 seq: int, op_index: int, redop: str = "none", *, op_code: int):
         self.sc, self.t, self.ws, self.rank, self.size = sc, sc._transport, sc._ws, sc.rank, sc.size
         self.op, self.itemsize, self.timeout = op, itemsize, sc.timeout
-        self.ctx = FrameContext(sc.suite.suite_id, op, dtype_code, sc._job_id, sc._comm_id, epoch,
+        self.ctx = FrameContext(sc.suite.suite_id, op_code, dtype_code, sc._job_id, sc._comm_id, epoch,
                                 seq, op_index, total_count, redop)
         self.chunk_elems = max(1, sc.chunk_bytes // itemsize)
         self.what = f"{op} #{seq}"  # names the operation in transport errors

@@ -147,3 +147,24 @@ def test_route_is_decided_per_call(sc):
     assert sc._route(FakeDevice(), x)[0] == "staged"
     assert sc._route(x, FakeDevice())[0] == "staged"
     assert sc._route(x, x)[0] == "host"
+
+
+def test_collective_methods_come_from_the_records():
+    """Each public collective is its record's method, installed on SecureComm with the
+    signature and docstring it always had."""
+    import inspect
+
+    from seccomm.collectives import COLLECTIVES
+
+    for name, coll in COLLECTIVES.items():
+        method = getattr(SecureComm, name)
+        assert method is coll.method and method.__doc__ and method.__qualname__ == f"SecureComm.{name}"
+
+    def params(name):
+        return [(p.name, p.default) for p in inspect.signature(getattr(SecureComm, name)).parameters.values()]
+
+    empty = inspect.Parameter.empty
+    assert params("allreduce") == [("self", empty), ("sendbuf", empty), ("recvbuf", empty), ("op", "sum")]
+    assert params("reduce_scatter") == params("allreduce")
+    assert params("allgather") == [("self", empty), ("sendbuf", empty), ("recvbuf", empty)]
+    assert params("bcast") == [("self", empty), ("buf", empty), ("root", 0)]
