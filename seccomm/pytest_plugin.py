@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from .suites import SUITES
+
 _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 
 
@@ -39,7 +41,7 @@ def launcher_rank() -> int:
 def pytest_addoption(parser):
     g = parser.getgroup("seccomm", "seccomm secure-collective benchmarks")
     g.addoption("--seccomm-sizes", default="4K,1M,16M", help="sizes S in bytes (K/M/G suffixes)")
-    g.addoption("--seccomm-suites", default="aes-256-gcm,chacha20-poly1305,aes-256-gmac,none")
+    g.addoption("--seccomm-suites", default=",".join(SUITES), help="comma list (default: every registered suite)")
     g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark")
     g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
 

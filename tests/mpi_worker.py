@@ -15,11 +15,12 @@ import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
+import seccomm
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
 from seccomm.transports.base import TamperTransport, TransportWrapper
 
 PSK = bytes(range(32))
-SUITES = ["none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
+SUITES = list(seccomm.SUITES)
 DTYPES = ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"]
 COUNTS = [0, 1, 7, 1001, 2**20 + 3]
 FLOATS = ("float16", "bfloat16", "float32", "float64")

@@ -11,7 +11,7 @@ from ..collectives import COLLECTIVES
 from ..dtypes import DTYPES, FLOAT_NAMES, OPS
 from ..suites import SUITES
 
-DEFAULT_SUITES = "none,aes-256-gcm,chacha20-poly1305,aes-256-gmac"
+DEFAULT_SUITES = ",".join(SUITES)  # every registered suite
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
