@@ -119,4 +119,4 @@ def get_collective(name: str) -> Collective:
 
 
 # the registry: each module registers its record
-from . import allgather, allreduce, bcast, reduce_scatter  # noqa: E402,F401
+from . import allgather, allreduce, alltoall, bcast, reduce_scatter  # noqa: E402,F401
