@@ -24,7 +24,7 @@ def pair(suite_name: str, nbytes: int):
     keyed, aead = suite.keyed(key), suite.aead_class(key)
     (slot,) = Workspace().slots("w", [nbytes])
     pt = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
-    ctx = FrameContext(suite.suite_id, "allreduce", 3, b"j" * 16, b"c" * 16, 0, 1, 0, nbytes // 4, "sum")
+    ctx = FrameContext(suite.suite_id, 1, 3, b"j" * 16, b"c" * 16, 0, 1, 0, nbytes // 4, "sum")
     fill = lambda: ctx.fill(slot, KEY_DIRECTION, suite.suite_id, 0, 0, 1, 0, 1, nbytes // 4)  # noqa: E731
     out, frame_out = np.empty(nbytes, np.uint8), np.empty(nbytes + 16, np.uint8)
     nonce, aad = bytes(12), bytes(AAD_BYTES)

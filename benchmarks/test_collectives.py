@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import pytest
 
+from seccomm.collectives import COLLECTIVES
 
-@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "allgather", "bcast"])
+
+@pytest.mark.parametrize("collective", list(COLLECTIVES))
 def test_collective(collective_bench, collective, suite, nbytes):
     info = collective_bench(collective, suite, nbytes)
     assert info["bytes"] > 0 and info["overhead_x"] > 0

@@ -25,7 +25,7 @@ def _setup(suite_name, nbytes):
     ws = Workspace()
     (slot,) = ws.slots("w", [nbytes])
     pt = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
-    ctx = FrameContext(suite.suite_id, "allreduce", 3, b"j" * 16, b"c" * 16, 0, 1, 0, nbytes // 4)
+    ctx = FrameContext(suite.suite_id, 1, 3, b"j" * 16, b"c" * 16, 0, 1, 0, nbytes // 4)
     return suite, keyed, aead, slot, pt, ctx
 
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import collectives as _coll
-from .dtypes import DTYPES, as_bytes, check_buffer, check_op
+from .dtypes import DTYPES
 from .engine import OpContext, OpRun
 from .errors import (AuthenticationError, CommClosedError, ConfigMismatchError, FrameError,
                      KeyScheduleError, SecCommError)
@@ -25,7 +25,7 @@ from .policy import ENCRYPT_POLICIES, EncryptPolicy
 from .suites import SUITES, get_suite
 from .transports import MPITransport, Transport
 
-ALGORITHMS = ("auto", "ring", "recursive_doubling")
+ALGORITHMS = ("auto", *_coll.get_collective("allreduce").algorithms)
 _OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
 
 
@@ -39,8 +39,8 @@ def _close_open_comms():  # before mpi4py finalizes MPI (its atexit hook was reg
 
 
 DEFAULT_CHUNK_BYTES = 1 << 20
-DEFAULT_SMALL_BYTES = 64 << 10       # auto: recursive doubling at or below this many bytes
-DEFAULT_BCAST_CHAIN_BYTES = 512 << 10  # bcast: pipelined chain above, binomial tree at or below
+DEFAULT_SMALL_BYTES = _coll.Tuning.small_bytes  # auto: recursive doubling at or below this many bytes
+DEFAULT_BCAST_CHAIN_BYTES = _coll.Tuning.bcast_chain_bytes  # bcast: chain above, binomial tree at or below
 
 
 class SecureComm:
@@ -266,8 +266,9 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _begin(self, collective: str, dname: str, count: int, itemsize: int, redop: str = "none",
-               device: bool = False) -> OpRun:
+    def _begin(self, coll: _coll.Collective, dname: str, count: int, itemsize: int,
+               redop: str = "none", device: bool = False) -> OpRun:
+        collective = coll.name
         if self._broken:
             raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
         nbytes, p = count * itemsize, self.size
@@ -276,7 +277,7 @@ class SecureComm:
             raise ValueError(f"{collective} of {nbytes} bytes needs {chunks} chunks per hop; at most "
                              f"{MAX_CHUNKS_PER_HOP}: raise chunk_bytes")
         # Upper bound of frames sealed under any one key by this op, identical on every rank.
-        bound = (2 * p + 2 * p.bit_length() + 4) * chunks
+        bound = coll.frame_bound(p, chunks)
         if bound > self.usage_limit:
             fix = ("raise rotate_after_frames" if self._limit_forced else "raise chunk_bytes")
             raise ValueError(f"{collective} of {nbytes} bytes may seal up to {bound} frames under one "
@@ -284,15 +285,15 @@ class SecureComm:
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
-        frame = FrameContext(self.suite.suite_id, collective, DTYPES[dname][1], self._job_id, self._comm_id,
-                             self.epoch, self._seq, self._epoch_ops, count, redop)
+        frame = FrameContext(self.suite.suite_id, coll.code, DTYPES[dname][1], self._job_id,
+                             self._comm_id, self.epoch, self._seq, self._epoch_ops, count, redop)
         self._epoch_ops += 1
         self._epoch_frames += bound
         if device:
             from .gpu.engine import DeviceOpRun
 
-            return DeviceOpRun(self._device_context(), frame, itemsize)
-        return OpRun(self._ctx, frame, itemsize)
+            return DeviceOpRun(self._device_context(), frame, itemsize, collective)
+        return OpRun(self._ctx, frame, itemsize, collective)
 
     def _device_context(self) -> OpContext:
         """The device engine's context: the host context with a device workspace of the backend
@@ -320,80 +321,28 @@ class SecureComm:
             raise
 
     # -- collectives ---------------------------------------------------------------------------
-    def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
-        """Reduce ``sendbuf`` over all ranks into ``recvbuf`` on every rank.
-
-        ``sendbuf``, ``recvbuf``: C-contiguous numpy arrays of one dtype (float16, bfloat16,
-        float32, float64, uint8, int32, int64) and equal size; ``recvbuf is sendbuf`` works in
-        place.  ``op``: sum, avg (floats), max, min, prod.  Every rank gets bitwise identical
-        results.  Raises ``TypeError``/``ValueError`` before traffic for bad arguments,
-        ``AuthenticationError``/``FrameError``/``TransportTimeout`` on the wire.
-        CuPy arrays and torch CUDA tensors are accepted too (staged through pinned host memory,
-        see :mod:`seccomm.gpu.staging`).
-        """
+    def _collective(self, name: str, sendbuf, recvbuf, **kw) -> None:
+        """The one path of every public collective (each record's ``method`` calls it): route
+        the buffers, check the arguments (the record's ``args``), begin the op, run the
+        algorithm the record chooses.  Device buffers the engine cannot take are staged."""
+        coll = _coll.COLLECTIVES[name]
         route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
         if route == "staged":
-            return _staged(self.allreduce, sendbuf, recvbuf, op=op)
-        dname = _check_pair(sendbuf, recvbuf, same_size=True, device=route == "device")
-        ufunc = check_op(op, recvbuf.dtype)
-        count = recvbuf.size
-        alg = self.algorithm
-        if alg == "auto":
-            small = count * recvbuf.itemsize <= self.small_bytes or count < self.size
-            alg = "recursive_doubling" if small else "ring"
-        run = self._begin("allreduce", dname, count, recvbuf.itemsize, op, device=route == "device")
-        fn = _coll.get_collective("allreduce").algorithms[alg]
-        self._run(run, fn, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
+            return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
+        device = route == "device"
+        call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
+        alg = coll.pick(self, call.count * call.itemsize, call.count, self.size)
+        run = self._begin(coll, call.dtype, call.count, call.itemsize, call.redop, device=device)
+        self._run(run, coll.algorithms[alg], *call.args)
 
-    def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
-        """Reduce ``sendbuf`` (N elements, same N on every rank) over all ranks; ``recvbuf`` gets
-        this rank's block: ``block_counts(N)[rank]`` elements starting at the sum of the earlier
-        blocks.  Errors as for :meth:`allreduce`."""
-        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
-        if route == "staged":
-            return _staged(self.reduce_scatter, sendbuf, recvbuf, op=op)
-        dname = _check_pair(sendbuf, recvbuf, same_size=False, device=route == "device")
-        ufunc = check_op(op, recvbuf.dtype)
-        want = block_counts(sendbuf.size, self.size)[self.rank]
-        if recvbuf.size != want:
-            raise ValueError(f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
-                             f"{self.rank}'s block of {sendbuf.size} over {self.size} ranks has "
-                             f"{want} (see SecureComm.block_counts)")
-        run = self._begin("reduce_scatter", dname, sendbuf.size, recvbuf.itemsize, op, device=route == "device")
-        self._run(run, _coll.get_collective("reduce_scatter").algorithms["ring"], sendbuf, recvbuf, ufunc)
-        if op == "avg" and self.size > 1 and recvbuf.size:
-            np.divide(recvbuf, recvbuf.dtype.type(self.size), out=recvbuf)
 
-    def allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
-        """Gather every rank's ``sendbuf`` into ``recvbuf`` (N elements on every rank) in rank
-        order; ``sendbuf`` holds ``block_counts(N)[rank]`` elements (equal blocks when N is a
-        multiple of the world size).  Errors as for :meth:`allreduce`."""
-        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
-        if route == "staged":
-            return _staged(self.allgather, sendbuf, recvbuf)
-        dname = _check_pair(sendbuf, recvbuf, same_size=False, device=route == "device")
-        want = block_counts(recvbuf.size, self.size)[self.rank]
-        if sendbuf.size != want:
-            raise ValueError(f"allgather: sendbuf has {sendbuf.size} elements; rank {self.rank}'s "
-                             f"block of {recvbuf.size} over {self.size} ranks has {want} "
-                             f"(see SecureComm.block_counts)")
-        run = self._begin("allgather", dname, recvbuf.size, recvbuf.itemsize, device=route == "device")
-        self._run(run, _coll.get_collective("allgather").algorithms["ring"], sendbuf, recvbuf)
-
-    def bcast(self, buf: np.ndarray, root: int = 0) -> None:
-        """Broadcast ``buf`` from ``root`` to every rank (same size and dtype everywhere).
-        Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above."""
-        route, buf, _ = self._route(buf, buf)
-        if route == "staged":
-            return _staged(lambda b, _, root: self.bcast(b, root), buf, buf, root=root)
-        dname = check_buffer(buf, "buf", device=route == "device")
-        if route == "host":
-            _writeable(buf, "buf")
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
-            raise ValueError(f"root must be a rank in [0, {self.size - 1}], got {root!r}")
-        alg = "binomial" if buf.nbytes <= self.bcast_chain_bytes else "chain"
-        run = self._begin("bcast", dname, buf.size, buf.itemsize, device=route == "device")
-        self._run(run, _coll.get_collective("bcast").algorithms[alg], buf.reshape(-1), int(root))
+def _install_collectives(cls) -> None:
+    """Make every registered record's ``method`` a method of ``cls`` under the record's name."""
+    for name, coll in _coll.COLLECTIVES.items():
+        if name in vars(cls):
+            raise ValueError(f"collective {name!r} would replace SecureComm.{name}")
+        coll.method.__qualname__ = f"{cls.__name__}.{name}"
+        setattr(cls, name, coll.method)
 
 
 def _staged(fn, sendbuf, recvbuf, **kw):
@@ -418,31 +367,6 @@ def _as_int(what, v):
     return int(v)
 
 
-def _writeable(arr, what):
-    if not arr.flags.writeable:
-        raise ValueError(f"{what} is read-only")
-
-
-def _check_pair(sendbuf, recvbuf, same_size: bool, device: bool = False) -> str:
-    s = check_buffer(sendbuf, "sendbuf", device)
-    r = check_buffer(recvbuf, "recvbuf", device)
-    if not device:
-        _writeable(recvbuf, "recvbuf")
-    if s != r:
-        raise TypeError(f"sendbuf is {s} but recvbuf is {r}; both must have one dtype")
-    if same_size and sendbuf.size != recvbuf.size:
-        raise ValueError(f"sendbuf has {sendbuf.size} elements, recvbuf {recvbuf.size}; they must match")
-    if recvbuf.size and sendbuf.size and np.may_share_memory(sendbuf, recvbuf):
-        same = same_size and _address(sendbuf) == _address(recvbuf)
-        if not same:
-            raise ValueError("sendbuf and recvbuf overlap: only allreduce works in place "
-                             "(pass the same array twice); use separate buffers")
-    return s
-
-
-def _address(a) -> int:
-    iface = getattr(a, "__array_interface__", None) or a.__cuda_array_interface__
-    return iface["data"][0]
-
+_install_collectives(SecureComm)
 
 __all__ = ["SecureComm", "ConfigMismatchError"]

@@ -7,13 +7,19 @@ plus fill/drain), link classes by rank placement, NIC sharing and fat-tree overs
 per-step synchronisation jitter.
 
 Every algorithm is a list of steps; a step moves ``nbytes`` per sending rank over one link class
-with ``flows`` ranks of a node sharing its NIC, and may reduce (gamma) and seal/open (sigma).
+with ``flows`` ranks of a node sharing its NIC, and may reduce (gamma) and seal/open (sigma).  The
+collectives, their algorithms' steps, busbw factors and the "auto" rule come from the records in
+:mod:`seccomm.collectives` (each record's ``cost``); this module times the steps.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+
+from .collectives import COLLECTIVES as _RECORDS
+from .collectives import Tuning, get_collective
+from .collectives.cost import Step
 
 MIB = 1 << 20
 
@@ -82,18 +88,6 @@ class Topology:
         return self.nodes * self.ranks_per_node
 
 
-@dataclass(frozen=True)
-class Step:
-    nbytes: float        # bytes each sending rank moves in this step
-    inter: bool          # crosses nodes
-    flows: int = 1       # ranks of one node sending inter-node at once (share the NIC)
-    spine: bool = False  # crosses leaf switches (oversubscription applies)
-    reduce: bool = False
-    seal: bool = True    # sender seals (False: forwards already-sealed frames)
-    open: bool = True    # receiver opens
-    count: int = 1       # identical steps in a row
-
-
 def _crypto_on(step: Step, encrypt: str, secure: bool) -> bool:
     return secure and (encrypt == "all" or step.inter)
 
@@ -125,96 +119,31 @@ def step_time(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: st
     return t * step.count
 
 
-def _log2(p: int) -> int:
-    return max(0, (p - 1).bit_length())
+#: collective -> model algorithm -> steps(n, topo), from the records
+COLLECTIVES = {name: {alg: c.steps for alg, c in rec.cost.items()} for name, rec in _RECORDS.items()}
+ALLREDUCE = COLLECTIVES["allreduce"]
 
 
-def _ring_steps(n: float, topo: Topology, reduce_scatter: bool, allgather: bool):
-    """Ring over all ranks in block placement: a step lasts as long as its slowest hop, the one
-    crossing a node boundary (one flow per NIC) when there are several nodes.  Reduce-scatter
-    hops open, reduce and re-seal; allgather hops forward frames sealed once by their origin."""
-    p = topo.p
-    if p == 1:
-        return []
-    inter = topo.nodes > 1
-    spine = inter and topo.nodes > topo.leaf_nodes
-    steps = []
-    if reduce_scatter:
-        steps.append(Step(n / p, inter, 1, spine, True, True, True, p - 1))
-    if allgather:
-        steps.append(Step(n / p, inter, 1, spine, False, False, True, p - 1))
-    return steps
-
-
-def _rd_steps(n: float, topo: Topology, halving: bool):
-    """Recursive doubling (full vector each step) or halving/doubling (Rabenseifner)."""
-    p, rpn = topo.p, topo.ranks_per_node
-    steps = []
-    for i in range(_log2(p)):
-        dist = 1 << i
-        inter = dist >= rpn
-        spine = inter and dist >= rpn * topo.leaf_nodes
-        nb = n / (2 << i) if halving else n
-        steps.append(Step(nb, inter, rpn if inter else 1, spine, True))
-    if halving:  # allgather by recursive doubling mirrors the reduce-scatter sizes
-        steps += [replace(s, reduce=False) for s in reversed(steps)]
-    return steps
-
-
-def _hier_steps(n: float, topo: Topology):
-    """Intra-node ring reduce-scatter, inter-node ring allreduce of each rank's shard (all ranks
-    of a node at once share the NIC), intra-node ring allgather."""
-    rpn, nodes = topo.ranks_per_node, topo.nodes
-    steps = []
-    if rpn > 1:
-        steps.append(Step(n / rpn, False, 1, False, True, True, True, rpn - 1))
-    if nodes > 1:
-        shard = n / rpn
-        spine = nodes > topo.leaf_nodes
-        steps.append(Step(shard / nodes, True, rpn, spine, True, True, True, nodes - 1))
-        steps.append(Step(shard / nodes, True, rpn, spine, False, False, True, nodes - 1))
-    if rpn > 1:
-        steps.append(Step(n / rpn, False, 1, False, False, False, True, rpn - 1))
-    return steps
-
-
-ALLREDUCE = {
-    "ring": lambda n, t: _ring_steps(n, t, True, True),
-    "recursive_doubling": lambda n, t: _rd_steps(n, t, False),
-    "rabenseifner": lambda n, t: _rd_steps(n, t, True),
-    "hierarchical": _hier_steps,
-}
-COLLECTIVES = {
-    "allreduce": ALLREDUCE,
-    "reduce_scatter": {"ring": lambda n, t: _ring_steps(n, t, True, False)},
-    "allgather": {"ring": lambda n, t: _ring_steps(n, t, False, True)},
-    "bcast": {"binomial": lambda n, t: [Step(n, s.inter, 1, s.spine, False, False, True)
-                                         for s in _rd_steps(n, t, False)]},
-}
-BUSBW = {"allreduce": lambda p: 2 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
-         "allgather": lambda p: (p - 1) / p, "bcast": lambda p: 1.0}
+def _cost(collective: str, algorithm: str):
+    costs = get_collective(collective).cost
+    if algorithm not in costs:
+        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; allowed: {', '.join(costs)}")
+    return costs[algorithm]
 
 
 def predict(collective: str, algorithm: str, nbytes: float, prm: Params, topo: Topology,
             secure: bool = False, encrypt: str = "all") -> float:
-    """Seconds for one operation of S = ``nbytes`` (nccl-tests S: total array)."""
-    try:
-        algos = COLLECTIVES[collective]
-    except KeyError:
-        raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}") from None
-    if algorithm not in algos:
-        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; allowed: {', '.join(algos)}")
+    """Seconds for one operation of S = ``nbytes`` (nccl-tests S: total array).  ``ValueError``
+    for an unknown collective or algorithm, or ``nbytes`` < 0."""
+    cost = _cost(collective, algorithm)
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")
     if topo.p == 1 or nbytes == 0:
         return 0.0
-    steps = algos[algorithm](float(nbytes), topo)
-    total = sum(step_time(s, prm, topo, secure, encrypt) for s in steps)
-    once = {"allgather": nbytes / topo.p, "bcast": nbytes, "allreduce": nbytes / topo.p}
-    forwards = collective in ("allgather", "bcast") or (
-        collective == "allreduce" and algorithm in ("ring", "hierarchical"))
-    if secure and forwards and (encrypt == "all" or topo.nodes > 1):
-        total += once[collective] * prm.seal / max(1, prm.crypto_threads)  # encrypt-once origin
+    total = sum(step_time(s, prm, topo, secure, encrypt) for s in cost.steps(float(nbytes), topo))
+    once = cost.sealed_once(nbytes, topo.p)  # encrypt-once: the origin seals, hops forward
+    if secure and once and (encrypt == "all" or topo.nodes > 1):
+        total += once * prm.seal / max(1, prm.crypto_threads)
     return total
 
 
@@ -222,12 +151,12 @@ def best(collective: str, nbytes: float, prm: Params, topo: Topology, secure: bo
          encrypt: str = "all") -> tuple[str, float]:
     """(algorithm, seconds) of the fastest algorithm for this case."""
     return min(((a, predict(collective, a, nbytes, prm, topo, secure, encrypt))
-                for a in COLLECTIVES[collective]), key=lambda x: x[1])
+                for a in get_collective(collective).cost), key=lambda x: x[1])
 
 
 def busbw(collective: str, nbytes: float, seconds: float, p: int) -> float:
     """nccl-tests bus bandwidth [GB/s] (doc/PERFORMANCE.md)."""
-    return 0.0 if seconds <= 0 else nbytes / seconds / 1e9 * BUSBW[collective](p)
+    return 0.0 if seconds <= 0 else nbytes / seconds / 1e9 * get_collective(collective).busbw_factor(p)
 
 
 # -- presets -----------------------------------------------------------------------------------
@@ -272,25 +201,24 @@ def pingpong(nbytes: float, link: Link, seal: float, open_: float, threads: int,
     return link.alpha + nbytes * link.beta, step_time(step, prm, topo, True, "all")
 
 
-def bench_algorithm(nbytes: float, p: int, small_bytes: int = 64 << 10) -> str:
-    """The allreduce algorithm SecureComm's ``auto`` picks (recursive doubling when small)."""
-    return "recursive_doubling" if nbytes <= small_bytes or nbytes < p * 4 else "ring"
+def bench_algorithm(nbytes: float, p: int, small_bytes: int = Tuning.small_bytes, itemsize: int = 4) -> str:
+    """The allreduce algorithm SecureComm's ``auto`` picks for ``nbytes`` of ``itemsize``-byte
+    elements (the allreduce record's rule)."""
+    return get_collective("allreduce").pick(Tuning(small_bytes=small_bytes), nbytes, nbytes // itemsize, p)
 
 
 def _features(nbytes, p, prm_chunk, secure_stage: bool):
     """Coefficients of (alpha, beta, gamma, sigma) in the unpipelined time of our allreduce on
     one node of p ranks: t = a*alpha + b*beta + g*gamma + s*sigma (sigma = seal = open)."""
-    topo = Topology(1, p)
-    steps = ALLREDUCE[bench_algorithm(nbytes, p)](float(nbytes), topo)
+    cost = _cost("allreduce", bench_algorithm(nbytes, p))
     a = b = g = sg = 0.0
-    for st in steps:
+    for st in cost.steps(float(nbytes), Topology(1, p)):
         k = max(1, math.ceil(st.nbytes / prm_chunk)) if st.nbytes > 0 else 0
         a += k * st.count
         b += st.nbytes * st.count
         g += st.nbytes * st.count if st.reduce else 0.0
         sg += st.nbytes * st.count * ((1 if st.seal else 0) + (1 if st.open else 0))
-    if bench_algorithm(nbytes, p) == "ring":
-        sg += nbytes / p  # encrypt-once seal of the allgather phase
+    sg += cost.sealed_once(nbytes, p)  # encrypt-once seal of the allgather phase
     return a, b, g, sg if secure_stage else 0.0
 
 

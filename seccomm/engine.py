@@ -91,13 +91,13 @@ class OpRun:
     :class:`~seccomm.framing.FrameContext`: AAD constants, epoch, sequence number) and the
     element size in bytes."""
 
-    def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int):
+    def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int, collective: str):
         self.t, self.ws, self.rank, self.size = ctx.transport, ctx.workspace, ctx.rank, ctx.size
         self.keys, self.policy, self.pool, self.suite = ctx.keys, ctx.policy, ctx.pool, ctx.suite
-        self.collective, self.itemsize, self.timeout = frame.collective, itemsize, ctx.timeout
-        self.ctx = frame
+        self.collective, self.itemsize, self.timeout = collective, itemsize, ctx.timeout
+        self.frame = frame
         self.chunk_elems = max(1, ctx.chunk_bytes // itemsize)
-        self.op_label = f"{frame.collective} #{frame.seq}"  # names the operation in transport errors
+        self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
 
     # -- keys and policy ---------------------------------------------------------------------
@@ -108,14 +108,14 @@ class OpRun:
         if not self.policy.encrypts(a, b, group):
             return CLEAR
         if group:
-            return self.keys.group(self.ctx.epoch)
-        return self.keys.direction(self.ctx.epoch, a, b)
+            return self.keys.group(self.frame.epoch)
+        return self.keys.direction(self.frame.epoch, a, b)
 
     def _fill(self, slot, suite, group, step, j, n, sender, dst, elems):
         if group:
-            self.ctx.fill(slot, KEY_GROUP, suite.suite_id, GROUP_STEP, j, n, sender, ANY_RANK, elems)
+            self.frame.fill(slot, KEY_GROUP, suite.suite_id, GROUP_STEP, j, n, sender, ANY_RANK, elems)
         else:
-            self.ctx.fill(slot, KEY_DIRECTION, suite.suite_id, step, j, n, sender, dst, elems)
+            self.frame.fill(slot, KEY_DIRECTION, suite.suite_id, step, j, n, sender, dst, elems)
 
     def _open(self, slot, key, out, peer, step, j, n):
         try:
@@ -124,14 +124,14 @@ class OpRun:
             # decrypt_into has already written the unverified decryption into ``out``, which may
             # be the caller's buffer (allgather, bcast): wipe it, so no forged value survives
             np.frombuffer(out, np.uint8).fill(0)
-            raise AuthenticationError(peer=peer, op=self.collective, seq=self.ctx.seq,
+            raise AuthenticationError(peer=peer, op=self.collective, seq=self.frame.seq,
                                       step=None if step == GROUP_STEP else step, chunk=j,
-                                      chunks=n, epoch=self.ctx.epoch, suite=key.suite.name) from None
+                                      chunks=n, epoch=self.frame.epoch, suite=key.suite.name) from None
 
     def _check_len(self, got, slot, j, n, peer, step=None):
         if got != len(slot.frame):  # a frame of the wrong length cannot be authentic
-            raise AuthenticationError(peer=peer, op=self.collective, seq=self.ctx.seq, step=step,
-                                      chunk=j, chunks=n, epoch=self.ctx.epoch, suite=self.suite.name,
+            raise AuthenticationError(peer=peer, op=self.collective, seq=self.frame.seq, step=step,
+                                      chunk=j, chunks=n, epoch=self.frame.epoch, suite=self.suite.name,
                                       detail=f"frame has {got} bytes, expected {len(slot.frame)} "
                                              f"(truncated or padded)")
 
@@ -227,20 +227,20 @@ class OpRun:
         messages): the same frames as :meth:`exchange`, with the least work per call.
         ``piece``/``out``: uint8 views of ``elems`` elements; ``consume(0, pt)`` gets the
         verified plaintext."""
-        t, ws, ctx, rank, op_label = self.t, self.ws, self.ctx, self.rank, self.op_label
+        t, ws, frame, rank, op_label = self.t, self.ws, self.frame, self.rank, self.op_label
         nbytes = elems * self.itemsize
         rslot = ws.slots("recv", [nbytes])[0]
         rreq = t.irecv(rslot.frame, peer)
         self.pending.append(rreq)
         key = self._protect(False, rank, peer)
         sslot = ws.slots("send", [nbytes])[0]
-        ctx.fill(sslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, rank, peer, elems)
+        frame.fill(sslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, rank, peer, elems)
         key.seal(sslot, piece)
         sreq = t.isend(sslot.frame, peer)
         self.pending.append(sreq)
         self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer)
         key = self._protect(False, peer, rank)
-        ctx.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
+        frame.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
         consume(0, self._open(rslot, key, out, peer, step, 0, 1))
         t.wait_sends((sreq,), self.timeout, (peer,), op_label)
 

@@ -35,7 +35,6 @@ KEY_GROUP = 1      #: group key, sealed once by the origin and forwarded unchang
 GROUP_STEP = 0xFFFF  #: step value of group-key frames (direction steps stay below it)
 ANY_RANK = 0xFFFFFFFF  #: AAD destination of group-key frames (bound to the origin instead)
 
-OP_KINDS = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "bcast": 4}
 REDOPS = {"none": 0, "sum": 1, "avg": 2, "max": 3, "min": 4, "prod": 5}
 
 MAX_RANKS = 1 << 16          # steps of a ring allreduce must fit the 16-bit step field
@@ -116,15 +115,19 @@ class Workspace:
 
 
 class FrameContext:
-    """The per-operation constants of the AAD; ``fill`` writes one slot's nonce and header."""
+    """The per-operation constants of the AAD; ``fill`` writes one slot's nonce and header.
 
-    __slots__ = ("collective", "epoch", "seq", "op_index", "_head")
+    ``op_code``: the collective's wire code (its record's ``code`` in
+    :mod:`seccomm.collectives`: 1 allreduce, 2 reduce_scatter, 3 allgather, 4 bcast, ...);
+    ``dtype_code``: :data:`seccomm.dtypes.DTYPES`' code; ``redop``: a name of :data:`REDOPS`.
+    """
 
-    def __init__(self, suite_id, collective, dtype_code, job_id, comm_id, epoch, seq, op_index,
+    __slots__ = ("op_code", "epoch", "seq", "op_index", "_head")
+
+    def __init__(self, suite_id, op_code, dtype_code, job_id, comm_id, epoch, seq, op_index,
                  total_count, redop="none"):
-        self.collective, self.epoch, self.seq, self.op_index = collective, epoch, seq, op_index
-        self._head = (REDOPS[redop], OP_KINDS[collective], dtype_code, job_id, comm_id, epoch, seq,
-                      total_count)
+        self.op_code, self.epoch, self.seq, self.op_index = op_code, epoch, seq, op_index
+        self._head = (REDOPS[redop], op_code, dtype_code, job_id, comm_id, epoch, seq, total_count)
 
     def fill(self, slot: Slot, key_kind: int, suite_id: int, step: int, chunk: int, chunks: int,
              src: int, dst: int, elems: int) -> None:

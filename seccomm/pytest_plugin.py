@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from .suites import SUITES
+
 _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 
 
@@ -39,7 +41,7 @@ def launcher_rank() -> int:
 def pytest_addoption(parser):
     g = parser.getgroup("seccomm", "seccomm secure-collective benchmarks")
     g.addoption("--seccomm-sizes", default="4K,1M,16M", help="sizes S in bytes (K/M/G suffixes)")
-    g.addoption("--seccomm-suites", default="aes-256-gcm,chacha20-poly1305,aes-256-gmac,none")
+    g.addoption("--seccomm-suites", default=",".join(SUITES), help="comma list (default: every registered suite)")
     g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark")
     g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
 
@@ -117,10 +119,12 @@ def _median_native(comm, rec, send, recv, op, rounds, warmup):
 
 @pytest.fixture
 def collective_bench(benchmark, secure_comm, seccomm_world, request):
-    """Return ``run(collective, suite, nbytes, dtype="float32", op="sum", **SecureComm kw)``."""
+    """Return ``run(collective, suite, nbytes, dtype="float32", op="sum", **SecureComm kw)``;
+    it records the bench row (:func:`seccomm.bench.rows.result_row`) in ``extra_info``, with
+    ``suite``, ``bytes`` (= ``size_bytes``) and ``native_median_us`` besides."""
     import numpy as np
 
-    from .bench.runner import seeded
+    from .bench.rows import result_row
     from .collectives import get_collective
     from .dtypes import resolve_dtype
 
@@ -129,29 +133,25 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
     comm = seccomm_world
 
     def run(collective, suite, nbytes, dtype="float32", op="sum", **kw):
-        rec = get_collective(collective)
+        coll = get_collective(collective)
         dt = resolve_dtype(dtype)
         size, rank = comm.Get_size(), comm.Get_rank()
-        nsend, nrecv = rec.buffers(nbytes, dt.itemsize, size, rank)
-        send = seeded(dt.name, op, nsend, rank, size)
-        recv = np.zeros(nrecv, dt)
+        n = coll.counts(nbytes // dt.itemsize, size, rank)
+        send = coll.init(dt.name, op, n.send, rank, size, 0)
+        recv = np.zeros(n.recv, dt)
+        coll.reset(send, recv, rank, 0)
         sc = secure_comm(suite, **kw)
-        native_t = _median_native(comm, rec, send, recv, op, rounds, warmup)
+        native_t = _median_native(comm, coll, send, recv, op, rounds, warmup)
 
         def once():
-            rec.secure(sc, send, recv, op, 0)
+            coll.secure(sc, send, recv, op, 0)
             comm.Barrier()
 
         benchmark.pedantic(once, setup=comm.Barrier, rounds=rounds, warmup_rounds=warmup, iterations=1)
-        total = (nrecv if collective == "allgather" else nsend) * dt.itemsize
-        st = benchmark.stats.stats if benchmark.stats else None
-        med = st.median if st else float("nan")
-        algbw = total / med / 1e9 if med and med > 0 else float("nan")
-        benchmark.extra_info.update({
-            "suite": suite, "collective": collective, "bytes": total, "ranks": size, "dtype": dt.name,
-            "algbw_gbps": algbw, "busbw_gbps": algbw * rec.busbw_factor(size),
-            "native_median_us": native_t * 1e6, "overhead_x": med / native_t if native_t else float("nan"),
-        })
+        times = benchmark.stats.stats.data if benchmark.stats else [float("nan")]
+        row = result_row(coll, suite, n.total, dt.name, size, times, native_t, op=op, root=0)
+        benchmark.extra_info.update({**row, "suite": suite, "bytes": row["size_bytes"],
+                                     "native_median_us": native_t * 1e6})
         return benchmark.extra_info
 
     return run

@@ -15,11 +15,12 @@ import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
+import seccomm
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
 from seccomm.transports import TamperTransport, TransportWrapper
 
 PSK = bytes(range(32))
-SUITES = ["none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
+SUITES = list(seccomm.SUITES)
 DTYPES = ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"]
 COUNTS = [0, 1, 7, 1001, 2**20 + 3]
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -151,6 +152,41 @@ def check_bcast(comm, sc, rec, dname, n, root):
     rec(f"bcast {sc.suite.name} {dname} n={n} root={root}", np.array_equal(x.view(np.uint8), ref.view(np.uint8)))
 
 
+def check_alltoall(comm, sc, rec, dname, m, tag=""):
+    """alltoall of m elements per peer, bitwise equal to native MPI_Alltoall"""
+    x = make_data(comm, dname, comm.size * m, salt=4)
+    y = np.full_like(x, 0)
+    sc.alltoall(x, y)
+    ref = np.empty_like(x)
+    comm.Alltoall(x.view(np.uint8), ref.view(np.uint8))
+    rec(f"alltoall{tag} {sc.suite.name} {dname} m={m}", np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
+
+
+def alltoall_blocks(comm):
+    """per-peer counts: empty, odd, and a block of about 2**20 elements (a partial last chunk)"""
+    return (0, 1, 7, 1001, (2**20 + 3) // comm.size)
+
+
+def check_alltoall_args(comm, rec):
+    """alltoall arguments refused before traffic: sizes not p*m, two dtypes, in place"""
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=10)
+    p, seq = comm.size, sc._seq
+    x = np.ones(2 * p, np.float32)
+    for send, recv, exc, msg in ((np.ones(p + 1, np.float32), np.ones(p + 1, np.float32), ValueError,
+                                  f"not a multiple of the world size {p}"),
+                                 (x, np.ones(2 * p, np.float64), TypeError, "one dtype"),
+                                 (x, np.ones(p, np.float32), ValueError, "must match"),
+                                 (x, x, ValueError, "overlap")):
+        try:
+            sc.alltoall(send, recv)
+            got = None
+        except (TypeError, ValueError) as e:
+            got = e
+        rec(f"alltoall bad args: {type(got).__name__}: {got}", isinstance(got, exc) and msg in str(got))
+    rec("alltoall bad args: no op began", sc._seq == seq)
+    sc.close()
+
+
 @scenario
 def sweep(comm, rec):
     """every collective x suite x dtype x count against native MPI"""
@@ -162,7 +198,11 @@ def sweep(comm, rec):
                 check_reduce_scatter(comm, sc, rec, dname, n)
                 check_allgather(comm, sc, rec, dname, n)
                 check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
+            for m in alltoall_blocks(comm):
+                check_alltoall(comm, sc, rec, dname, m)
         sc.close()
+    if comm.size > 1:
+        check_alltoall_args(comm, rec)
 
 
 @scenario
@@ -256,6 +296,8 @@ def nonce_unique(comm, rec):
         sc.reduce_scatter(x, z)
         sc.allgather(z, y)
         sc.bcast(y, root=i % comm.size)
+        whole = x.size // comm.size * comm.size
+        sc.alltoall(x[:whole], y[:whole])
     everything = comm.gather(log, root=0)
     if comm.rank == 0:
         flat = [e for part in everything for e in part]
@@ -301,6 +343,41 @@ def tamper(comm, rec):
                     clean and (err is None or isinstance(err, SecCommError)))
             sc.close()
             comm.Barrier()
+    for suite in SUITES:
+        for where in (0, -1):
+            tamper_alltoall(comm, rec, suite, where)
+
+
+def tamper_alltoall(comm, rec, suite, where):
+    """rank 0's first frame to rank 1 (pairwise step 0) is flipped: rank 1 raises
+    AuthenticationError naming rank 0; recvbufs hold only verified blocks, the caller's NaNs, or
+    zeros where the failed chunk was decrypted in place"""
+    def pick(i, peer, nbytes):
+        return where if comm.rank == 0 and i == 0 else None
+
+    sc = SecureComm(comm, suite, psk=PSK, chunk_bytes=4096, timeout=2,
+                    wrap_transport=lambda t: TamperTransport(t, pick))
+    x = make_data(comm, "float32", 3000 * comm.size, salt=6)
+    ref = np.empty_like(x)
+    comm.Alltoall(x, ref)
+    y = np.full_like(x, np.nan)
+    err = None
+    try:
+        sc.alltoall(x, y)
+    except SecCommError as e:
+        err = e
+    clean = bool(np.all((y == ref) | np.isnan(y) | (y == 0)))
+    if suite == "none":
+        errs = comm.allgather(err is not None)
+        rec(f"tamper alltoall {suite}@{where} passes unnoticed (no authentication)", not any(errs))
+    elif comm.rank == 1:
+        ok = isinstance(err, AuthenticationError) and err.peer == 0 and err.op == "alltoall"
+        rec(f"tamper alltoall {suite}@{where} detected on rank 1: {err!s}", ok and clean)
+    else:
+        rec(f"tamper alltoall {suite}@{where} rank {comm.rank} returned no corrupted value",
+            clean and (err is None or isinstance(err, SecCommError)))
+    sc.close()
+    comm.Barrier()
 
 
 @scenario
@@ -412,10 +489,10 @@ def soak(comm, rec):
     for suite in SUITES:
         for alg, chunk in (("auto", 1 << 20), ("ring", 1024), ("recursive_doubling", 4096)):
             comms.append(SecureComm(comm, suite, psk=PSK, algorithm=alg, chunk_bytes=chunk, timeout=60))
-    colls = ("allreduce", "reduce_scatter", "allgather", "bcast")
+    colls = ("allreduce", "reduce_scatter", "allgather", "bcast", "alltoall")
     for i in range(2000):
         sc = comms[int(rng.integers(len(comms)))]
-        coll = colls[int(rng.integers(4))]
+        coll = colls[int(rng.integers(len(colls)))]
         dname = DTYPES[int(rng.integers(len(DTYPES)))]
         n = int(rng.choice([rng.integers(0, 16), rng.integers(16, 4096), rng.integers(4096, 1 << 16)],
                            p=[0.2, 0.5, 0.3]))
@@ -427,6 +504,8 @@ def soak(comm, rec):
             check_reduce_scatter(comm, sc, rec, dname, n)
         elif coll == "allgather":
             check_allgather(comm, sc, rec, dname, n)
+        elif coll == "alltoall":
+            check_alltoall(comm, sc, rec, dname, n // comm.size, tag=f" soak#{i}")
         else:
             check_bcast(comm, sc, rec, dname, n, root)
     for sc in comms:
@@ -455,6 +534,7 @@ def device_engine(comm, rec):
                         check_reduce_scatter(comm, sc, rec, dname, n)
                         check_allgather(comm, sc, rec, dname, n)
                         check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
+                        check_alltoall(comm, sc, rec, dname, n, tag=" device-engine")
             sc.close()
     # in place (the fused ring's last hop must not read this rank's share after overwriting it)
     for dname in ("float32", "float16"):
@@ -527,6 +607,7 @@ def device_kernels(comm, rec):
                 check_reduce_scatter(comm, sc, rec, dname, n)
                 check_allgather(comm, sc, rec, dname, n)
                 check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
+                check_alltoall(comm, sc, rec, dname, n // 2, tag=" device kernels")
         sc.close()
     check_tamper_caught_on_rank0(comm, rec, "aes-256-gcm", 20000, 30, mine, "device kernels")
 

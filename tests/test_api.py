@@ -128,6 +128,9 @@ def test_world_size_one(sc, dtype):
     assert np.array_equal(z, x)
     sc.bcast(z)
     assert np.array_equal(z, x)
+    z = np.zeros_like(x)
+    sc.alltoall(x, z)
+    assert np.array_equal(z, x)
 
 
 def test_repr_hides_keys(sc):
@@ -147,3 +150,43 @@ def test_route_is_decided_per_call(sc):
     assert sc._route(FakeDevice(), x)[0] == "staged"
     assert sc._route(x, FakeDevice())[0] == "staged"
     assert sc._route(x, x)[0] == "host"
+
+
+def test_collective_methods_come_from_the_records():
+    """Each public collective is its record's method, installed on SecureComm with the
+    signature and docstring it always had."""
+    import inspect
+
+    from seccomm.collectives import COLLECTIVES
+
+    for name, coll in COLLECTIVES.items():
+        method = getattr(SecureComm, name)
+        assert method is coll.method and method.__doc__ and method.__qualname__ == f"SecureComm.{name}"
+
+    def params(name):
+        return [(p.name, p.default) for p in inspect.signature(getattr(SecureComm, name)).parameters.values()]
+
+    empty = inspect.Parameter.empty
+    assert params("allreduce") == [("self", empty), ("sendbuf", empty), ("recvbuf", empty), ("op", "sum")]
+    assert params("reduce_scatter") == params("allreduce")
+    assert params("allgather") == [("self", empty), ("sendbuf", empty), ("recvbuf", empty)]
+    assert params("bcast") == [("self", empty), ("buf", empty), ("root", 0)]
+    assert params("alltoall") == params("allgather")
+
+
+def test_alltoall_bad_arguments(sc):
+    """sizes that are not p*m (checked by the record for any world size), two dtypes, sizes that
+    differ, in place: refused before an operation begins"""
+    from seccomm.collectives import get_collective
+
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="alltoall: sendbuf has 8 elements, not a multiple of the world size 3"):
+        get_collective("alltoall").args(x, x.copy(), 0, 3, False)
+    seq = sc._seq
+    for fn, exc, match in [(lambda: sc.alltoall(x, np.ones(8, np.float64)), TypeError, "one dtype"),
+                           (lambda: sc.alltoall(x, np.ones(4, np.float32)), ValueError, "must match"),
+                           (lambda: sc.alltoall(x, x), ValueError, "overlap"),
+                           (lambda: sc.alltoall(x.astype(np.complex64), x), TypeError, "unsupported dtype")]:
+        with pytest.raises(exc, match=match):
+            fn()
+    assert sc._seq == seq

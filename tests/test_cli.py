@@ -33,7 +33,7 @@ def test_parse_size():
 
 @pytest.mark.parametrize("args,msg", [
     (["--suites", "aes-256-gcm,rot13"], "unknown suite rot13; allowed: none, aes-256-gcm"),
-    (["--collective", "alltoall"], "unknown collective alltoall; allowed: allreduce, reduce_scatter"),
+    (["--collective", "scatter"], "unknown collective scatter; allowed: allreduce, reduce_scatter"),
     (["-d", "complex64"], "unknown dtype 'complex64'; allowed: float16, bfloat16"),
     (["-o", "xor"], "unknown op 'xor'; allowed: sum"),
     (["-o", "avg", "-d", "int32"], "op avg needs a floating-point dtype"),
@@ -115,7 +115,8 @@ def test_bench_end_to_end(tmp_path, nranks, how):
         assert r["wrong"] == 0 and r["variant"] in variants
         factor = COLLECTIVES[r["collective"]].busbw_factor(nranks)
         expect = {"allreduce": 2 * (nranks - 1) / nranks, "reduce_scatter": (nranks - 1) / nranks,
-                  "allgather": (nranks - 1) / nranks, "bcast": 1.0}[r["collective"]]
+                  "allgather": (nranks - 1) / nranks, "bcast": 1.0,
+                  "alltoall": (nranks - 1) / nranks}[r["collective"]]
         assert factor == pytest.approx(expect)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * expect)
         assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_us"]["median"] * 1e-6) / 1e9)
@@ -126,6 +127,25 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     lines = list(csv.DictReader(c.open()))
     assert len(lines) == len(rows)
     assert {"time_us_median", "busbw_gbps", "overhead_x", "variant", "size_bytes"} <= set(lines[0])
+
+
+@pytest.mark.mpi
+def test_bench_alltoall(tmp_path):
+    """seccomm bench --collective alltoall on 3 ranks: S rounded down to 3 blocks, results equal
+    to native MPI_Alltoall, busbw = algbw x (n-1)/n."""
+    j = tmp_path / "a.json"
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    out = subprocess.run([*SECCOMM, "bench", "--collective", "alltoall", "-b", "8", "-e", "4K", "-f", "8",
+                          "-n", "2", "-w", "1", "-d", "int64", "--chunk-bytes", "1K", "--np", "3",
+                          "--json", str(j)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "# alltoall" in out.stdout and "# Result: OK" in out.stdout
+    rows = json.loads(j.read_text())["rows"]
+    assert {r["collective"] for r in rows} == {"alltoall"}
+    assert sorted({r["count"] for r in rows}) == [0, 6, 63, 510]  # 1, 8, 64, 512 int64 -> 3 blocks
+    for r in rows:
+        assert r["wrong"] == 0 and r["redop"] == "none" and r["root"] == -1
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 / 3)
 
 
 @pytest.mark.mpi

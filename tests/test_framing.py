@@ -68,7 +68,7 @@ def test_aad_binds_every_field():
     """Changing any one bound field changes the header bytes (so the tag)."""
     ws = Workspace()
     (slot,) = ws.slots("w", [64])
-    base = dict(suite_id=1, collective="allreduce", dtype_code=3, job_id=b"j" * 16, comm_id=b"c" * 16,
+    base = dict(suite_id=1, op_code=1, dtype_code=3, job_id=b"j" * 16, comm_id=b"c" * 16,
                 epoch=2, seq=9, op_index=4, total_count=1000)
     chunk = dict(key_kind=0, suite_id=1, step=3, chunk=1, chunks=4, src=5, dst=6, elems=16)
 
@@ -79,8 +79,33 @@ def test_aad_binds_every_field():
     base["redop"] = "sum"
     ref = header(base, chunk)
     assert AAD.unpack(ref[0])[0] == b"SCM"
-    for k, v in [("collective", "bcast"), ("redop", "max"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
+    for k, v in [("op_code", 4), ("redop", "max"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
                  ("epoch", 3), ("seq", 10), ("total_count", 1001)]:
         assert header({**base, k: v}, chunk)[0] != ref[0], k
     for k in chunk:
         assert header(base, {**chunk, k: chunk[k] + 1})[0] != ref[0], k
+
+
+#: nonce and AAD header of one frame (suite 1, float32, sum, epoch 2, seq 9, op index 4, step 3,
+#: chunk 1/4, 5 -> 6, 1000 elements, 16 in the chunk) as protocol 1 wrote them before the wire
+#: codes moved into the collective records; ``{op:02x}`` is the op kind byte
+NONCE_V1 = "000000040003000001000005"
+HEADER_V1 = ("53434d" "01" "01" "{op:02x}" "01" "00" "03" + "6a" * 16 + "63" * 16 + "00000002"
+             "0000000000000009" "00000003" "00000001" "00000004" "00000005" "00000006"
+             "00000000000003e8" "0000000000000010")
+WIRE_CODES_V1 = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "bcast": 4}
+
+
+def test_wire_codes_and_header_unchanged():
+    """Every record's wire code lands in the op kind byte of the protocol-1 header; the codes
+    of protocol 1 never change and no two records share one."""
+    from seccomm.collectives import COLLECTIVES
+
+    assert {n: COLLECTIVES[n].code for n in WIRE_CODES_V1} == WIRE_CODES_V1
+    assert len({c.code for c in COLLECTIVES.values()}) == len(COLLECTIVES)
+    (slot,) = Workspace().slots("w", [64])
+    for coll in COLLECTIVES.values():
+        FrameContext(1, coll.code, 3, b"j" * 16, b"c" * 16, 2, 9, 4, 1000, "sum").fill(
+            slot, 0, 1, 3, 1, 4, 5, 6, 16)
+        assert bytes(slot.nonce).hex() == NONCE_V1
+        assert bytes(slot.header).hex() == HEADER_V1.format(op=coll.code), coll.name

@@ -34,6 +34,28 @@ def test_recursive_doubling_and_rabenseifner_formulas():
     assert rab == pytest.approx(2 * 3 * a + 2 * n * (p - 1) / p * b + n * (p - 1) / p * g)
 
 
+def test_alltoall_pairwise_formula():
+    """pairwise alltoall: (p-1) alpha + n(p-1)/p beta, seal and open on n(p-1)/p bytes per rank;
+    busbw factor (n-1)/n (nccl-tests doc/PERFORMANCE.md); across nodes the NIC is shared by the
+    ranks of a node leaving it at once."""
+    a, b, sl, op, n = 2e-6, 1e-9, 3e-10, 2e-10, 64 * MIB
+    for p in (2, 3, 8):
+        topo = m.Topology(1, p)
+        plain = m.predict("alltoall", "pairwise", n, flat(a, b), topo)
+        assert plain == pytest.approx((p - 1) * a + n * (p - 1) / p * b, rel=1e-12)
+        secure = m.predict("alltoall", "pairwise", n, flat(a, b, seal=sl, opn=op, pipelined=False), topo, True)
+        assert secure - plain == pytest.approx(n * (p - 1) / p * (sl + op), rel=1e-9)
+        assert m.busbw("alltoall", n, 1.0, p) == pytest.approx(n / 1e9 * (p - 1) / p)
+    inter = m.Link(5e-6, 4e-9)
+    prm = m.Params(m.Link(a, b), inter, 0.0, 0.0, 0.0, 1, 1 << 40, {})
+    rpn, nodes = 4, 3
+    p = rpn * nodes
+    flows = [min(s, p - s, rpn) for s in range(1, p)]  # ranks of a node leaving it at step s
+    want = sum(inter.alpha + n / p * inter.beta * f for f in flows)
+    assert m.predict("alltoall", "pairwise", n, prm, m.Topology(nodes, rpn)) == pytest.approx(want, rel=1e-12)
+    assert m.best("alltoall", n, m.get_preset("ib-ndr400"), m.Topology(nodes, rpn), True)[0] == "pairwise"
+
+
 def test_crypto_stage_pipelining():
     """One step, k chunks: sum of stages + (k-1) x slowest; unpipelined: k x sum."""
     prm = flat(alpha=0.0, beta=1e-9, seal=2e-9, opn=0.5e-9, chunk=MIB)
@@ -110,7 +132,7 @@ def test_sweep_to_16384_gpus_is_fast():
     (["--nodes", "0,2"], "must be >= 1"),
     (["--nodes", "a,b"], "comma list of integers"),
     (["--preset", "myrinet"], "unknown preset 'myrinet'; allowed: ib-ndr400"),
-    (["--collective", "alltoall"], "unknown collective 'alltoall'"),
+    (["--collective", "scatter"], "unknown collective 'scatter'; allowed: allreduce"),
     (["--calibration", "/nonexistent.json"], "cannot read /nonexistent.json"),
     (["--validate", "x.json"], "--validate needs --calibration"),
 ])

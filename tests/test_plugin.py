@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from seccomm.collectives import COLLECTIVES
+
 from conftest import mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +33,7 @@ def test_plugin_under_mpiexec(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("passed") == 1  # rank 1 is silent
     doc = json.loads(j.read_text())
-    assert len(doc["benchmarks"]) == 4 * 2 * 2
+    assert len(doc["benchmarks"]) == len(COLLECTIVES) * 2 * 2
     for b in doc["benchmarks"]:
         info = b["extra_info"]
         assert info["ranks"] == 2 and info["suite"] in ("aes-256-gcm", "none")

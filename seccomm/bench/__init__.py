@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-DEFAULT_SUITES = "none,aes-256-gcm,chacha20-poly1305,aes-256-gmac"
+from ..suites import SUITES
+
+DEFAULT_SUITES = ",".join(SUITES)  # every registered suite
 
 
 @dataclass

@@ -1,39 +1,112 @@
-"""Collective registry: one record per collective, as nccl-tests has one file per collective.
+"""Collective registry: one record per collective, one file each, as nccl-tests has.
 
-Each record gives what the secure algorithms and the benchmark harness need, and nothing more:
-
-- ``busbw_factor(n)``: nccl-tests doc/PERFORMANCE.md — allreduce 2(n-1)/n; reduce-scatter and
-  allgather (n-1)/n with S the *total* array; broadcast 1.
-- ``buffers(nbytes, itemsize, size, rank)``: element counts ``(send, recv)`` for an operation of
-  S = ``nbytes`` bytes (S rounded down to whole elements).
-- ``secure(sc, send, recv, op, root)``: the call on a :class:`~seccomm.comm.SecureComm`.
-- ``native(comm, send, recv, op, root)``: the plain MPI call users run today (the baseline).
-- ``algorithms``: algorithm name -> ``run(op_run, ...)`` used by ``SecureComm``.
+A :class:`Collective` holds every fact about its collective that the rest of seccomm needs;
+``SecureComm``, the bench harness, the pytest plugin and the cost model read them from here.
+Adding a collective is one file that registers its record, plus one line in the import below.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
+
+from .common import bitwise_wrong, no_reset, seeded
+
+
+class Call(NamedTuple):
+    """What ``args`` returns for one checked call."""
+
+    dtype: str      # dtype name (seccomm.dtypes.DTYPES)
+    count: int      # element count bound into the AAD (the op's total)
+    itemsize: int   # bytes per element
+    redop: str      # reduction op bound into the AAD ("none" when nothing is reduced)
+    args: tuple     # what the algorithm gets after its OpRun
+
+
+class Counts(NamedTuple):
+    """Element counts of one operation of S bytes (nccl-tests' getCollByteCount)."""
+
+    send: int   # sendbuf elements on this rank
+    recv: int   # recvbuf elements on this rank
+    total: int  # elements of S as reported (S rounded down to what the collective can move)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The settings the "auto" rules read, with their defaults; a ``SecureComm`` (attributes of
+    the same names) is passed in their place on a real call."""
+
+    algorithm: str = "auto"            # allreduce: auto, ring, recursive_doubling
+    small_bytes: int = 64 << 10        # allreduce auto: recursive doubling at or below
+    bcast_chain_bytes: int = 512 << 10  # bcast: pipelined chain above, binomial tree at or below
 
 
 @dataclass(frozen=True)
 class Collective:
+    """One collective.  Callables, in the order a call uses them:
+
+    - ``method``: the public ``SecureComm`` method (signature, docstring); ``seccomm.comm``
+      installs it under ``name``.  It calls ``self._collective(name, sendbuf, recvbuf, **kw)``.
+    - ``args(sendbuf, recvbuf, rank, size, device, **kw) -> Call``: argument checks before any
+      traffic (``TypeError``/``ValueError`` naming what is allowed).
+    - ``choose(tuning, nbytes, count, p) -> str``: the algorithm of a call (the "auto" rule;
+      ``tuning`` as :class:`Tuning`); ``None``: the only entry of ``algorithms``.
+    - ``algorithms``: name -> ``run(op_run, *call.args)``.
+    - ``frame_bound(p, chunks) -> int``: frames any one key may seal in one op, for
+      ``chunks`` = ceil(S / chunk_bytes) + 1; identical on every rank and never below what the
+      algorithms seal (the key schedule rotates on it).
+    - ``counts(count, p, rank) -> Counts``: buffers of an op of ``count`` = S / itemsize elements.
+    - ``init(dname, op, n, rank, size, root)``: bench send data (results exact in every dtype);
+      ``reset(send, recv, rank, root)``: before each bench call; ``wrong(out, ref) -> int``:
+      elements that differ from the native result.
+    - ``busbw_factor(n)``: nccl-tests doc/PERFORMANCE.md.
+    - ``native(comm, send, recv, op, root)``: the plain MPI call (baseline);
+      ``secure(sc, send, recv, op, root)``: the same call on a ``SecureComm``.
+    - ``cost``: model algorithm -> :class:`~seccomm.collectives.cost.Cost` (the cost model).
+
+    ``code``: wire code bound into the AAD's op kind byte (1..255, unique; never reuse one).
+    ``reduces``: takes a reduction op; ``rooted``: takes a root.
+    """
+
     name: str
-    busbw_factor: Callable[[int], float]
-    buffers: Callable[[int, int, int, int], tuple[int, int]]
-    secure: Callable
-    native: Callable
+    code: int
+    method: Callable
+    args: Callable
     algorithms: dict
-    reduces: bool = True
+    frame_bound: Callable[[int, int], int]
+    counts: Callable[[int, int, int], Counts]
+    busbw_factor: Callable[[int], float]
+    native: Callable
+    secure: Callable
+    cost: dict
+    choose: Callable | None = None
+    reduces: bool = False
+    rooted: bool = False
+    init: Callable = seeded
+    reset: Callable = no_reset
+    wrong: Callable = bitwise_wrong
     doc: str = ""
+
+    def pick(self, tuning, nbytes: int, count: int, p: int) -> str:
+        """The algorithm a call of ``count`` elements (``nbytes`` bytes) on ``p`` ranks runs."""
+        if self.choose is None:
+            return next(iter(self.algorithms))
+        return self.choose(tuning, nbytes, count, p)
 
 
 COLLECTIVES: dict[str, Collective] = {}
 
 
 def register(c: Collective) -> Collective:
+    """Add ``c`` to the registry (kept in wire-code order); ``ValueError`` when its name or wire
+    code is taken."""
+    if not 1 <= c.code <= 255:
+        raise ValueError(f"wire code {c.code} of {c.name!r} does not fit the AAD's op kind byte (1..255)")
+    if c.name in COLLECTIVES or any(x.code == c.code for x in COLLECTIVES.values()):
+        raise ValueError(f"collective {c.name!r} or wire code {c.code} already registered")
     COLLECTIVES[c.name] = c
+    for name in sorted(COLLECTIVES, key=lambda n: COLLECTIVES[n].code):
+        COLLECTIVES[name] = COLLECTIVES.pop(name)
     return c
 
 
@@ -41,10 +114,9 @@ def get_collective(name: str) -> Collective:
     """Record for ``name``; ``ValueError`` listing the registered collectives."""
     try:
         return COLLECTIVES[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ValueError(f"unknown collective {name!r}; allowed: {', '.join(COLLECTIVES)}") from None
 
 
-from . import allgather, allreduce, bcast, reduce_scatter  # noqa: E402,F401  (they register)
-
-COLLECTIVES = {k: COLLECTIVES[k] for k in ("allreduce", "reduce_scatter", "allgather", "bcast")}
+# the registry: each module registers its record
+from . import allgather, allreduce, alltoall, bcast, reduce_scatter  # noqa: E402,F401

@@ -9,10 +9,28 @@ import numpy as np
 
 from ..dtypes import as_bytes
 from ..engine import Recv, Send
-from . import Collective, register
 from ..framing import block_counts
-from .common import Blocks, chunk_views
+from . import Call, Collective, Counts, register
+from .common import Blocks, check_pair, chunk_views, ring_tree_bound
+from .cost import Cost, per_rank, ring_steps
 from .native import as_bytes_spec
+
+
+def allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
+    """Gather every rank's ``sendbuf`` into ``recvbuf`` (N elements on every rank) in rank
+    order; ``sendbuf`` holds ``block_counts(N)[rank]`` elements (equal blocks when N is a
+    multiple of the world size).  Errors as for :meth:`allreduce`."""
+    self._collective("allgather", sendbuf, recvbuf)
+
+
+def _args(sendbuf, recvbuf, rank, size, device) -> Call:
+    dname = check_pair(sendbuf, recvbuf, same_size=False, device=device)
+    want = block_counts(recvbuf.size, size)[rank]
+    if sendbuf.size != want:
+        raise ValueError(f"allgather: sendbuf has {sendbuf.size} elements; rank {rank}'s "
+                         f"block of {recvbuf.size} over {size} ranks has {want} "
+                         f"(see SecureComm.block_counts)")
+    return Call(dname, recvbuf.size, recvbuf.itemsize, "none", (sendbuf, recvbuf))
 
 
 def ring_allgather(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> None:
@@ -58,13 +76,13 @@ def _native(comm, send, recv, op, root):
     comm.Allgatherv(as_bytes_spec(send), [recv.view(np.uint8), counts, None, MPI.BYTE])
 
 
-def _buffers(nbytes, isz, size, rank):
-    count = nbytes // isz
-    return block_counts(count, size)[rank], count
+def _counts(count, p, rank):
+    return Counts(block_counts(count, p)[rank], count, count)
 
 
 register(Collective(
-    "allgather", busbw_factor=lambda n: (n - 1) / n, buffers=_buffers,
-    secure=lambda sc, send, recv, op, root: sc.allgather(send, recv),
-    native=_native, algorithms={"ring": _run}, reduces=False,
+    "allgather", code=3, method=allgather, args=_args, algorithms={"ring": _run},
+    frame_bound=ring_tree_bound, counts=_counts, busbw_factor=lambda n: (n - 1) / n,
+    native=_native, secure=lambda sc, send, recv, op, root: sc.allgather(send, recv),
+    cost={"ring": Cost(lambda n, t: ring_steps(n, t, False, True), per_rank)},
     doc="ring, encrypt-once under the group key, frames forwarded unchanged"))

@@ -11,13 +11,43 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes, typed
+from ..dtypes import as_bytes, check_op, typed
 from ..engine import Recv, Send
-from . import Collective, register
+from . import Call, Collective, Counts, register
 from .allgather import ring_allgather
-from .common import Blocks, chunk_views
+from .common import Blocks, check_pair, chunk_views, ring_tree_bound
+from .cost import Cost, hier_steps, per_rank, rd_steps, ring_steps
 from .native import finish_avg, mpi_args
 from .reduce_scatter import ring_reduce_scatter
+
+
+def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
+    """Reduce ``sendbuf`` over all ranks into ``recvbuf`` on every rank.
+
+    ``sendbuf``, ``recvbuf``: C-contiguous numpy arrays of one dtype (float16, bfloat16,
+    float32, float64, uint8, int32, int64) and equal size; ``recvbuf is sendbuf`` works in
+    place.  ``op``: sum, avg (floats), max, min, prod.  Every rank gets bitwise identical
+    results.  Raises ``TypeError``/``ValueError`` before traffic for bad arguments,
+    ``AuthenticationError``/``FrameError``/``TransportTimeout`` on the wire.
+    CuPy arrays and torch CUDA tensors are accepted too (staged through pinned host memory,
+    see :mod:`seccomm.gpu.staging`).
+    """
+    self._collective("allreduce", sendbuf, recvbuf, op=op)
+
+
+def _args(sendbuf, recvbuf, rank, size, device, op="sum") -> Call:
+    dname = check_pair(sendbuf, recvbuf, same_size=True, device=device, in_place=True)
+    ufunc = check_op(op, recvbuf.dtype)
+    flat = (sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
+    return Call(dname, recvbuf.size, recvbuf.itemsize, op, flat)
+
+
+def _choose(tuning, nbytes, count, p) -> str:
+    """``tuning.algorithm``; "auto": recursive doubling at or below ``small_bytes`` or for fewer
+    elements than ranks, else ring."""
+    if tuning.algorithm != "auto":
+        return tuning.algorithm
+    return "recursive_doubling" if nbytes <= tuning.small_bytes or count < p else "ring"
 
 
 def _divide(arr: np.ndarray, p: int) -> None:
@@ -99,8 +129,13 @@ def _native(comm, send, recv, op, root):
 
 
 register(Collective(
-    "allreduce", busbw_factor=lambda n: 2 * (n - 1) / n,
-    buffers=lambda nbytes, isz, size, rank: (nbytes // isz, nbytes // isz),
+    "allreduce", code=1, method=allreduce, args=_args, choose=_choose,
+    algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
+    frame_bound=ring_tree_bound, counts=lambda count, p, rank: Counts(count, count, count),
+    busbw_factor=lambda n: 2 * (n - 1) / n, native=_native,
     secure=lambda sc, send, recv, op, root: sc.allreduce(send, recv, op=op),
-    native=_native, algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
-    doc="ring (RS + encrypt-once AG) or recursive doubling"))
+    cost={"ring": Cost(lambda n, t: ring_steps(n, t, True, True), per_rank),
+          "recursive_doubling": Cost(lambda n, t: rd_steps(n, t, False)),
+          "rabenseifner": Cost(lambda n, t: rd_steps(n, t, True)),
+          "hierarchical": Cost(hier_steps, per_rank)},
+    reduces=True, doc="ring (RS + encrypt-once AG) or recursive doubling"))

@@ -4,10 +4,32 @@ forwards the frames unchanged and opens them.  Binomial tree for small messages
 
 from __future__ import annotations
 
-from ..dtypes import as_bytes
-from . import Collective, register
-from .common import chunk_views
+import numpy as np
+
+from ..dtypes import as_bytes, check_buffer
+from . import Call, Collective, Counts, register
+from .common import chunk_views, ring_tree_bound, seeded, writeable
+from .cost import Cost, Step, rd_steps, whole
 from .native import as_bytes_spec
+
+
+def bcast(self, buf: np.ndarray, root: int = 0) -> None:
+    """Broadcast ``buf`` from ``root`` to every rank (same size and dtype everywhere).
+    Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above."""
+    self._collective("bcast", buf, buf, root=root)
+
+
+def _args(sendbuf, buf, rank, size, device, root=0) -> Call:
+    dname = check_buffer(buf, "buf", device=device)
+    if not device:
+        writeable(buf, "buf")
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ValueError(f"root must be a rank in [0, {size - 1}], got {root!r}")
+    return Call(dname, buf.size, buf.itemsize, "none", (buf.reshape(-1), int(root)))
+
+
+def _choose(tuning, nbytes, count, p) -> str:
+    return "binomial" if nbytes <= tuning.bcast_chain_bytes else "chain"
 
 
 def binomial_links(vr: int, p: int):
@@ -46,13 +68,28 @@ def _native(comm, send, recv, op, root):
     comm.Bcast(as_bytes_spec(recv), root=root)
 
 
-def _secure(sc, send, recv, op, root):
-    sc.bcast(recv, root=root)
+def _init(dname, op, n, rank, size, root):
+    return seeded(dname, op, n, root, size)  # every rank holds the root's data: the bench check
+
+
+def _reset(send, buf, rank, root):
+    """The root's buffer holds the data, every other rank's starts from zeros."""
+    if rank == root:
+        np.copyto(buf, send)
+    else:
+        buf.fill(0)
+
+
+def _binomial_cost(n, topo):
+    """lg p steps of the whole message, frames forwarded as sealed by the root."""
+    return [Step(n, s.inter, 1, s.spine, False, False, True) for s in rd_steps(n, topo, False)]
 
 
 register(Collective(
-    "bcast", busbw_factor=lambda n: 1.0,
-    buffers=lambda nbytes, isz, size, rank: (nbytes // isz, nbytes // isz),
-    secure=_secure, native=_native, reduces=False,
+    "bcast", code=4, method=bcast, args=_args, choose=_choose,
     algorithms={"binomial": _tree(binomial_links), "chain": _tree(chain_links)},
+    frame_bound=ring_tree_bound, counts=lambda count, p, rank: Counts(count, count, count),
+    busbw_factor=lambda n: 1.0, native=_native,
+    secure=lambda sc, send, recv, op, root: sc.bcast(recv, root=root),
+    cost={"binomial": Cost(_binomial_cost, whole)}, rooted=True, init=_init, reset=_reset,
     doc="binomial tree (small) or pipelined chain (large), encrypt-once; recv is the buffer"))

@@ -6,12 +6,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes, typed
+from ..dtypes import as_bytes, check_op, typed
 from ..engine import Recv, Send
-from . import Collective, register
 from ..framing import block_counts
-from .common import Blocks, chunk_views
+from . import Call, Collective, Counts, register
+from .common import Blocks, check_pair, chunk_views, ring_tree_bound
+from .cost import Cost, ring_steps
 from .native import finish_avg, mpi_args
+
+
+def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
+    """Reduce ``sendbuf`` (N elements, same N on every rank) over all ranks; ``recvbuf`` gets
+    this rank's block: ``block_counts(N)[rank]`` elements starting at the sum of the earlier
+    blocks.  Errors as for :meth:`allreduce`."""
+    self._collective("reduce_scatter", sendbuf, recvbuf, op=op)
+
+
+def _args(sendbuf, recvbuf, rank, size, device, op="sum") -> Call:
+    dname = check_pair(sendbuf, recvbuf, same_size=False, device=device)
+    ufunc = check_op(op, recvbuf.dtype)
+    want = block_counts(sendbuf.size, size)[rank]
+    if recvbuf.size != want:
+        raise ValueError(f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
+                         f"{rank}'s block of {sendbuf.size} over {size} ranks has "
+                         f"{want} (see SecureComm.block_counts)")
+    return Call(dname, sendbuf.size, recvbuf.itemsize, op, (sendbuf, recvbuf, ufunc, op == "avg"))
 
 
 def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> None:
@@ -46,9 +65,11 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
                      Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None)
 
 
-def _run(run, sendbuf, recvbuf, ufunc):
+def _run(run, sendbuf, recvbuf, ufunc, avg=False):
     blocks = Blocks(sendbuf.size, run.size)
     ring_reduce_scatter(run, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, blocks)
+    if avg and run.size > 1 and recvbuf.size:
+        np.divide(recvbuf, recvbuf.dtype.type(run.size), out=recvbuf)
 
 
 def _native(comm, send, recv, op, root):
@@ -59,13 +80,13 @@ def _native(comm, send, recv, op, root):
     finish_avg(recv, op, comm.Get_size())
 
 
-def _buffers(nbytes, isz, size, rank):
-    count = nbytes // isz
-    return count, block_counts(count, size)[rank]
+def _counts(count, p, rank):
+    return Counts(count, block_counts(count, p)[rank], count)
 
 
 register(Collective(
-    "reduce_scatter", busbw_factor=lambda n: (n - 1) / n, buffers=_buffers,
-    secure=lambda sc, send, recv, op, root: sc.reduce_scatter(send, recv, op=op),
-    native=_native, algorithms={"ring": _run},
-    doc="ring; block r of the balanced partition ends on rank r"))
+    "reduce_scatter", code=2, method=reduce_scatter, args=_args, algorithms={"ring": _run},
+    frame_bound=ring_tree_bound, counts=_counts, busbw_factor=lambda n: (n - 1) / n,
+    native=_native, secure=lambda sc, send, recv, op, root: sc.reduce_scatter(send, recv, op=op),
+    cost={"ring": Cost(lambda n, t: ring_steps(n, t, True, False))},
+    reduces=True, doc="ring; block r of the balanced partition ends on rank r"))

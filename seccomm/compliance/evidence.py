@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..suites import SUITES
 from ..transports.wrappers import RecordingTransport
 
 WINDOW = 16  #: bytes; a 16-byte window of random float32 data does not occur by chance (2**-128)
-ENCRYPTING = ("aes-256-gcm", "chacha20-poly1305")
-CHECK_SUITES = ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac", "none")
+ENCRYPTING = tuple(name for name, s in SUITES.items() if s.confidential)
+CHECK_SUITES = tuple(SUITES)
 
 
 def _halves(buf: np.ndarray, window: int = WINDOW):

@@ -145,15 +145,15 @@ class DeviceOpRun(OpRun):
     """One collective call whose buffers are device arrays: its context's workspace is a
     :class:`DeviceWorkspace`, whose backend supplies the array module and the batch AEAD."""
 
-    def __init__(self, ctx, frame, itemsize):
-        super().__init__(ctx, frame, itemsize)
+    def __init__(self, ctx, frame, itemsize, collective):
+        super().__init__(ctx, frame, itemsize, collective)
         self.backend = ctx.workspace.backend
 
     def _key(self, group: bool, a: int, b: int):
         """(suite, raw 32-byte key or None for the clear ``none`` suite): the kernels take raw keys."""
         if not self.policy.encrypts(a, b, group) or self.suite.name == "none":
             return SUITES["none"], None
-        ep = self.ctx.epoch
+        ep = self.frame.epoch
         return self.suite, (self.keys.group_key(ep) if group else self.keys.direction_key(ep, a, b))
 
     def _crypt(self, seal: bool, suite, key, wsname, slots, data_views):
@@ -213,9 +213,9 @@ class DeviceOpRun(OpRun):
         bad = np.flatnonzero(np.asarray(ok) == 0)
         if bad.size:
             j = int(bad[0])
-            raise AuthenticationError(peer=peer, op=self.collective, seq=self.ctx.seq,
+            raise AuthenticationError(peer=peer, op=self.collective, seq=self.frame.seq,
                                       step=None if group else step, chunk=j, chunks=len(slots),
-                                      epoch=self.ctx.epoch, suite=suite.name)
+                                      epoch=self.frame.epoch, suite=suite.name)
 
     # -- ring reduce-scatter with the fused hop ----------------------------------------------
     def ring_rs_fused(self, send, dest, ufunc, blocks) -> bool:
@@ -270,7 +270,7 @@ class DeviceOpRun(OpRun):
                 fout, out_offs, _, n_out, a_out = self.ws.batch(outws, oslots)
                 span, own_offs = be.span(own)
                 n = len(slots)
-                ep = self.ctx.epoch
+                ep = self.frame.epoch
                 k_in = be.asarray(np.tile(np.frombuffer(self.keys.direction_key(ep, prv, r), np.uint8), (n, 1)))
                 k_out = be.asarray(np.tile(np.frombuffer(self.keys.direction_key(ep, r, nxt), np.uint8), (n, 1)))
                 d = [be.asarray(np.ascontiguousarray(a)) for a in (n_in, a_in, in_offs, own_offs, n_out, a_out,
@@ -280,8 +280,8 @@ class DeviceOpRun(OpRun):
                 ok = be.to_host(ok) if be.xp is not np else ok
                 bad = np.flatnonzero(np.asarray(ok) == 0)
                 if bad.size:
-                    raise AuthenticationError(peer=prv, op=self.collective, seq=self.ctx.seq, step=s, chunk=int(bad[0]),
-                                              chunks=n, epoch=self.ctx.epoch, suite=suite.name)
+                    raise AuthenticationError(peer=prv, op=self.collective, seq=self.frame.seq, step=s, chunk=int(bad[0]),
+                                              chunks=n, epoch=self.frame.epoch, suite=suite.name)
                 frames_next = [o.frame for o in oslots]
             else:
                 frames_next = []
