@@ -7,6 +7,7 @@ import os
 import pytest
 
 from seccomm.errors import KeyScheduleError
+from seccomm.framing import Workspace
 from seccomm.keys import KeySchedule, hkdf, load_secret, new_secret_file
 from seccomm.suites import get_suite
 
@@ -51,11 +52,14 @@ def test_keys_distinct_and_hidden():
     ks = KeySchedule(secret, suite, b"j" * 16, b"c" * 16, rank=0)
     other = KeySchedule(secret, suite, b"j" * 16, b"d" * 16, rank=0)  # another communicator
     pt = b"same plaintext!!"
-    nonce = bytes(12)
+    (slot,) = Workspace().slots("w", [len(pt)])
+    slot.nonce[:] = bytes(len(slot.nonce))
+    slot.header[:] = bytes(len(slot.header))
     cts = set()
-    for aead in [ks.direction(0, 0, 1), ks.direction(0, 1, 0), ks.direction(1, 0, 1),
-                 ks.direction(0, 0, 2), ks.group(0), ks.group(1), other.direction(0, 0, 1)]:
-        cts.add(aead.encrypt(nonce, pt, b""))
+    for keyed in [ks.direction(0, 0, 1), ks.direction(0, 1, 0), ks.direction(1, 0, 1),
+                  ks.direction(0, 0, 2), ks.group(0), ks.group(1), other.direction(0, 0, 1)]:
+        keyed.seal(slot, memoryview(pt))  # same nonce, header and plaintext: only the key differs
+        cts.add(bytes(slot.frame))
     assert len(cts) == 7  # every (kind, epoch, direction, communicator) has its own key
     assert ks.direction(0, 0, 1) is ks.direction(0, 0, 1)  # cached
     assert secret.hex() not in repr(ks) and "secret" not in repr(ks).lower()
