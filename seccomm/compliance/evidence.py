@@ -129,12 +129,18 @@ def gradients(rank: int, count: int, salt: int) -> np.ndarray:
     return np.random.default_rng([rank, count, salt]).standard_normal(count).astype(np.float32)
 
 
+#: two SecureComm configurations that between them run every algorithm of every collective
+PASSES = ({"algorithm": "ring", "bcast_chain_bytes": 0}, {"algorithm": "recursive_doubling"})
+
+
 def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | None = None,
                timeout: float = 30.0) -> list[dict]:
     """Collective over ``comm`` (an ``mpi4py`` communicator, >= 2 ranks): for each suite, run
-    allreduce (ring and recursive doubling), reduce-scatter, allgather and bcast on random
-    float32 gradients (``count`` elements per rank per call), record what this rank hands to the
-    transport, and search it for every rank's inputs and every result.
+    every registered collective (:data:`seccomm.collectives.COLLECTIVES`) under each of
+    :data:`PASSES` (allreduce by ring and by recursive doubling, bcast by chain and by binomial
+    tree) on random float32 gradients of ``count`` elements (S = 4 * ``count`` bytes, buffers
+    from each record's ``counts``), record what this rank hands to the transport, and search it
+    for every rank's inputs and every result.
 
     Returns, identical on every rank, one row per suite: ``suite``, ``wire_bytes`` (all ranks),
     ``plaintext_windows`` (searched for, per rank), ``hits`` (all ranks), ``expect``
@@ -144,31 +150,16 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
 
     from ..comm import SecureComm
 
-    rank, size = comm.Get_rank(), comm.Get_size()
     psk = psk or bytes(range(32))
     rows = []
     for si, suite in enumerate(suites):
-        inputs = {r: [gradients(r, count, 10 * si + k) for k in range(5)] for r in range(size)}
-        mine = inputs[rank]
-        outs, recorded = [], []
-        for alg in ("ring", "recursive_doubling"):
-            sc = SecureComm(comm, suite, psk=psk, algorithm=alg, chunk_bytes=1 << 16, timeout=timeout,
-                            wrap_transport=RecordingTransport)
-            y = np.empty_like(mine[0])
-            sc.allreduce(mine[0 if alg == "ring" else 1], y)
-            outs.append(y)
-            if alg == "ring":
-                blocks = sc.block_counts(count)
-                rs = np.empty(blocks[rank], np.float32)
-                sc.reduce_scatter(mine[2], rs)
-                ag = np.empty(count, np.float32)
-                sc.allgather(mine[3][: sc.block_counts(count)[rank]], ag)
-                bc = mine[4].copy()
-                sc.bcast(bc, root=0)
-                outs += [rs, ag, bc]
+        plaintexts, recorded = [], []
+        for k, settings in enumerate(PASSES):
+            sc = SecureComm(comm, suite, psk=psk, chunk_bytes=1 << 16, timeout=timeout,
+                            wrap_transport=RecordingTransport, **settings)
+            plaintexts += run_every_collective(sc, count, salt=100 * si + 10 * k)
             recorded += [f for _, _, f in sc.transport.frames]
             sc.close()
-        plaintexts = [x for r in range(size) for x in inputs[r]] + outs
         res = find_plaintext(recorded, plaintexts)
         tot = np.array([res["hits"], res["recorded_bytes"]], np.int64)
         comm.Allreduce(MPI.IN_PLACE, tot, MPI.SUM)
@@ -178,3 +169,21 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
         rows.append({"suite": suite, "wire_bytes": int(tot[1]), "plaintext_windows": res["plaintext_windows"],
                      "hits": hits, "expect": expect, "ok": searched and (hits == 0) == (expect == "absent")})
     return rows
+
+
+def run_every_collective(sc, count: int, salt: int) -> list[np.ndarray]:
+    """Run every registered collective once on ``sc`` (root 0, op sum) with float32 gradients;
+    return what must not cross the wire in the clear: every rank's inputs (each rank can compute
+    them) and this rank's results."""
+    from ..collectives import COLLECTIVES
+
+    rank, size = sc.rank, sc.size
+    found = []
+    for j, coll in enumerate(COLLECTIVES.values()):
+        n = [coll.counts(count, size, r) for r in range(size)]
+        inputs = [gradients(r, n[r].send, salt + j) for r in range(size)]
+        out = np.empty(n[rank].recv, np.float32)
+        coll.reset(inputs[rank], out, rank, 0)
+        coll.secure(sc, inputs[rank], out, "sum", 0)
+        found += inputs + [out]
+    return found

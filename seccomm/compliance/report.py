@@ -288,13 +288,20 @@ def _attack_evidence(d: Doc, rv: Review) -> None:
              for r in attacks])
 
 
+def _every_algorithm() -> str:
+    """The collectives and algorithms the wire check runs, from the registry."""
+    from ..collectives import COLLECTIVES
+
+    return "; ".join(f"{c.name} by {' and '.join(c.algorithms)}" for c in COLLECTIVES.values())
+
+
 def _wire_evidence(d: Doc, rv: Review) -> None:
     """The recording-transport wire check run for this report, one row per suite."""
     wire = rv.wire
     d.h(1, "Evidence: no plaintext on the wire (run for this report)")
     d.p("A recording transport keeps a copy of every buffer each rank hands to MPI (frames and setup "
-        "messages) while allreduce (ring and recursive doubling), reduce-scatter, allgather and "
-        "broadcast run on random float32 gradients. Every 16-byte window of every rank's inputs and of "
+        f"messages) while every collective ({_every_algorithm()}) runs on random float32 gradients. "
+        "Every 16-byte window of every rank's inputs and of "
         "every result, at every byte offset, is searched for at every offset of the recording; each "
         "candidate is confirmed byte for byte. The encrypting suites must show none; aes-256-gmac and "
         "none must show them, which proves the check can fail.")
