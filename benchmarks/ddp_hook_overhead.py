@@ -35,15 +35,17 @@ for name in ("default", "py_allreduce_hook", "secure_none", "secure_gcm"):
     if name == "py_allreduce_hook":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     elif name.startswith("secure"):
-        state = SecureHookState(None, "none" if name == "secure_none" else "aes-256-gcm", psk=bytes(range(32)))
+        state = SecureHookState(
+            None, "none" if name == "secure_none" else "aes-256-gcm", psk=bytes(range(32))
+        )
         ddp.register_comm_hook(state, secure_allreduce_hook)
     models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05))
 times = {k: [] for k in models}
 loss_fn = nn.CrossEntropyLoss()
 for step in range(steps):
     lo = step * 32 % (len(ytr) - 32)
-    xb, yb = xtr[lo:lo + 32], ytr[lo:lo + 32]
-    for k in (list(models) if step % 2 == 0 else list(models)[::-1]):
+    xb, yb = xtr[lo : lo + 32], ytr[lo : lo + 32]
+    for k in list(models) if step % 2 == 0 else list(models)[::-1]:
         times[k].append(timed_step(*models[k], loss_fn, xb, yb))
 if rank == 0:
     base = np.median(times["default"][20:])

@@ -57,8 +57,10 @@ def main() -> int:
     from seccomm.gpu import GPUAEAD, available
 
     if not available():
-        print("gpu_check: no CUDA device found by CuPy (pip install -e '.[gpu]' on a GPU machine)",
-              file=sys.stderr)
+        print(
+            "gpu_check: no CUDA device found by CuPy (pip install -e '.[gpu]' on a GPU machine)",
+            file=sys.stderr,
+        )
         return 2
     import cupy as cp
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
@@ -67,15 +69,17 @@ def main() -> int:
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     big = parse_size(a.sizes.split(",")[-1])
-    x, y = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)
-    t_copy = timed(cp, lambda: cp.copyto(y, x), a.repeats)
+    src, dst = cp.empty(big, cp.uint8), cp.empty(big, cp.uint8)
+    t_copy = timed(cp, lambda: cp.copyto(dst, src), a.repeats)
     copy_gbps = 2 * big / t_copy / 1e9  # read + write
-    del x, y
+    src = dst = None  # free the copy buffers before the AEAD runs
     cpu = {"chacha20-poly1305": ChaCha20Poly1305, "aes-256-gcm": AESGCM, "aes-256-gmac": AESGCM}
     rows, rng = [], np.random.default_rng(0)
     print(f"# {name}, d2d copy {copy_gbps:.0f} GB/s (read+write), chunk {CHUNK} B, {a.repeats} repeats")
-    print(f"# {'suite':>18} {'size [B]':>12} {'seal [GB/s]':>12} {'open [GB/s]':>12} {'hop [GB/s]':>11} "
-          f"{'seal/copy':>10} {'correct':>8}")
+    print(
+        f"# {'suite':>18} {'size [B]':>12} {'seal [GB/s]':>12} {'open [GB/s]':>12} {'hop [GB/s]':>11} "
+        f"{'seal/copy':>10} {'correct':>8}"
+    )
     for suite in cpu:
         g = GPUAEAD(suite)
         for size in (parse_size(s) for s in a.sizes.split(",")):
@@ -91,47 +95,90 @@ def main() -> int:
             out = cp.empty_like(src)
             dl, do, df = cp.asarray(lens), cp.asarray(offs), cp.asarray(fr_offs)
             ml = int(lens.max())  # known on the host: no sync inside the timed calls
-            t_seal = timed(cp, lambda: g.seal(keys, nonces, aads, src, do, dl, frames, df, max_len=ml), a.repeats,
-                           frames)
+            t_seal = timed(
+                cp, lambda: g.seal(keys, nonces, aads, src, do, dl, frames, df, max_len=ml), a.repeats, frames
+            )
             g.seal(keys, nonces, aads, src, do, dl, frames, df, max_len=ml)
-            t_open = timed(cp, lambda: g.open(keys, nonces, aads, frames, df, dl, out, do, max_len=ml), a.repeats,
-                           out)
+            t_open = timed(
+                cp, lambda: g.open(keys, nonces, aads, frames, df, dl, out, do, max_len=ml), a.repeats, out
+            )
             ok = cp.asnumpy(g.open(keys, nonces, aads, frames, df, dl, out, do, max_len=ml))
             fh, kh, nh, ah, sh = (cp.asnumpy(v) for v in (frames, keys, nonces, aads, src))
             check = range(n) if size <= (256 << 20) else rng.choice(n, min(n, 64), replace=False)
             correct = bool(ok.all()) and bool((cp.asnumpy(out) == sh).all())
             for j in check:
-                pt = sh[offs[j]:offs[j] + lens[j]].tobytes()
-                fr = fh[fr_offs[j]:fr_offs[j] + lens[j] + 16].tobytes()
+                pt = sh[offs[j] : offs[j] + lens[j]].tobytes()
+                fr = fh[fr_offs[j] : fr_offs[j] + lens[j] + 16].tobytes()
                 if suite == "aes-256-gmac":
-                    want = pt + cpu[suite](kh[j].tobytes()).encrypt(nh[j].tobytes(), b"", ah[j].tobytes() + pt)
+                    want = pt + cpu[suite](kh[j].tobytes()).encrypt(
+                        nh[j].tobytes(), b"", ah[j].tobytes() + pt
+                    )
                 else:
                     want = cpu[suite](kh[j].tobytes()).encrypt(nh[j].tobytes(), pt, ah[j].tobytes())
                 correct = correct and fr == want
             t_hop = float("nan")
             if suite != "aes-256-gmac":
                 frames2, acc = cp.empty_like(frames), cp.empty_like(src)
-                t_hop = timed(cp, lambda: g.fused_hop(keys, nonces, aads, frames, df, src, do, keys, nonces,
-                                                      aads, frames2, df, dl, "float32", acc, max_len=ml),
-                              a.repeats, frames2)
+                t_hop = timed(
+                    cp,
+                    lambda: g.fused_hop(
+                        keys,
+                        nonces,
+                        aads,
+                        frames,
+                        df,
+                        src,
+                        do,
+                        keys,
+                        nonces,
+                        aads,
+                        frames2,
+                        df,
+                        dl,
+                        "float32",
+                        acc,
+                        max_len=ml,
+                    ),
+                    a.repeats,
+                    frames2,
+                )
                 # the hop opened src's frames and added src: sum = src + src (float32), sealed again
                 f2, acch = cp.asnumpy(frames2), cp.asnumpy(acc)
                 for j in check:
-                    x = sh[offs[j]:offs[j] + lens[j]].view(np.float32)
+                    x = sh[offs[j] : offs[j] + lens[j]].view(np.float32)
                     with np.errstate(all="ignore"):
                         want_sum = (x + x).tobytes()
                     want = cpu[suite](kh[j].tobytes()).encrypt(nh[j].tobytes(), want_sum, ah[j].tobytes())
-                    correct = (correct and acch[offs[j]:offs[j] + lens[j]].tobytes() == want_sum
-                               and f2[fr_offs[j]:fr_offs[j] + lens[j] + 16].tobytes() == want)
+                    correct = (
+                        correct
+                        and acch[offs[j] : offs[j] + lens[j]].tobytes() == want_sum
+                        and f2[fr_offs[j] : fr_offs[j] + lens[j] + 16].tobytes() == want
+                    )
             nbytes = int(lens.sum())
-            row = {"suite": suite, "size_bytes": nbytes, "seal_gbps": nbytes / t_seal / 1e9,
-                   "open_gbps": nbytes / t_open / 1e9, "hop_gbps": nbytes / t_hop / 1e9,
-                   "copy_gbps": copy_gbps, "correct": correct}
+            row = {
+                "suite": suite,
+                "size_bytes": nbytes,
+                "seal_gbps": nbytes / t_seal / 1e9,
+                "open_gbps": nbytes / t_open / 1e9,
+                "hop_gbps": nbytes / t_hop / 1e9,
+                "copy_gbps": copy_gbps,
+                "correct": correct,
+            }
             rows.append(row)
-            print(f"  {suite:>18} {nbytes:>12} {row['seal_gbps']:12.1f} {row['open_gbps']:12.1f} "
-                  f"{row['hop_gbps']:11.1f} {row['seal_gbps'] / copy_gbps:10.3f} {str(correct):>8}", flush=True)
-    doc = {"device": name, "copy_gbps": copy_gbps, "chunk_bytes": CHUNK, "repeats": a.repeats,
-           "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": time.time() - t0, "rows": rows}
+            print(
+                f"  {suite:>18} {nbytes:>12} {row['seal_gbps']:12.1f} {row['open_gbps']:12.1f} "
+                f"{row['hop_gbps']:11.1f} {row['seal_gbps'] / copy_gbps:10.3f} {str(correct):>8}",
+                flush=True,
+            )
+    doc = {
+        "device": name,
+        "copy_gbps": copy_gbps,
+        "chunk_bytes": CHUNK,
+        "repeats": a.repeats,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": time.time() - t0,
+        "rows": rows,
+    }
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "gpu_check.json"), "w") as f:
         json.dump(doc, f, indent=1)

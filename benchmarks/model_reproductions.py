@@ -20,8 +20,10 @@ def cryptmpi():
     b = (4 * MB / 11.2e9 - 1 * MB / 10.6e9) / (3 * MB)
     a = 1 * MB / 10.6e9 - 1 * MB * b
     link = m.Link(a, b)
-    print(f"# CryptMPI ping-pong: link alpha {a * 1e6:.2f} us, beta {1 / b / 1e9:.2f} GB/s (fitted to the "
-          f"unencrypted points); AES-GCM 5.5 GB/s per thread")
+    print(
+        f"# CryptMPI ping-pong: link alpha {a * 1e6:.2f} us, beta {1 / b / 1e9:.2f} GB/s (fitted to the "
+        f"unencrypted points); AES-GCM 5.5 GB/s per thread"
+    )
     print(f"# {'threads':>7} {'chunk':>8} {'1 MB ratio':>11} {'4 MB ratio':>11}   (published: 0.70, 0.88)")
     for threads in (1, 2, 4, 8):
         for chunk in (64 * 1024, 128 * 1024, 256 * 1024):
@@ -35,8 +37,18 @@ def cryptmpi():
 def gpu_tee():
     # 4..64 GPUs, one ring allreduce of a 100 MB bucket, NVLink-class link; each hop pays a fixed
     # per-chunk crypto cost (bounce-buffer staging, launch, sync) plus a rate, unpipelined
-    prm = m.Params(m.Link(5e-6, 1 / 150e9), m.Link(5e-6, 1 / 150e9), 1 / 1000e9, 1 / 20e9, 1 / 20e9,
-                   1, 1 << 40, {}, False, 200e-6)
+    prm = m.Params(
+        m.Link(5e-6, 1 / 150e9),
+        m.Link(5e-6, 1 / 150e9),
+        1 / 1000e9,
+        1 / 20e9,
+        1 / 20e9,
+        1,
+        1 << 40,
+        {},
+        False,
+        200e-6,
+    )
     print("# GPU-TEE ring, unpipelined, 100 MB: secure - plain time grows linearly with GPUs")
     print(f"# {'GPUs':>5} {'plain [ms]':>11} {'secure [ms]':>12} {'added [ms]':>11} {'ratio':>7}")
     for p in (2, 4, 8, 16, 32, 64):

@@ -34,6 +34,7 @@ def pair(suite_name: str, nbytes: int):
         def raw_seal():
             buf[AAD_BYTES:] = pt
             aead.encrypt_into(nonce, b"", buf, frame_out[:16])
+
         fill()
         keyed.seal(slot, pt)
         tag, hb = bytes(slot.tag), bytes(slot.header_body)
@@ -73,15 +74,18 @@ def main():
     ap.add_argument("--sizes", default="64K,1M,4M")
     ap.add_argument("--rounds", type=int, default=400)
     a = ap.parse_args()
-    print(f"# {'suite':>18} {'chunk [B]':>10} {'op':>5} {'raw [GB/s]':>11} {'framing [GB/s]':>15} "
-          f"{'framing/raw throughput':>23}")
+    print(
+        f"# {'suite':>18} {'chunk [B]':>10} {'op':>5} {'raw [GB/s]':>11} {'framing [GB/s]':>15} "
+        f"{'framing/raw throughput':>23}"
+    )
     for suite in ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"):
         for n in (parse_size(s) for s in a.sizes.split(",")):
             rs, fs, ro, fo = pair(suite, n)
             for op, raw, frm in (("seal", rs, fs), ("open", ro, fo)):
                 t_raw, t_frm, r = ratio(raw, frm, a.rounds)
-                print(f"  {suite:>18} {n:>10} {op:>5} {n / t_raw / 1e9:11.2f} {n / t_frm / 1e9:15.2f} "
-                      f"{r:23.3f}")
+                print(
+                    f"  {suite:>18} {n:>10} {op:>5} {n / t_raw / 1e9:11.2f} {n / t_frm / 1e9:15.2f} {r:23.3f}"
+                )
 
 
 if __name__ == "__main__":

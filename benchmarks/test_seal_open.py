@@ -43,9 +43,11 @@ def test_seal(benchmark, suite_name, path, nbytes):
         else:
             fn = lambda: aead.encrypt_into(nonce, pt, aad, out)  # noqa: E731
     else:
+
         def fn():
             ctx.fill(slot, KEY_DIRECTION, suite.suite_id, 0, 0, 1, 0, 1, nbytes // 4)
             keyed.seal(slot, pt)
+
     benchmark(fn)
     benchmark.extra_info.update({"suite": suite_name, "bytes": nbytes, "path": path})
 
@@ -66,8 +68,10 @@ def test_open(benchmark, suite_name, path, nbytes):
         else:
             fn = lambda: aead.decrypt_into(nonce, frame, header, out)  # noqa: E731
     else:
+
         def fn():
             ctx.fill(slot, KEY_DIRECTION, suite.suite_id, 0, 0, 1, 0, 1, nbytes // 4)
             keyed.open(slot, out)
+
     benchmark(fn)
     benchmark.extra_info.update({"suite": suite_name, "bytes": nbytes, "path": path})

@@ -4,8 +4,16 @@
 :class:`SecureComm` is built.
 """
 
-from .errors import (AuthenticationError, CommClosedError, ConfigMismatchError, FrameError,
-                     KeyScheduleError, PeerAbortError, SecCommError, TransportTimeout)
+from .errors import (
+    AuthenticationError,
+    CommClosedError,
+    ConfigMismatchError,
+    FrameError,
+    KeyScheduleError,
+    PeerAbortError,
+    SecCommError,
+    TransportTimeout,
+)
 from .suites import SUITES, CipherSuite, get_suite
 
 __version__ = "0.1.0"
@@ -19,6 +27,18 @@ def __getattr__(name):  # SecureComm pulls in mpi4py; load it on first use
     raise AttributeError(f"module 'seccomm' has no attribute {name!r}")
 
 
-__all__ = ["SecureComm", "SecCommError", "AuthenticationError", "FrameError", "TransportTimeout",
-           "ConfigMismatchError", "KeyScheduleError", "CommClosedError", "PeerAbortError", "CipherSuite", "SUITES",
-           "get_suite", "__version__"]
+__all__ = [
+    "SecureComm",
+    "SecCommError",
+    "AuthenticationError",
+    "FrameError",
+    "TransportTimeout",
+    "ConfigMismatchError",
+    "KeyScheduleError",
+    "CommClosedError",
+    "PeerAbortError",
+    "CipherSuite",
+    "SUITES",
+    "get_suite",
+    "__version__",
+]

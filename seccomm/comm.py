@@ -15,10 +15,23 @@ import numpy as np
 from . import collectives as _coll
 from .dtypes import DTYPES
 from .engine import OpContext, OpRun
-from .errors import (AuthenticationError, CommClosedError, ConfigMismatchError, FrameError,
-                     KeyScheduleError, SecCommError)
-from .framing import (AAD_BYTES, MAX_CHUNKS_PER_HOP, MAX_OPS_PER_EPOCH, MAX_RANKS, FrameContext, Workspace,
-                      block_counts)
+from .errors import (
+    AuthenticationError,
+    CommClosedError,
+    ConfigMismatchError,
+    FrameError,
+    KeyScheduleError,
+    SecCommError,
+)
+from .framing import (
+    AAD_BYTES,
+    MAX_CHUNKS_PER_HOP,
+    MAX_OPS_PER_EPOCH,
+    MAX_RANKS,
+    FrameContext,
+    Workspace,
+    block_counts,
+)
 from .handshake import verify_settings
 from .keys import KEY_EXCHANGES, KeySchedule, load_secret
 from .policy import ENCRYPT_POLICIES, EncryptPolicy
@@ -80,13 +93,26 @@ class SecureComm:
     never joins.
     """
 
-    def __init__(self, comm, suite: str = "aes-256-gcm", *, algorithm: str = "auto",
-                 encrypt: str = "all", chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 key_exchange: str = "psk", psk=None, job_id: str | None = None,
-                 timeout: float | None = None, crypto_threads: int | None = None,
-                 rotate_after_frames: int | None = None, small_bytes: int | None = None,
-                 bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES, node_ids=None,
-                 wrap_transport=None, device_backend=None):
+    def __init__(
+        self,
+        comm,
+        suite: str = "aes-256-gcm",
+        *,
+        algorithm: str = "auto",
+        encrypt: str = "all",
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        key_exchange: str = "psk",
+        psk=None,
+        job_id: str | None = None,
+        timeout: float | None = None,
+        crypto_threads: int | None = None,
+        rotate_after_frames: int | None = None,
+        small_bytes: int | None = None,
+        bcast_chain_bytes: int = DEFAULT_BCAST_CHAIN_BYTES,
+        node_ids=None,
+        wrap_transport=None,
+        device_backend=None,
+    ):
         # Nothing may raise before the agreement below: a rank that stopped here would leave the
         # others waiting in a collective.  Bad values are collected and reported there.
         timeout_raw = timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
@@ -115,9 +141,11 @@ class SecureComm:
                 _check_int("rotate_after_frames", rotate_after_frames, 1, 1 << 63)
                 cap = self.suite.usage_limit(chunk_bytes, AAD_BYTES)
                 if rotate_after_frames > cap:
-                    raise ValueError(f"rotate_after_frames {rotate_after_frames} is above {self.suite.name}'s "
-                                     f"usage limit of {cap} frames per key at chunk_bytes={chunk_bytes} "
-                                     f"({self.suite.limit_source}); it may only lower the rotation point")
+                    raise ValueError(
+                        f"rotate_after_frames {rotate_after_frames} is above {self.suite.name}'s "
+                        f"usage limit of {cap} frames per key at chunk_bytes={chunk_bytes} "
+                        f"({self.suite.limit_source}); it may only lower the rotation point"
+                    )
             if crypto_threads is not None:
                 _check_int("crypto_threads", crypto_threads, 1, 1024)
             if not self.timeout > 0:
@@ -138,9 +166,16 @@ class SecureComm:
             local_error = e
             self.suite = SUITES["none"]
         self.algorithm, self.encrypt, self.chunk_bytes = algorithm, encrypt, chunk_bytes
-        self.key_exchange, self.small_bytes, self.bcast_chain_bytes = key_exchange, small_bytes, bcast_chain_bytes
-        label = job_id if job_id is not None else os.environ.get(
-            "SECCOMM_JOB_ID", os.environ.get("SLURM_JOB_ID", ""))
+        self.key_exchange, self.small_bytes, self.bcast_chain_bytes = (
+            key_exchange,
+            small_bytes,
+            bcast_chain_bytes,
+        )
+        label = (
+            job_id
+            if job_id is not None
+            else os.environ.get("SECCOMM_JOB_ID", os.environ.get("SLURM_JOB_ID", ""))
+        )
         self.job_id = str(label)
         self._job_id = hashlib.sha256(b"seccomm job " + self.job_id.encode()).digest()[:16]
         cid = np.frombuffer(secrets.token_bytes(16), np.uint8).copy()
@@ -155,21 +190,31 @@ class SecureComm:
             local = sum(1 for x in node_ids if x == node_ids[self.rank])
         self.node_ids = node_ids
         self._limit_forced = rotate_after_frames is not None
-        self.usage_limit = (rotate_after_frames if self._limit_forced
-                            else self.suite.usage_limit(chunk_bytes, AAD_BYTES))
-        settings = {"protocol": 1, "suite": self.suite.name if local_error is None else suite,
-                    "algorithm": algorithm, "encrypt": encrypt, "chunk_bytes": chunk_bytes,
-                    "key_exchange": key_exchange, "job_id": self.job_id,
-                    "comm_id": self._comm_id.hex(), "world_size": self.size,
-                    "usage_limit": self.usage_limit, "small_bytes": small_bytes,
-                    "bcast_chain_bytes": bcast_chain_bytes,
-                    "node_ids": hashlib.sha256(repr(node_ids).encode()).hexdigest()[:16]}
+        self.usage_limit = (
+            rotate_after_frames if self._limit_forced else self.suite.usage_limit(chunk_bytes, AAD_BYTES)
+        )
+        settings = {
+            "protocol": 1,
+            "suite": self.suite.name if local_error is None else suite,
+            "algorithm": algorithm,
+            "encrypt": encrypt,
+            "chunk_bytes": chunk_bytes,
+            "key_exchange": key_exchange,
+            "job_id": self.job_id,
+            "comm_id": self._comm_id.hex(),
+            "world_size": self.size,
+            "usage_limit": self.usage_limit,
+            "small_bytes": small_bytes,
+            "bcast_chain_bytes": bcast_chain_bytes,
+            "node_ids": hashlib.sha256(repr(node_ids).encode()).hexdigest()[:16],
+        }
         self._keys = None
         if secret is not None:
             self._keys = KeySchedule(secret, self.suite, self._job_id, self._comm_id, self.rank)
         del secret
-        verify_settings(self._transport, settings,
-                        None if self._keys is None else self._keys.confirm_key(), local_error)
+        verify_settings(
+            self._transport, settings, None if self._keys is None else self._keys.confirm_key(), local_error
+        )
         if key_exchange == "psk-dhe":
             self._keys.run_dhe(self._transport)
         self._device_backend, self._auto_backend = device_backend, None
@@ -177,19 +222,35 @@ class SecureComm:
         self._seq = 0
         self.epoch, self._epoch_ops, self._epoch_frames = 0, 0, 0
         self.rotations = 0
-        threads = crypto_threads if crypto_threads is not None else int(
-            os.environ.get("SECCOMM_CRYPTO_THREADS", 0)) or min(8, max(1, (os.cpu_count() or 1) // local))
+        threads = (
+            crypto_threads
+            if crypto_threads is not None
+            else int(os.environ.get("SECCOMM_CRYPTO_THREADS", 0))
+            or min(8, max(1, (os.cpu_count() or 1) // local))
+        )
         self.crypto_threads = threads
         if threads > 1 and self.suite.name != "none":
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="seccomm-crypto")
-        self._ctx = OpContext(self.rank, self.size, self._transport, Workspace(), self._keys, self._pool,
-                              EncryptPolicy(encrypt, node_ids), self.suite, chunk_bytes, self.timeout)
+        self._ctx = OpContext(
+            self.rank,
+            self.size,
+            self._transport,
+            Workspace(),
+            self._keys,
+            self._pool,
+            EncryptPolicy(encrypt, node_ids),
+            self.suite,
+            chunk_bytes,
+            self.timeout,
+        )
         _OPEN.add(self)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def __repr__(self):
-        return (f"<SecureComm rank={self.rank} size={self.size} suite={self.suite.name} "
-                f"algorithm={self.algorithm} encrypt={self.encrypt} epoch={self.epoch}>")
+        return (
+            f"<SecureComm rank={self.rank} size={self.size} suite={self.suite.name} "
+            f"algorithm={self.algorithm} encrypt={self.encrypt} epoch={self.epoch}>"
+        )
 
     @property
     def transport(self) -> Transport:
@@ -266,27 +327,48 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _begin(self, coll: _coll.Collective, dname: str, count: int, itemsize: int,
-               redop: str = "none", device: bool = False) -> OpRun:
+    def _begin(
+        self,
+        coll: _coll.Collective,
+        dname: str,
+        count: int,
+        itemsize: int,
+        redop: str = "none",
+        device: bool = False,
+    ) -> OpRun:
         collective = coll.name
         if self._broken:
             raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
         nbytes, p = count * itemsize, self.size
         chunks = math.ceil(nbytes / self.chunk_bytes) + 1
         if chunks > MAX_CHUNKS_PER_HOP:
-            raise ValueError(f"{collective} of {nbytes} bytes needs {chunks} chunks per hop; at most "
-                             f"{MAX_CHUNKS_PER_HOP}: raise chunk_bytes")
+            raise ValueError(
+                f"{collective} of {nbytes} bytes needs {chunks} chunks per hop; at most "
+                f"{MAX_CHUNKS_PER_HOP}: raise chunk_bytes"
+            )
         # Upper bound of frames sealed under any one key by this op, identical on every rank.
         bound = coll.frame_bound(p, chunks)
         if bound > self.usage_limit:
-            fix = ("raise rotate_after_frames" if self._limit_forced else "raise chunk_bytes")
-            raise ValueError(f"{collective} of {nbytes} bytes may seal up to {bound} frames under one "
-                             f"key, over the per-key limit of {self.usage_limit}: {fix}")
+            fix = "raise rotate_after_frames" if self._limit_forced else "raise chunk_bytes"
+            raise ValueError(
+                f"{collective} of {nbytes} bytes may seal up to {bound} frames under one "
+                f"key, over the per-key limit of {self.usage_limit}: {fix}"
+            )
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
-        frame = FrameContext(self.suite.suite_id, coll.code, DTYPES[dname][1], self._job_id,
-                             self._comm_id, self.epoch, self._seq, self._epoch_ops, count, redop)
+        frame = FrameContext(
+            self.suite.suite_id,
+            coll.code,
+            DTYPES[dname][1],
+            self._job_id,
+            self._comm_id,
+            self.epoch,
+            self._seq,
+            self._epoch_ops,
+            count,
+            redop,
+        )
         self._epoch_ops += 1
         self._epoch_frames += bound
         if device:

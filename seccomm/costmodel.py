@@ -54,15 +54,22 @@ class Params:
     @staticmethod
     def from_json(d: dict) -> "Params":
         try:
-            return Params(intra=Link(**d["intra"]), inter=Link(**d["inter"]), gamma=float(d["gamma"]),
-                          seal=float(d["seal"]), open=float(d["open"]),
-                          crypto_threads=int(d.get("crypto_threads", 1)),
-                          chunk_bytes=int(d.get("chunk_bytes", MIB)), source=dict(d.get("source", {})),
-                          pipelined=bool(d.get("pipelined", True)),
-                          crypto_alpha=float(d.get("crypto_alpha", 0.0)))
+            return Params(
+                intra=Link(**d["intra"]),
+                inter=Link(**d["inter"]),
+                gamma=float(d["gamma"]),
+                seal=float(d["seal"]),
+                open=float(d["open"]),
+                crypto_threads=int(d.get("crypto_threads", 1)),
+                chunk_bytes=int(d.get("chunk_bytes", MIB)),
+                source=dict(d.get("source", {})),
+                pipelined=bool(d.get("pipelined", True)),
+                crypto_alpha=float(d.get("crypto_alpha", 0.0)),
+            )
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"malformed calibration: {e!r}; expected keys intra, inter "
-                             f"(alpha, beta), gamma, seal, open") from None
+            raise ValueError(
+                f"malformed calibration: {e!r}; expected keys intra, inter (alpha, beta), gamma, seal, open"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,9 @@ class Topology:
 
     def __post_init__(self):
         if self.nodes < 1 or self.ranks_per_node < 1:
-            raise ValueError(f"nodes and ranks_per_node must be >= 1, got {self.nodes}, {self.ranks_per_node}")
+            raise ValueError(
+                f"nodes and ranks_per_node must be >= 1, got {self.nodes}, {self.ranks_per_node}"
+            )
         if self.oversubscription < 1:
             raise ValueError("oversubscription must be >= 1 (1 = full bisection)")
 
@@ -131,8 +140,15 @@ def _cost(collective: str, algorithm: str):
     return costs[algorithm]
 
 
-def predict(collective: str, algorithm: str, nbytes: float, prm: Params, topo: Topology,
-            secure: bool = False, encrypt: str = "all") -> float:
+def predict(
+    collective: str,
+    algorithm: str,
+    nbytes: float,
+    prm: Params,
+    topo: Topology,
+    secure: bool = False,
+    encrypt: str = "all",
+) -> float:
     """Seconds for one operation of S = ``nbytes`` (nccl-tests S: total array).  ``ValueError``
     for an unknown collective or algorithm, or ``nbytes`` < 0."""
     cost = _cost(collective, algorithm)
@@ -147,11 +163,17 @@ def predict(collective: str, algorithm: str, nbytes: float, prm: Params, topo: T
     return total
 
 
-def best(collective: str, nbytes: float, prm: Params, topo: Topology, secure: bool,
-         encrypt: str = "all") -> tuple[str, float]:
+def best(
+    collective: str, nbytes: float, prm: Params, topo: Topology, secure: bool, encrypt: str = "all"
+) -> tuple[str, float]:
     """(algorithm, seconds) of the fastest algorithm for this case."""
-    return min(((a, predict(collective, a, nbytes, prm, topo, secure, encrypt))
-                for a in get_collective(collective).cost), key=lambda x: x[1])
+    return min(
+        (
+            (a, predict(collective, a, nbytes, prm, topo, secure, encrypt))
+            for a in get_collective(collective).cost
+        ),
+        key=lambda x: x[1],
+    )
 
 
 def busbw(collective: str, nbytes: float, seconds: float, p: int) -> float:
@@ -165,22 +187,55 @@ def _gbps(rate_gbit: float) -> float:
 
 
 PRESETS: dict[str, Params] = {
-    "ib-ndr400": Params(Link(1.0e-6, 1 / 200e9), Link(2.0e-6, _gbps(400)), 1 / 50e9, 1 / 5.5e9,
-                        1 / 5.5e9, 8, MIB,
-                        {"inter": "400 Gb/s InfiniBand NDR, ~2 us MPI latency (vendor)",
-                         "intra": "shared memory ~200 GB/s, 1 us",
-                         "crypto": "AES-GCM ~5.5 GB/s per thread (CryptMPI, arXiv 2010.06471)"}),
-    "roce-200": Params(Link(1.0e-6, 1 / 200e9), Link(4.0e-6, _gbps(200)), 1 / 50e9, 1 / 5.5e9,
-                       1 / 5.5e9, 8, MIB, {"inter": "200 Gb/s RoCE, ~4 us"}),
-    "eth-100": Params(Link(1.0e-6, 1 / 200e9), Link(15e-6, _gbps(100)), 1 / 50e9, 1 / 5.5e9,
-                      1 / 5.5e9, 4, MIB, {"inter": "100 Gb/s Ethernet (TCP), ~15 us",
-                                          "crypto": "CryptMPI testbed: 100 Gb/s, 5.5 GB/s/thread"}),
-    "nvlink4-ndr400": Params(Link(3.0e-6, 1 / 450e9), Link(5.0e-6, _gbps(400)), 1 / 2000e9, 1 / 100e9,
-                             1 / 100e9, 1, 4 * MIB,
-                             {"intra": "NVLink 4: 450 GB/s per direction per H200 (vendor)",
-                              "inter": "400 Gb/s NDR per GPU",
-                              "crypto": "placeholder 100 GB/s per GPU until benchmarks/gpu_check.py "
-                                        "is measured on an H200 (docs/gpu.md bounds: 0.35-1.2 TB/s)"}),
+    "ib-ndr400": Params(
+        Link(1.0e-6, 1 / 200e9),
+        Link(2.0e-6, _gbps(400)),
+        1 / 50e9,
+        1 / 5.5e9,
+        1 / 5.5e9,
+        8,
+        MIB,
+        {
+            "inter": "400 Gb/s InfiniBand NDR, ~2 us MPI latency (vendor)",
+            "intra": "shared memory ~200 GB/s, 1 us",
+            "crypto": "AES-GCM ~5.5 GB/s per thread (CryptMPI, arXiv 2010.06471)",
+        },
+    ),
+    "roce-200": Params(
+        Link(1.0e-6, 1 / 200e9),
+        Link(4.0e-6, _gbps(200)),
+        1 / 50e9,
+        1 / 5.5e9,
+        1 / 5.5e9,
+        8,
+        MIB,
+        {"inter": "200 Gb/s RoCE, ~4 us"},
+    ),
+    "eth-100": Params(
+        Link(1.0e-6, 1 / 200e9),
+        Link(15e-6, _gbps(100)),
+        1 / 50e9,
+        1 / 5.5e9,
+        1 / 5.5e9,
+        4,
+        MIB,
+        {"inter": "100 Gb/s Ethernet (TCP), ~15 us", "crypto": "CryptMPI testbed: 100 Gb/s, 5.5 GB/s/thread"},
+    ),
+    "nvlink4-ndr400": Params(
+        Link(3.0e-6, 1 / 450e9),
+        Link(5.0e-6, _gbps(400)),
+        1 / 2000e9,
+        1 / 100e9,
+        1 / 100e9,
+        1,
+        4 * MIB,
+        {
+            "intra": "NVLink 4: 450 GB/s per direction per H200 (vendor)",
+            "inter": "400 Gb/s NDR per GPU",
+            "crypto": "placeholder 100 GB/s per GPU until benchmarks/gpu_check.py "
+            "is measured on an H200 (docs/gpu.md bounds: 0.35-1.2 TB/s)",
+        },
+    ),
 }
 
 
@@ -192,8 +247,9 @@ def get_preset(name: str) -> Params:
 
 
 # -- calibration ---------------------------------------------------------------------------------
-def pingpong(nbytes: float, link: Link, seal: float, open_: float, threads: int, chunk: int,
-             crypto_alpha: float = 0.0) -> tuple[float, float]:
+def pingpong(
+    nbytes: float, link: Link, seal: float, open_: float, threads: int, chunk: int, crypto_alpha: float = 0.0
+) -> tuple[float, float]:
     """(plain, secure) seconds of one point-to-point message, pipelined in chunks, for the
     comparison with published encrypted-MPI ping-pong numbers (docs/model.md)."""
     prm = Params(Link(link.alpha, link.beta), link, 0.0, seal, open_, threads, chunk, {}, True, crypto_alpha)
@@ -229,7 +285,9 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
     calibration dict (``Params`` JSON plus ``suites`` and the provenance of every number)."""
     import numpy as np
 
-    rows = [r for r in doc.get("rows", []) if r.get("collective") == "allreduce" and r["size_bytes"] >= min_bytes]
+    rows = [
+        r for r in doc.get("rows", []) if r.get("collective") == "allreduce" and r["size_bytes"] >= min_bytes
+    ]
     if not rows:
         raise ValueError("no allreduce rows in the bench result")
     p = int(doc["world_size"])
@@ -259,13 +317,24 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
         sigma = float(np.sum(ww**2 * sg * (meas - plain)) / max(np.sum((ww * sg) ** 2), 1e-300))
         suites[v] = {"seal": max(sigma, 0.0), "open": max(sigma, 0.0)}
     src = f"least squares over {len(base)} sizes of the 'none' variant, {p} ranks, one node"
-    return {"intra": {"alpha": alpha, "beta": beta}, "inter": {"alpha": alpha, "beta": beta},
-            "gamma": gamma, "seal": 0.0, "open": 0.0, "crypto_threads": 1, "chunk_bytes": chunk,
-            "pipelined": False, "suites": suites,
-            "source": {"intra": src, "inter": "copied from intra (single-node calibration)",
-                       "gamma": gamma_src,
-                       "suites": "sigma per suite: least squares of (suite - none model) over sizes",
-                       "bench": {k: doc.get("machine", {}).get(k) for k in ("host", "utc", "git_commit")}}}
+    return {
+        "intra": {"alpha": alpha, "beta": beta},
+        "inter": {"alpha": alpha, "beta": beta},
+        "gamma": gamma,
+        "seal": 0.0,
+        "open": 0.0,
+        "crypto_threads": 1,
+        "chunk_bytes": chunk,
+        "pipelined": False,
+        "suites": suites,
+        "source": {
+            "intra": src,
+            "inter": "copied from intra (single-node calibration)",
+            "gamma": gamma_src,
+            "suites": "sigma per suite: least squares of (suite - none model) over sizes",
+            "bench": {k: doc.get("machine", {}).get(k) for k in ("host", "utc", "git_commit")},
+        },
+    }
 
 
 def params_for(cal: dict, suite: str) -> Params:
@@ -284,12 +353,20 @@ def validate(doc: dict, cal: dict) -> list[dict]:
             continue
         prm = params_for(cal, r["variant"])
         secure = r["variant"] != "none"
-        pred = predict("allreduce", bench_algorithm(r["size_bytes"], p), r["size_bytes"], prm,
-                       Topology(1, p), secure)
+        pred = predict(
+            "allreduce", bench_algorithm(r["size_bytes"], p), r["size_bytes"], prm, Topology(1, p), secure
+        )
         meas = r["time_us"]["median"] * 1e-6
-        out.append({"size_bytes": r["size_bytes"], "variant": r["variant"], "ranks": p,
-                    "measured_us": meas * 1e6, "predicted_us": pred * 1e6,
-                    "error": (pred - meas) / meas if meas > 0 else float("nan")})
+        out.append(
+            {
+                "size_bytes": r["size_bytes"],
+                "variant": r["variant"],
+                "ranks": p,
+                "measured_us": meas * 1e6,
+                "predicted_us": pred * 1e6,
+                "error": (pred - meas) / meas if meas > 0 else float("nan"),
+            }
+        )
     return out
 
 
@@ -304,10 +381,19 @@ def sweep(prm, nodes, rpn, nbytes, collective, encrypt, oversub, jitter) -> list
         topo = Topology(n, rpn, oversub, jitter=jitter)
         ap, tp = best(collective, nbytes, prm, topo, False, encrypt)
         asec, ts = best(collective, nbytes, prm, topo, True, encrypt)
-        rows.append({"nodes": n, "ranks": topo.p, "algorithm_plain": ap, "algorithm_secure": asec,
-                     "plain_us": tp * 1e6, "secure_us": ts * 1e6, "overhead_x": ts / tp if tp else 1.0,
-                     "busbw_plain_gbps": busbw(collective, nbytes, tp, topo.p),
-                     "busbw_secure_gbps": busbw(collective, nbytes, ts, topo.p)})
+        rows.append(
+            {
+                "nodes": n,
+                "ranks": topo.p,
+                "algorithm_plain": ap,
+                "algorithm_secure": asec,
+                "plain_us": tp * 1e6,
+                "secure_us": ts * 1e6,
+                "overhead_x": ts / tp if tp else 1.0,
+                "busbw_plain_gbps": busbw(collective, nbytes, tp, topo.p),
+                "busbw_secure_gbps": busbw(collective, nbytes, ts, topo.p),
+            }
+        )
     b0p = next((r["busbw_plain_gbps"] for r in rows if r["busbw_plain_gbps"] > 0), 0)
     b0s = next((r["busbw_secure_gbps"] for r in rows if r["busbw_secure_gbps"] > 0), 0)
     for r in rows:

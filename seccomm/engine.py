@@ -124,16 +124,30 @@ class OpRun:
             # decrypt_into has already written the unverified decryption into ``out``, which may
             # be the caller's buffer (allgather, bcast): wipe it, so no forged value survives
             np.frombuffer(out, np.uint8).fill(0)
-            raise AuthenticationError(peer=peer, op=self.collective, seq=self.frame.seq,
-                                      step=None if step == GROUP_STEP else step, chunk=j,
-                                      chunks=n, epoch=self.frame.epoch, suite=key.suite.name) from None
+            raise AuthenticationError(
+                peer=peer,
+                op=self.collective,
+                seq=self.frame.seq,
+                step=None if step == GROUP_STEP else step,
+                chunk=j,
+                chunks=n,
+                epoch=self.frame.epoch,
+                suite=key.suite.name,
+            ) from None
 
     def _check_len(self, got, slot, j, n, peer, step=None):
         if got != len(slot.frame):  # a frame of the wrong length cannot be authentic
-            raise AuthenticationError(peer=peer, op=self.collective, seq=self.frame.seq, step=step,
-                                      chunk=j, chunks=n, epoch=self.frame.epoch, suite=self.suite.name,
-                                      detail=f"frame has {got} bytes, expected {len(slot.frame)} "
-                                             f"(truncated or padded)")
+            raise AuthenticationError(
+                peer=peer,
+                op=self.collective,
+                seq=self.frame.seq,
+                step=step,
+                chunk=j,
+                chunks=n,
+                epoch=self.frame.epoch,
+                suite=self.suite.name,
+                detail=f"frame has {got} bytes, expected {len(slot.frame)} (truncated or padded)",
+            )
 
     # -- sealing -----------------------------------------------------------------------------
     def sealed_frames(self, send: Send):
@@ -245,16 +259,16 @@ class OpRun:
         t.wait_sends((sreq,), self.timeout, (peer,), op_label)
 
     # -- tree relay (broadcast) --------------------------------------------------------------
-    def relay(self, parent: int | None, children: list, pieces_or_outs: list, elems: list,
-              origin: int) -> None:
+    def relay(
+        self, parent: int | None, children: list, pieces_or_outs: list, elems: list, origin: int
+    ) -> None:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into ``outs[j]``.  Pipelined per chunk (a chain overlaps its hops)."""
         t, timeout, n, op_label = self.t, self.timeout, len(elems), self.op_label
         sreqs, peers = [], []
         if parent is None:
-            for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin,
-                                             pieces=pieces_or_outs)):
+            for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin, pieces=pieces_or_outs)):
                 for c in children:
                     sreqs.append(t.isend(f, c))
                     peers.append(c)

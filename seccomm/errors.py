@@ -22,8 +22,9 @@ class AuthenticationError(SecCommError):
     and count), ``epoch`` (key epoch), ``suite``.
     """
 
-    def __init__(self, *, peer, op, seq, step=None, chunk=None, chunks=None, epoch=None,
-                 suite=None, detail=""):
+    def __init__(
+        self, *, peer, op, seq, step=None, chunk=None, chunks=None, epoch=None, suite=None, detail=""
+    ):
         self.peer, self.op, self.seq, self.step = peer, op, seq, step
         self.chunk, self.chunks, self.epoch, self.suite = chunk, chunks, epoch, suite
         where = f"{op} #{seq}"
@@ -34,9 +35,15 @@ class AuthenticationError(SecCommError):
         if epoch is not None:
             where += f", epoch {epoch}"
         msg = f"{suite or 'AEAD'} authentication failed on a frame from rank {peer} ({where})"
-        msg += f": {detail}" if detail else (": the frame was altered, replayed, reordered or "
-                                            "misdirected, or the ranks disagree on this call's "
-                                            "op, dtype or count")
+        msg += (
+            f": {detail}"
+            if detail
+            else (
+                ": the frame was altered, replayed, reordered or "
+                "misdirected, or the ranks disagree on this call's "
+                "op, dtype or count"
+            )
+        )
         super().__init__(msg)
 
 

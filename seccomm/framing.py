@@ -31,13 +31,13 @@ AAD_BYTES = AAD.size
 _NONCE = struct.Struct(">IHHI")
 
 KEY_DIRECTION = 0  #: pairwise key, src -> dst
-KEY_GROUP = 1      #: group key, sealed once by the origin and forwarded unchanged
+KEY_GROUP = 1  #: group key, sealed once by the origin and forwarded unchanged
 GROUP_STEP = 0xFFFF  #: step value of group-key frames (direction steps stay below it)
 ANY_RANK = 0xFFFFFFFF  #: AAD destination of group-key frames (bound to the origin instead)
 
 REDOPS = {"none": 0, "sum": 1, "avg": 2, "max": 3, "min": 4, "prod": 5}
 
-MAX_RANKS = 1 << 16          # steps of a ring allreduce must fit the 16-bit step field
+MAX_RANKS = 1 << 16  # steps of a ring allreduce must fit the 16-bit step field
 MAX_CHUNKS_PER_HOP = 1 << 24  # chunk index field
 MAX_OPS_PER_EPOCH = (1 << 32) - 1
 SLOT_ALIGN = 64
@@ -101,12 +101,14 @@ class Workspace:
         hit = self._layouts.get(key)
         if hit is not None:
             return hit
-        sizes = [(NONCE_BYTES + AAD_BYTES + b + TAG_BYTES + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN
-                 for b in body_sizes]
+        sizes = [
+            (NONCE_BYTES + AAD_BYTES + b + TAG_BYTES + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN
+            for b in body_sizes
+        ]
         mv = memoryview(self.get(name, sum(sizes)))
         out, off = [], 0
         for b, s in zip(body_sizes, sizes):
-            out.append(Slot(mv[off:off + s], AAD_BYTES, b))
+            out.append(Slot(mv[off : off + s], AAD_BYTES, b))
             off += s
         if len(self._layouts) > 256:
             self._layouts.clear()
@@ -124,18 +126,48 @@ class FrameContext:
 
     __slots__ = ("op_code", "epoch", "seq", "op_index", "_head")
 
-    def __init__(self, suite_id, op_code, dtype_code, job_id, comm_id, epoch, seq, op_index,
-                 total_count, redop="none"):
+    def __init__(
+        self, suite_id, op_code, dtype_code, job_id, comm_id, epoch, seq, op_index, total_count, redop="none"
+    ):
         self.op_code, self.epoch, self.seq, self.op_index = op_code, epoch, seq, op_index
         self._head = (REDOPS[redop], op_code, dtype_code, job_id, comm_id, epoch, seq, total_count)
 
-    def fill(self, slot: Slot, key_kind: int, suite_id: int, step: int, chunk: int, chunks: int,
-             src: int, dst: int, elems: int) -> None:
+    def fill(
+        self,
+        slot: Slot,
+        key_kind: int,
+        suite_id: int,
+        step: int,
+        chunk: int,
+        chunks: int,
+        src: int,
+        dst: int,
+        elems: int,
+    ) -> None:
         """Write nonce and AAD header for one chunk.  ``src`` is the sealing rank (direction key)
         or the origin rank (group key, with ``dst == ANY_RANK`` and ``step == GROUP_STEP``)."""
         v = (chunk << 24) | src
         _NONCE.pack_into(slot.nonce, 0, self.op_index, step, v >> 32, v & 0xFFFFFFFF)
         redop, op_code, dtype_code, job_id, comm_id, epoch, seq, total = self._head
-        AAD.pack_into(slot.header, 0, PROTOCOL_MAGIC, PROTOCOL_VERSION, suite_id, op_code, redop,
-                      key_kind, dtype_code, job_id, comm_id, epoch, seq, step, chunk, chunks,
-                      src, dst, total, elems)
+        AAD.pack_into(
+            slot.header,
+            0,
+            PROTOCOL_MAGIC,
+            PROTOCOL_VERSION,
+            suite_id,
+            op_code,
+            redop,
+            key_kind,
+            dtype_code,
+            job_id,
+            comm_id,
+            epoch,
+            seq,
+            step,
+            chunk,
+            chunks,
+            src,
+            dst,
+            total,
+            elems,
+        )

@@ -22,13 +22,14 @@ _MAC = 32
 
 
 def _encode(settings: dict, local_error: str | None, confirm_key: bytes | None) -> np.ndarray:
-    body = json.dumps({"settings": settings, "error": local_error,
-                       "has_secret": confirm_key is not None}, sort_keys=True).encode()
+    body = json.dumps(
+        {"settings": settings, "error": local_error, "has_secret": confirm_key is not None}, sort_keys=True
+    ).encode()
     if len(body) > BLOCK_BYTES - _MAC - 4:
         raise ValueError("settings too large for the configuration check")
     buf = np.zeros(BLOCK_BYTES, np.uint8)
     buf[:4] = np.frombuffer(struct.pack(">I", len(body)), np.uint8)
-    buf[4:4 + len(body)] = np.frombuffer(body, np.uint8)
+    buf[4 : 4 + len(body)] = np.frombuffer(body, np.uint8)
     if confirm_key is not None:
         buf[-_MAC:] = np.frombuffer(hmac_sha256(confirm_key, body), np.uint8)
     return buf
@@ -44,15 +45,19 @@ def _parse(body: bytes) -> dict:
         d = json.loads(body)
     except ValueError:  # includes UnicodeDecodeError
         return _UNREADABLE
-    if (not isinstance(d, dict) or not isinstance(d.get("settings"), dict)
-            or not isinstance(d.get("error"), (str, type(None)))
-            or not isinstance(d.get("has_secret"), bool)):
+    if (
+        not isinstance(d, dict)
+        or not isinstance(d.get("settings"), dict)
+        or not isinstance(d.get("error"), (str, type(None)))
+        or not isinstance(d.get("has_secret"), bool)
+    ):
         return _UNREADABLE
     return d
 
 
-def verify_settings(transport, settings: dict, confirm_key: bytes | None,
-                    local_error: BaseException | None) -> None:
+def verify_settings(
+    transport, settings: dict, confirm_key: bytes | None, local_error: BaseException | None
+) -> None:
     """Allgather and compare; raise on every rank if anything differs.
 
     The rank whose own arguments were bad re-raises its ``local_error`` (a ``ValueError``,
@@ -65,9 +70,9 @@ def verify_settings(transport, settings: dict, confirm_key: bytes | None,
     bodies, parsed = [], []
     for j in range(size):
         n = struct.unpack(">I", allv[j, :4].tobytes())[0]
-        body = allv[j, 4:4 + min(n, BLOCK_BYTES - _MAC - 4)].tobytes()
+        body = allv[j, 4 : 4 + min(n, BLOCK_BYTES - _MAC - 4)].tobytes()
         bodies.append(body)
-        canonical = n <= BLOCK_BYTES - _MAC - 4 and not allv[j, 4 + n:BLOCK_BYTES - _MAC].any()
+        canonical = n <= BLOCK_BYTES - _MAC - 4 and not allv[j, 4 + n : BLOCK_BYTES - _MAC].any()
         parsed.append(_parse(body) if canonical else _UNREADABLE)  # padding must be zero
     bad = [(j, d["error"]) for j, d in enumerate(parsed) if d.get("error")]
     if bad:
@@ -84,9 +89,9 @@ def verify_settings(transport, settings: dict, confirm_key: bytes | None,
             diffs.append(f"{key}: rank 0 {ref.get(key)!r}, rank {odd[0]} {vals[odd[0]]!r}")
     if diffs:
         raise ConfigMismatchError("SecureComm settings differ across ranks: " + "; ".join(diffs))
-    failed = [j for j in range(size)
-              if not hmac_verify(confirm_key, bodies[j], allv[j, -_MAC:].tobytes())]
+    failed = [j for j in range(size) if not hmac_verify(confirm_key, bodies[j], allv[j, -_MAC:].tobytes())]
     if failed:
         raise ConfigMismatchError(
             f"job secret differs across ranks: key confirmation from rank(s) {failed[:8]} failed "
-            f"on rank {rank} (check SECCOMM_PSK_FILE / SECCOMM_PSK on every node)")
+            f"on rank {rank} (check SECCOMM_PSK_FILE / SECCOMM_PSK on every node)"
+        )

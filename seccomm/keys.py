@@ -51,7 +51,8 @@ def load_secret(psk: bytes | str | None = None) -> tuple[bytes, str]:
         if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise KeyScheduleError(
                 f"SECCOMM_PSK_FILE {path!r} is accessible by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):o}); run: chmod 600 {path}")
+                f"(mode {stat.S_IMODE(st.st_mode):o}); run: chmod 600 {path}"
+            )
         with open(path, "rb") as f:
             raw = f.read()
         data = raw.strip()
@@ -66,7 +67,8 @@ def load_secret(psk: bytes | str | None = None) -> tuple[bytes, str]:
     raise KeyScheduleError(
         "no job secret: set SECCOMM_PSK_FILE (a 0600 file of >= 32 bytes) or SECCOMM_PSK "
         "(>= 64 hex digits) on every rank, or pass psk= (`seccomm bench`/`train` make one for "
-        "the ranks they start)")
+        "the ranks they start)"
+    )
 
 
 def _as_bytes(v, what):
@@ -138,8 +140,14 @@ class KeySchedule:
         return f"<KeySchedule suite={self.suite.name} mode={self.mode} rank={self.rank}>"
 
     def _info(self, label: bytes, *fields: int) -> bytes:
-        return (b"seccomm/1 " + label + b"|" + self.suite.name.encode() + b"|"
-                + struct.pack(f">{len(fields)}I", *fields))
+        return (
+            b"seccomm/1 "
+            + label
+            + b"|"
+            + self.suite.name.encode()
+            + b"|"
+            + struct.pack(f">{len(fields)}I", *fields)
+        )
 
     def confirm_key(self) -> bytes:
         return hkdf(self._secret, self._salt, b"seccomm/1 confirm")
@@ -209,8 +217,9 @@ class KeySchedule:
                 continue
             pj = allv[j, :32].tobytes()
             if not hmac_verify(auth, b"share" + struct.pack(">I", j) + pj, allv[j, 32:].tobytes()):
-                raise AuthenticationError(peer=j, op="key exchange", seq=0,
-                                          detail="X25519 share not authenticated by the PSK")
+                raise AuthenticationError(
+                    peer=j, op="key exchange", seq=0, detail="X25519 share not authenticated by the PSK"
+                )
             pair[j] = eph.exchange(X25519PublicKey.from_public_bytes(pj))
         del eph
         wrap_info = b"seccomm/1 group-wrap"
@@ -227,7 +236,8 @@ class KeySchedule:
             try:
                 gsecret = k.decrypt(b"\0" * 12, got.tobytes(), struct.pack(">I", rank))
             except InvalidTag:
-                raise AuthenticationError(peer=0, op="key exchange", seq=0,
-                                          detail="group secret not authenticated") from None
+                raise AuthenticationError(
+                    peer=0, op="key exchange", seq=0, detail="group secret not authenticated"
+                ) from None
         self._pair, self._group_secret, self.mode = pair, gsecret, "psk-dhe"
         self._cache.clear()

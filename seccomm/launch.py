@@ -17,10 +17,24 @@ from pathlib import Path
 from .keys import new_secret_file
 
 #: environment variables that MPI launchers (and torchrun) set in every rank they start
-LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
-                 "SLURM_STEP_NUM_TASKS", "MPI_LOCALNRANKS", "HYDI_CONTROL_FD", "TORCHELASTIC_RUN_ID")
-_RANK_SIZE = (("RANK", "WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"), ("PMIX_RANK", "PMIX_SIZE"),
-              ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"))
+LAUNCHER_VARS = (
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "MV2_COMM_WORLD_SIZE",
+    "SLURM_STEP_NUM_TASKS",
+    "MPI_LOCALNRANKS",
+    "HYDI_CONTROL_FD",
+    "TORCHELASTIC_RUN_ID",
+)
+_RANK_SIZE = (
+    ("RANK", "WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("PMIX_RANK", "PMIX_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+)
 
 
 def rank_and_size() -> tuple[int, int]:
@@ -57,8 +71,10 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None) -> int
     """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks; return the launcher's exit code."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
-        raise FileNotFoundError("no mpiexec found: install the MPI wheel (pip install mpich) or "
-                                "start the ranks with your own launcher (mpiexec/srun)")
+        raise FileNotFoundError(
+            "no mpiexec found: install the MPI wheel (pip install mpich) or "
+            "start the ranks with your own launcher (mpiexec/srun)"
+        )
     secret = new_secret_file()
     env = dict(os.environ, SECCOMM_PSK_FILE=secret, SECCOMM_LAUNCHED="1", PYTHONUNBUFFERED="1")
     env.pop("SECCOMM_PSK", None)

@@ -41,7 +41,9 @@ def launcher_rank() -> int:
 def pytest_addoption(parser):
     g = parser.getgroup("seccomm", "seccomm secure-collective benchmarks")
     g.addoption("--seccomm-sizes", default="4K,1M,16M", help="sizes S in bytes (K/M/G suffixes)")
-    g.addoption("--seccomm-suites", default=",".join(SUITES), help="comma list (default: every registered suite)")
+    g.addoption(
+        "--seccomm-suites", default=",".join(SUITES), help="comma list (default: every registered suite)"
+    )
     g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark")
     g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
 
@@ -53,9 +55,14 @@ def pytest_configure(config):
         if reporter is not None:  # ranks > 0 print nothing; their exit status still counts
             config.pluginmanager.unregister(reporter)
         opt = config.option
-        for name, value in (("benchmark_json", None), ("benchmark_save", None),
-                            ("benchmark_autosave", False), ("benchmark_compare", None),
-                            ("benchmark_compare_fail", None), ("benchmark_histogram", None)):
+        for name, value in (
+            ("benchmark_json", None),
+            ("benchmark_save", None),
+            ("benchmark_autosave", False),
+            ("benchmark_compare", None),
+            ("benchmark_compare_fail", None),
+            ("benchmark_histogram", None),
+        ):
             if hasattr(opt, name):
                 setattr(opt, name, value)
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -150,8 +157,9 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
         benchmark.pedantic(once, setup=comm.Barrier, rounds=rounds, warmup_rounds=warmup, iterations=1)
         times = benchmark.stats.stats.data if benchmark.stats else [float("nan")]
         row = result_row(coll, suite, n.total, dt.name, size, times, native_t, op=op, root=0)
-        benchmark.extra_info.update({**row, "suite": suite, "bytes": row["size_bytes"],
-                                     "native_median_us": native_t * 1e6})
+        benchmark.extra_info.update(
+            {**row, "suite": suite, "bytes": row["size_bytes"], "native_median_us": native_t * 1e6}
+        )
         return benchmark.extra_info
 
     return run

@@ -52,10 +52,10 @@ class Slot:
         b0 = NONCE_BYTES + hdr
         self.nonce = mv[:NONCE_BYTES]
         self.header = mv[NONCE_BYTES:b0]
-        self.body = mv[b0:b0 + nbody]
-        self.tag = mv[b0 + nbody:b0 + nbody + TAG_BYTES]
-        self.frame = mv[b0:b0 + nbody + TAG_BYTES]
-        self.header_body = mv[NONCE_BYTES:b0 + nbody]
+        self.body = mv[b0 : b0 + nbody]
+        self.tag = mv[b0 + nbody : b0 + nbody + TAG_BYTES]
+        self.frame = mv[b0 : b0 + nbody + TAG_BYTES]
+        self.header_body = mv[NONCE_BYTES : b0 + nbody]
 
 
 class SuiteKey:
@@ -214,13 +214,34 @@ def get_suite(name: str) -> CipherSuite:
         raise ValueError(f"unknown suite {name!r}; allowed: {', '.join(SUITES)}") from None
 
 
-register(NoneSuite("none", 0, False, False, "not applicable (no protection)",
-                   "none: no key is used"))
-register(AESGCMSuite("aes-256-gcm", 1, True, True,
-                     "approved (NIST SP 800-38D; FIPS 140-3 IG C.H deterministic IV)",
-                     "CFRG draft-irtf-cfrg-aead-limits §5.1, p=2^-50; SP 800-38D §8.3 cap 2^32"))
-register(ChaChaSuite("chacha20-poly1305", 2, True, True, "not approved (not a NIST algorithm)",
-                     "CFRG draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit; cap 2^48"))
-register(GMACSuite("aes-256-gmac", 3, False, True,
-                   "approved (GMAC, NIST SP 800-38D)",
-                   "CFRG draft-irtf-cfrg-aead-limits §5.1 over AAD blocks, p=2^-50; cap 2^32"))
+register(NoneSuite("none", 0, False, False, "not applicable (no protection)", "none: no key is used"))
+register(
+    AESGCMSuite(
+        "aes-256-gcm",
+        1,
+        True,
+        True,
+        "approved (NIST SP 800-38D; FIPS 140-3 IG C.H deterministic IV)",
+        "CFRG draft-irtf-cfrg-aead-limits §5.1, p=2^-50; SP 800-38D §8.3 cap 2^32",
+    )
+)
+register(
+    ChaChaSuite(
+        "chacha20-poly1305",
+        2,
+        True,
+        True,
+        "not approved (not a NIST algorithm)",
+        "CFRG draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit; cap 2^48",
+    )
+)
+register(
+    GMACSuite(
+        "aes-256-gmac",
+        3,
+        False,
+        True,
+        "approved (GMAC, NIST SP 800-38D)",
+        "CFRG draft-irtf-cfrg-aead-limits §5.1 over AAD blocks, p=2^-50; cap 2^32",
+    )
+)

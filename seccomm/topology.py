@@ -34,4 +34,4 @@ def local_rank(comm) -> int:
     keys = np.empty(comm.Get_size(), np.int64)
     comm.Allgather(np.array([host_key()], np.int64), keys)
     mine = keys[comm.Get_rank()]
-    return int((keys[:comm.Get_rank()] == mine).sum())
+    return int((keys[: comm.Get_rank()] == mine).sum())

@@ -32,6 +32,14 @@ class CorruptOnRank1(NoneSuite):
 
 
 register(CorruptOnRank1("test-corrupt", 99, False, False, "n/a", "test only"))
-cfg = BenchConfig(minbytes=64, maxbytes=4096, stepfactor=8, iters=2, warmup=1,
-                  suites=["none", "test-corrupt"], collectives=["allreduce"], timeout=20)
+cfg = BenchConfig(
+    minbytes=64,
+    maxbytes=4096,
+    stepfactor=8,
+    iters=2,
+    warmup=1,
+    suites=["none", "test-corrupt"],
+    collectives=["allreduce"],
+    timeout=20,
+)
 sys.exit(main_ranks(cfg))

@@ -15,10 +15,33 @@ WORKER = Path(__file__).with_name("mpi_worker.py")
 #: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
 PLAN = {
     1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
-    2: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch", "wire", "device_engine", "device_kernels"],
-    3: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique", "tamper", "mismatch",
-        "call_mismatch", "wire", "soak", "device_engine", "device_kernels"],
+    2: [
+        "sweep",
+        "algorithms",
+        "uint8_sweep",
+        "rotation",
+        "nonce_unique",
+        "tamper",
+        "mismatch",
+        "call_mismatch",
+        "wire",
+        "device_engine",
+        "device_kernels",
+    ],
+    3: [
+        "sweep",
+        "algorithms",
+        "uint8_sweep",
+        "rotation",
+        "nonce_unique",
+        "tamper",
+        "mismatch",
+        "call_mismatch",
+        "wire",
+        "soak",
+        "device_engine",
+        "device_kernels",
+    ],
     4: ["sweep", "algorithms", "uint8_sweep", "nonce_unique", "policy", "device_engine"],
     5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
 }
@@ -40,8 +63,21 @@ def run_torch_worker(tmp_path: Path, world: int, *args: str) -> list[dict]:
 
     out = tmp_path / "r.json"
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch.free_port()))
-    proc = subprocess.run([mpiexec(), "-n", str(world), sys.executable, str(WORKER.with_name("torch_worker.py")),
-                           str(out), *args], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [
+            mpiexec(),
+            "-n",
+            str(world),
+            sys.executable,
+            str(WORKER.with_name("torch_worker.py")),
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     files = [Path(f"{out}.rank{r}") for r in range(world)]
     assert proc.returncode == 0 and all(f.exists() for f in files), proc.stdout[-3000:] + proc.stderr[-3000:]
     return [r for f in files for r in json.loads(f.read_text())]
@@ -53,8 +89,13 @@ def run_train(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
 
     j = tmp_path / "train.json"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--np", "2", "--json", str(j), *args],
-                          capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "seccomm", "train", "--np", "2", "--json", str(j), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(j.read_text())
 

@@ -38,8 +38,15 @@ c = MPI.COMM_WORLD
 dead = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 alg = sys.argv[2] if len(sys.argv) > 2 else "ring"
 mode = sys.argv[3] if len(sys.argv) > 3 else "die"
-sc = SecureComm(c, "aes-256-gcm", psk=bytes(range(32)), timeout=30.0 if mode == "tamper" else 2.0, algorithm=alg, chunk_bytes=1 << 16,
-                wrap_transport=DieAfterFirstFrame if c.rank == dead else None)
+sc = SecureComm(
+    c,
+    "aes-256-gcm",
+    psk=bytes(range(32)),
+    timeout=30.0 if mode == "tamper" else 2.0,
+    algorithm=alg,
+    chunk_bytes=1 << 16,
+    wrap_transport=DieAfterFirstFrame if c.rank == dead else None,
+)
 x = np.ones(1 << 20, np.float32)
 y = np.empty_like(x)
 sc.allreduce(x, y)
@@ -51,8 +58,11 @@ try:
     sc.allreduce(x, y)
     os.write(1, f"RESULT {c.rank} none -1 {time.time() - t0:.2f} -\n".encode())
 except SecCommError as e:
-    os.write(1, f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f} "
-                f"{getattr(e, 'blamed', '-')}\n".encode())  # one write: mpiexec interleaves ranks
+    os.write(
+        1,
+        f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f} "
+        f"{getattr(e, 'blamed', '-')}\n".encode(),
+    )  # one write: mpiexec interleaves ranks
 if mode == "tamper":
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

@@ -2,9 +2,9 @@
 
 ``staged`` (MPI): collectives on CuPy arrays run on the device engine (seccomm's kernels seal and
 open on the GPU; frames cross a non-CUDA-aware MPI through host copies), torch bfloat16 CUDA
-tensors (DLPack) are staged through pinned host memory -- ranks may share one GPU.  ``nccl``: the same over NCCLTransport (one GPU per
-rank: NCCL refuses two ranks on one device), plus a tampered frame.  Prints ``OK <n>`` or
-``FAIL <what>`` lines from rank 0.
+tensors (DLPack) are staged through pinned host memory -- ranks may share one GPU.  ``nccl``: the
+same over NCCLTransport (one GPU per rank: NCCL refuses two ranks on one device), plus a tampered
+frame.  Prints ``OK <n>`` or ``FAIL <what>`` lines from rank 0.
 """
 
 import sys
@@ -42,8 +42,11 @@ def collectives(sc, tag):
         blk = sc.block_counts(n)
         rs = cp.empty(blk[c.rank], cp.float32)
         sc.reduce_scatter(cp.asarray(x), rs)
-        off = sum(blk[:c.rank])
-        check(f"{tag} reduce_scatter n={n}", np.allclose(cp.asnumpy(rs), ref[off:off + rs.size], rtol=1e-5, atol=1e-5))
+        off = sum(blk[: c.rank])
+        check(
+            f"{tag} reduce_scatter n={n}",
+            np.allclose(cp.asnumpy(rs), ref[off : off + rs.size], rtol=1e-5, atol=1e-5),
+        )
         ag = cp.empty(n, cp.float32)
         sc.allgather(rs, ag)
         check(f"{tag} allgather n={n}", np.allclose(cp.asnumpy(ag), ref, rtol=1e-5, atol=1e-5))
@@ -81,7 +84,9 @@ else:
     # rank 1 flips a byte of the first frame it sends: the rank that receives it (any world size)
     # raises AuthenticationError naming rank 1; no rank returns a wrong sum
     t2 = NCCLTransport.from_mpi(c, timeout=5)
-    wrap = (lambda tr: TamperTransport(tr, lambda i, peer, n: -1 if i == 0 else None)) if c.rank == 1 else None
+    wrap = (
+        (lambda tr: TamperTransport(tr, lambda i, peer, n: -1 if i == 0 else None)) if c.rank == 1 else None
+    )
     sc = SecureComm(t2, "aes-256-gcm", psk=PSK, wrap_transport=wrap)
     x = cp.ones(4096, cp.float32)
     named = False

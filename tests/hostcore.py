@@ -18,9 +18,26 @@ def build(outdir: Path) -> ctypes.CDLL:
     if cc is None:
         raise RuntimeError("no C compiler (cc/gcc/clang) found")
     lib = outdir / "libsc_host.so"
-    subprocess.run([cc, "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    "-I", str(KERNELS), "-o", str(lib), str(KERNELS / "host_shim.c")],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            cc,
+            "-O2",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-I",
+            str(KERNELS),
+            "-o",
+            str(lib),
+            str(KERNELS / "host_shim.c"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return ctypes.CDLL(str(lib))
 
 
@@ -36,7 +53,7 @@ class HostAEAD:
         ct = ctypes.create_string_buffer(max(len(pt), 1))
         tag = ctypes.create_string_buffer(16)
         self._seal(key, nonce, aad, ctypes.c_size_t(len(aad)), pt, ctypes.c_size_t(len(pt)), ct, tag)
-        return ct.raw[:len(pt)] + tag.raw
+        return ct.raw[: len(pt)] + tag.raw
 
     def open(self, key: bytes, nonce: bytes, aad: bytes, frame: bytes):
         ct, tag = frame[:-16], frame[-16:]
@@ -46,7 +63,7 @@ class HostAEAD:
         if rc != 0:
             assert pt.raw == sentinel, "open wrote plaintext before the tag verified"
             return None
-        return pt.raw[:len(ct)]
+        return pt.raw[: len(ct)]
 
 
 class BatchAEAD:
@@ -74,12 +91,27 @@ class BatchAEAD:
             n, so, fo = int(lens[j]), int(src_offs[j]), int(fr_offs[j])
             k, iv, a = self._p(keys[j]), self._p(nonces[j]), self._p(aads[j])
             if self.gmac:  # body in the clear, tag over header || body
-                frames[fo:fo + n] = src[so:so + n]
-                self._gmac(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(src, so), ctypes.c_size_t(n),
-                           self._p(frames, fo + n))
+                frames[fo : fo + n] = src[so : so + n]
+                self._gmac(
+                    k,
+                    iv,
+                    a,
+                    ctypes.c_size_t(aads.shape[1]),
+                    self._p(src, so),
+                    ctypes.c_size_t(n),
+                    self._p(frames, fo + n),
+                )
             else:
-                self._seal(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(src, so), ctypes.c_size_t(n),
-                           self._p(frames, fo), self._p(frames, fo + n))
+                self._seal(
+                    k,
+                    iv,
+                    a,
+                    ctypes.c_size_t(aads.shape[1]),
+                    self._p(src, so),
+                    ctypes.c_size_t(n),
+                    self._p(frames, fo),
+                    self._p(frames, fo + n),
+                )
 
     def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs, max_len=None):
         ok = np.zeros(lens.size, np.int32)
@@ -88,31 +120,73 @@ class BatchAEAD:
             k, iv, a = self._p(keys[j]), self._p(nonces[j]), self._p(aads[j])
             if self.gmac:
                 tag = np.empty(16, np.uint8)
-                self._gmac(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(frames, fo), ctypes.c_size_t(n),
-                           self._p(tag))
-                if bytes(tag) == bytes(frames[fo + n:fo + n + 16]):
-                    out[oo:oo + n] = frames[fo:fo + n]
+                self._gmac(
+                    k,
+                    iv,
+                    a,
+                    ctypes.c_size_t(aads.shape[1]),
+                    self._p(frames, fo),
+                    ctypes.c_size_t(n),
+                    self._p(tag),
+                )
+                if bytes(tag) == bytes(frames[fo + n : fo + n + 16]):
+                    out[oo : oo + n] = frames[fo : fo + n]
                     ok[j] = 1
             else:
-                rc = self._open(k, iv, a, ctypes.c_size_t(aads.shape[1]), self._p(frames, fo), ctypes.c_size_t(n),
-                                self._p(frames, fo + n), self._p(out, oo))
+                rc = self._open(
+                    k,
+                    iv,
+                    a,
+                    ctypes.c_size_t(aads.shape[1]),
+                    self._p(frames, fo),
+                    ctypes.c_size_t(n),
+                    self._p(frames, fo + n),
+                    self._p(out, oo),
+                )
                 ok[j] = rc == 0
         return ok
 
-
-    def fused_hop(self, keys_in, nonces_in, aads_in, frames_in, in_offs, own, own_offs, keys_out,
-                  nonces_out, aads_out, frames_out, out_offs, lens, dtype: str, acc=None, max_len=None):
+    def fused_hop(
+        self,
+        keys_in,
+        nonces_in,
+        aads_in,
+        frames_in,
+        in_offs,
+        own,
+        own_offs,
+        keys_out,
+        nonces_out,
+        aads_out,
+        frames_out,
+        out_offs,
+        lens,
+        dtype: str,
+        acc=None,
+        max_len=None,
+    ):
         code = {"float32": 0, "float16": 1, "bfloat16": 2}[dtype]
         suite = self.code
         ok = np.zeros(lens.size, np.int32)
         hop = self._hop
         for j in range(lens.size):
             n = int(lens[j])
-            rc = hop(suite, self._p(keys_in[j]), self._p(nonces_in[j]), self._p(aads_in[j]),
-                     self._p(frames_in, in_offs[j]), ctypes.c_longlong(n), self._p(own, own_offs[j]), code,
-                     self._p(keys_out[j]), self._p(nonces_out[j]), self._p(aads_out[j]),
-                     ctypes.c_size_t(aads_in.shape[1]), self._p(frames_out, out_offs[j]),
-                     None if acc is None else self._p(acc, own_offs[j]))
+            rc = hop(
+                suite,
+                self._p(keys_in[j]),
+                self._p(nonces_in[j]),
+                self._p(aads_in[j]),
+                self._p(frames_in, in_offs[j]),
+                ctypes.c_longlong(n),
+                self._p(own, own_offs[j]),
+                code,
+                self._p(keys_out[j]),
+                self._p(nonces_out[j]),
+                self._p(aads_out[j]),
+                ctypes.c_size_t(aads_in.shape[1]),
+                self._p(frames_out, out_offs[j]),
+                None if acc is None else self._p(acc, own_offs[j]),
+            )
             ok[j] = rc == 0
         return ok
 

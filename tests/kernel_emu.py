@@ -28,12 +28,35 @@ def build(outdir: Path) -> ctypes.CDLL:
         raise RuntimeError("no C++ compiler (g++/c++/clang++) found")
     names = kernel_names()
     unit = outdir / "aead_emu.cpp"
-    unit.write_text('#include "cuda_emu.h"\n#include "aead.cu"\n' + "".join(f"EMU_KERNEL({n})\n" for n in names))
+    unit.write_text(
+        '#include "cuda_emu.h"\n#include "aead.cu"\n' + "".join(f"EMU_KERNEL({n})\n" for n in names)
+    )
     lib = outdir / "libaead_emu.so"
     # -Wno-unknown-pragmas: `#pragma unroll` is nvcc's; g++ spells it `#pragma GCC unroll`
-    out = subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-                          "-Wno-unknown-pragmas", "-shared", "-fPIC", "-pthread", "-I", str(HERE), "-I", str(KERNELS),
-                          "-o", str(lib), str(unit)], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Wno-unused-parameter",
+            "-Wno-unknown-pragmas",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-I",
+            str(HERE),
+            "-I",
+            str(KERNELS),
+            "-o",
+            str(lib),
+            str(unit),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if out.returncode:
         raise RuntimeError(f"building the kernel emulator failed:\n{out.stderr[-4000:]}")
     return ctypes.CDLL(str(lib))

@@ -45,7 +45,7 @@ def make_data(comm, dname, n, salt=0, op="sum"):
     if dname == "int32":
         return rng.integers(-1000, 1000, n, dtype=np.int32)
     if dname == "int64":
-        return rng.integers(-2**40, 2**40, n, dtype=np.int64)
+        return rng.integers(-(2**40), 2**40, n, dtype=np.int64)
     if op == "prod":
         return rng.uniform(0.9, 1.1, n).astype(dt)
     return rng.uniform(-1, 1, n).astype(dt)
@@ -113,22 +113,24 @@ def check_allreduce(comm, sc, rec, dname, n, op="sum", tag=""):
     y = np.full_like(x, 0)
     sc.allreduce(x, y, op=op)
     ref, tol = ref_reduce(comm, x, op)
-    rec(f"allreduce{tag} {sc.suite.name} {dname} n={n} op={op}",
-        close(y, ref, tol) and identical_on_all(comm, y))
+    rec(
+        f"allreduce{tag} {sc.suite.name} {dname} n={n} op={op}",
+        close(y, ref, tol) and identical_on_all(comm, y),
+    )
 
 
 def check_reduce_scatter(comm, sc, rec, dname, n):
     x = make_data(comm, dname, n, salt=1)
     counts = sc.block_counts(n)
-    off = sum(counts[:comm.rank])
+    off = sum(counts[: comm.rank])
     y = np.empty(counts[comm.rank], x.dtype)
     sc.reduce_scatter(x, y)
     full, tol = ref_reduce(comm, x, "sum")
-    ok = close(y, full[off:off + y.size], None if tol is None else tol[off:off + y.size])
+    ok = close(y, full[off : off + y.size], None if tol is None else tol[off : off + y.size])
     if native_has(dname):
         native = np.empty_like(y)
         comm.Reduce_scatter(x, native, counts, MPI.SUM)
-        ok = ok and close(y, native, None if tol is None else tol[off:off + y.size])
+        ok = ok and close(y, native, None if tol is None else tol[off : off + y.size])
     rec(f"reduce_scatter {sc.suite.name} {dname} n={n}", ok)
 
 
@@ -139,8 +141,10 @@ def check_allgather(comm, sc, rec, dname, n):
     sc.allgather(x, y)
     ref = np.empty(n, x.dtype)
     disp = [sum(counts[:i]) for i in range(comm.size)]
-    comm.Allgatherv(x.view(np.uint8), [ref.view(np.uint8), [c * x.itemsize for c in counts],
-                                       [d * x.itemsize for d in disp], MPI.BYTE])
+    comm.Allgatherv(
+        x.view(np.uint8),
+        [ref.view(np.uint8), [c * x.itemsize for c in counts], [d * x.itemsize for d in disp], MPI.BYTE],
+    )
     rec(f"allgather {sc.suite.name} {dname} n={n}", np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
 
 
@@ -149,7 +153,10 @@ def check_bcast(comm, sc, rec, dname, n, root):
     ref = x.copy()
     comm.Bcast(ref.view(np.uint8), root=root)
     sc.bcast(x, root=root)
-    rec(f"bcast {sc.suite.name} {dname} n={n} root={root}", np.array_equal(x.view(np.uint8), ref.view(np.uint8)))
+    rec(
+        f"bcast {sc.suite.name} {dname} n={n} root={root}",
+        np.array_equal(x.view(np.uint8), ref.view(np.uint8)),
+    )
 
 
 def check_alltoall(comm, sc, rec, dname, m, tag=""):
@@ -172,11 +179,17 @@ def check_alltoall_args(comm, rec):
     sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=10)
     p, seq = comm.size, sc._seq
     x = np.ones(2 * p, np.float32)
-    for send, recv, exc, msg in ((np.ones(p + 1, np.float32), np.ones(p + 1, np.float32), ValueError,
-                                  f"not a multiple of the world size {p}"),
-                                 (x, np.ones(2 * p, np.float64), TypeError, "one dtype"),
-                                 (x, np.ones(p, np.float32), ValueError, "must match"),
-                                 (x, x, ValueError, "overlap")):
+    for send, recv, exc, msg in (
+        (
+            np.ones(p + 1, np.float32),
+            np.ones(p + 1, np.float32),
+            ValueError,
+            f"not a multiple of the world size {p}",
+        ),
+        (x, np.ones(2 * p, np.float64), TypeError, "one dtype"),
+        (x, np.ones(p, np.float32), ValueError, "must match"),
+        (x, x, ValueError, "overlap"),
+    ):
         try:
             sc.alltoall(send, recv)
             got = None
@@ -213,7 +226,9 @@ def algorithms(comm, rec):
             sc = SecureComm(comm, suite, algorithm=alg, psk=PSK, chunk_bytes=1024, crypto_threads=2)
             for dname in ("float32", "int32", "float16", "bfloat16"):
                 for n in (1, 5, 1001, 10007):
-                    for op in ("sum", "max", "min", "prod") + (("avg",) if dname.startswith(("f", "b")) else ()):
+                    for op in ("sum", "max", "min", "prod") + (
+                        ("avg",) if dname.startswith(("f", "b")) else ()
+                    ):
                         check_allreduce(comm, sc, rec, dname, n, op=op, tag=f"[{alg}]")
             sc.close()
     sc = SecureComm(comm, "aes-256-gcm", psk=PSK, bcast_chain_bytes=0, chunk_bytes=512)
@@ -238,8 +253,9 @@ def rotation(comm, rec):
     """forced key rotation mid-run gives the same results as no rotation"""
     plain = SecureComm(comm, "aes-256-gcm", psk=PSK)
     for mode in ("psk", "psk-dhe"):
-        rot = SecureComm(comm, "aes-256-gcm", psk=PSK, rotate_after_frames=200, chunk_bytes=4096,
-                         key_exchange=mode)
+        rot = SecureComm(
+            comm, "aes-256-gcm", psk=PSK, rotate_after_frames=200, chunk_bytes=4096, key_exchange=mode
+        )
         for i in range(30):
             x = make_data(comm, "float32", 3000 + 17 * i, salt=i)
             a, b = np.empty_like(x), np.empty_like(x)
@@ -248,9 +264,12 @@ def rotation(comm, rec):
             counts = rot.block_counts(x.size)
             c = np.empty(counts[comm.rank], x.dtype)
             rot.reduce_scatter(x, c)
-            off = sum(counts[:comm.rank])
-            rec(f"rotation[{mode}] op {i} epoch {rot.epoch}",
-                np.allclose(a, b, rtol=1e-5, atol=1e-6) and np.allclose(c, b[off:off + c.size], rtol=1e-5, atol=1e-6))
+            off = sum(counts[: comm.rank])
+            rec(
+                f"rotation[{mode}] op {i} epoch {rot.epoch}",
+                np.allclose(a, b, rtol=1e-5, atol=1e-6)
+                and np.allclose(c, b[off : off + c.size], rtol=1e-5, atol=1e-6),
+            )
         rec(f"rotation[{mode}] happened (epoch {rot.epoch})", comm.size == 1 or rot.epoch >= 3)
         rot.close()
     plain.close()
@@ -301,8 +320,10 @@ def nonce_unique(comm, rec):
     everything = comm.gather(log, root=0)
     if comm.rank == 0:
         flat = [e for part in everything for e in part]
-        rec(f"nonce uniqueness over {len(flat)} seals, {sc.epoch + 1} epochs",
-            len(flat) == len(set(flat)) and (comm.size == 1 or len(flat) > 100))
+        rec(
+            f"nonce uniqueness over {len(flat)} seals, {sc.epoch + 1} epochs",
+            len(flat) == len(set(flat)) and (comm.size == 1 or len(flat) > 100),
+        )
     sc.close()
 
 
@@ -319,8 +340,15 @@ def tamper(comm, rec):
             def pick(i, peer, nbytes, where=where):
                 return where if comm.rank == victim_src and i == 1 else None
 
-            sc = SecureComm(comm, suite, psk=PSK, chunk_bytes=4096, timeout=2, algorithm="ring",
-                            wrap_transport=lambda t: TamperTransport(t, pick))
+            sc = SecureComm(
+                comm,
+                suite,
+                psk=PSK,
+                chunk_bytes=4096,
+                timeout=2,
+                algorithm="ring",
+                wrap_transport=lambda t: TamperTransport(t, pick),
+            )
             x = make_data(comm, "float32", 40000, salt=5)
             ref, tol = ref_reduce(comm, x, "sum")
             y = np.full_like(x, np.nan)
@@ -339,8 +367,10 @@ def tamper(comm, rec):
                 ok = isinstance(err, AuthenticationError) and err.peer == 0 and err.op == "allreduce"
                 rec(f"tamper {suite}@{where} detected on rank {receiver}: {err!s}", ok and clean)
             else:
-                rec(f"tamper {suite}@{where} rank {comm.rank} returned no corrupted value",
-                    clean and (err is None or isinstance(err, SecCommError)))
+                rec(
+                    f"tamper {suite}@{where} rank {comm.rank} returned no corrupted value",
+                    clean and (err is None or isinstance(err, SecCommError)),
+                )
             sc.close()
             comm.Barrier()
     for suite in SUITES:
@@ -352,11 +382,13 @@ def tamper_alltoall(comm, rec, suite, where):
     """rank 0's first frame to rank 1 (pairwise step 0) is flipped: rank 1 raises
     AuthenticationError naming rank 0; recvbufs hold only verified blocks, the caller's NaNs, or
     zeros where the failed chunk was decrypted in place"""
+
     def pick(i, peer, nbytes):
         return where if comm.rank == 0 and i == 0 else None
 
-    sc = SecureComm(comm, suite, psk=PSK, chunk_bytes=4096, timeout=2,
-                    wrap_transport=lambda t: TamperTransport(t, pick))
+    sc = SecureComm(
+        comm, suite, psk=PSK, chunk_bytes=4096, timeout=2, wrap_transport=lambda t: TamperTransport(t, pick)
+    )
     x = make_data(comm, "float32", 3000 * comm.size, salt=6)
     ref = np.empty_like(x)
     comm.Alltoall(x, ref)
@@ -374,8 +406,10 @@ def tamper_alltoall(comm, rec, suite, where):
         ok = isinstance(err, AuthenticationError) and err.peer == 0 and err.op == "alltoall"
         rec(f"tamper alltoall {suite}@{where} detected on rank 1: {err!s}", ok and clean)
     else:
-        rec(f"tamper alltoall {suite}@{where} rank {comm.rank} returned no corrupted value",
-            clean and (err is None or isinstance(err, SecCommError)))
+        rec(
+            f"tamper alltoall {suite}@{where} rank {comm.rank} returned no corrupted value",
+            clean and (err is None or isinstance(err, SecCommError)),
+        )
     sc.close()
     comm.Barrier()
 
@@ -394,8 +428,12 @@ def mismatch(comm, rec):
         ("bad node_ids", dict(), dict(node_ids=[0]), ValueError),  # once hung in Split_type
         ("bad timeout", dict(), dict(timeout="abc"), ValueError),  # once raised before Dup
         ("bad threads", dict(), dict(crypto_threads="x"), ValueError),
-        ("node map", dict(node_ids=[0] * comm.size), dict(node_ids=list(range(comm.size))),
-         ConfigMismatchError),
+        (
+            "node map",
+            dict(node_ids=[0] * comm.size),
+            dict(node_ids=list(range(comm.size))),
+            ConfigMismatchError,
+        ),
     ]
     for name, base, odd, odd_exc in cases:
         kw = {"suite": "aes-256-gcm", "psk": PSK, "timeout": 10 if name != "bad timeout" else None}
@@ -452,8 +490,15 @@ def policy(comm, rec):
             return self.inner.isend(buf, peer)
 
     nodes = [0 if r < comm.size // 2 else 1 for r in range(comm.size)]
-    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, encrypt="inter-node", node_ids=nodes,
-                    algorithm="ring", wrap_transport=Record)
+    sc = SecureComm(
+        comm,
+        "aes-256-gcm",
+        psk=PSK,
+        encrypt="inter-node",
+        node_ids=nodes,
+        algorithm="ring",
+        wrap_transport=Record,
+    )
     zeros = np.zeros(4096, np.float32)  # every partial sum is zero: a clear frame is all zero
     sc.reduce_scatter(zeros, np.empty(sc.block_counts(zeros.size)[comm.rank], np.float32))
     for peer, frame in sc.transport.frames:
@@ -461,7 +506,7 @@ def policy(comm, rec):
         same = nodes[peer] == nodes[comm.rank]
         rec(f"policy frame to rank {peer} (same node: {same}) clear={in_clear}", in_clear == same)
     rec("policy saw frames", len(sc.transport.frames) > 0)
-    x = (np.arange(4096, dtype=np.float32) + 1000 * comm.rank)
+    x = np.arange(4096, dtype=np.float32) + 1000 * comm.rank
     y = np.empty_like(x)
     sc.allreduce(x, y)
     ref, _ = ref_reduce(comm, x, "sum")
@@ -476,8 +521,12 @@ def wire(comm, rec):
     from seccomm.compliance.evidence import wire_check
 
     for row in wire_check(comm, count=4096 + 3):
-        rec(f"wire {row}", row["ok"] and row["wire_bytes"] > 0
-            and (row["hits"] > 1000 if row["expect"] == "present" else row["hits"] == 0))
+        rec(
+            f"wire {row}",
+            row["ok"]
+            and row["wire_bytes"] > 0
+            and (row["hits"] > 1000 if row["expect"] == "present" else row["hits"] == 0),
+        )
 
 
 @scenario
@@ -494,8 +543,11 @@ def soak(comm, rec):
         sc = comms[int(rng.integers(len(comms)))]
         coll = colls[int(rng.integers(len(colls)))]
         dname = DTYPES[int(rng.integers(len(DTYPES)))]
-        n = int(rng.choice([rng.integers(0, 16), rng.integers(16, 4096), rng.integers(4096, 1 << 16)],
-                           p=[0.2, 0.5, 0.3]))
+        n = int(
+            rng.choice(
+                [rng.integers(0, 16), rng.integers(16, 4096), rng.integers(4096, 1 << 16)], p=[0.2, 0.5, 0.3]
+            )
+        )
         op = str(rng.choice(["sum", "sum", "max", "min"] + (["avg"] if dname in FLOATS else [])))
         root = int(rng.integers(comm.size))
         if coll == "allreduce":
@@ -542,12 +594,15 @@ def device_engine(comm, rec):
         x = make_data(comm, dname, 5003)
         ref, tol = ref_reduce(comm, x, "sum")
         sc.allreduce(x, x)
-        rec(f"device engine in-place ring allreduce {dname}", close(x, ref, tol) and identical_on_all(comm, x))
+        rec(
+            f"device engine in-place ring allreduce {dname}", close(x, ref, tol) and identical_on_all(comm, x)
+        )
         sc.close()
     # calls with more chunks than before on one SecureComm (the header rows grow): every frame
     # keeps a fresh nonce and still opens on the CPU-engine ranks
-    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, algorithm="recursive_doubling", chunk_bytes=1010,
-                    device_backend=mine)
+    sc = SecureComm(
+        comm, "aes-256-gcm", psk=PSK, algorithm="recursive_doubling", chunk_bytes=1010, device_backend=mine
+    )
     for dname, n in (("uint8", 3030), ("float64", 126), ("float64", 379), ("float64", 126)):
         check_allreduce(comm, sc, rec, dname, n, tag=" device-engine growing rows")
     sc.close()
@@ -557,10 +612,21 @@ def device_engine(comm, rec):
 def check_tamper_caught_on_rank0(comm, rec, suite, chunk_bytes, timeout, backend, label):
     """A frame from the last rank to rank 0 (a device-engine rank) is tampered on the wire: rank 0
     raises AuthenticationError naming the sender, the others stop with a SecCommError."""
-    wrap = (lambda t: TamperTransport(t, lambda i, peer, nb: 3 if (i == 0 and peer == 0) else None)) \
-        if comm.rank == comm.size - 1 else None
-    sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=chunk_bytes, timeout=timeout,
-                    device_backend=backend, wrap_transport=wrap)
+    wrap = (
+        (lambda t: TamperTransport(t, lambda i, peer, nb: 3 if (i == 0 and peer == 0) else None))
+        if comm.rank == comm.size - 1
+        else None
+    )
+    sc = SecureComm(
+        comm,
+        suite,
+        psk=PSK,
+        algorithm="ring",
+        chunk_bytes=chunk_bytes,
+        timeout=timeout,
+        device_backend=backend,
+        wrap_transport=wrap,
+    )
     x = np.ones(20000, np.float32)
     y = np.full_like(x, 7.0)
     try:
@@ -600,8 +666,13 @@ def device_kernels(comm, rec):
     mine = KernelBackend(None) if lib is not None else None
     for suite in SUITES:
         sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=20000, device_backend=mine)
-        for dname, n in (("float32", 0), ("float32", 30011), ("float16", 4099), ("bfloat16", 4099),
-                         ("int64", 1001)):
+        for dname, n in (
+            ("float32", 0),
+            ("float32", 30011),
+            ("float16", 4099),
+            ("bfloat16", 4099),
+            ("int64", 1001),
+        ):
             check_allreduce(comm, sc, rec, dname, n, tag=" device kernels")
             if comm.size == 2:  # from 3 ranks on, only the allreduce: its ring hops are the fused kernel
                 check_reduce_scatter(comm, sc, rec, dname, n)

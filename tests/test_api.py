@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import seccomm
-from seccomm import (AuthenticationError, ConfigMismatchError, KeyScheduleError, SecCommError,
-                     SecureComm)
+from seccomm import AuthenticationError, ConfigMismatchError, KeyScheduleError, SecCommError, SecureComm
 
 PSK = bytes(range(32))
 
@@ -31,21 +30,30 @@ def self_comm():
 
 
 def test_import_needs_no_torch_cupy_or_mpi():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['cupy'] = None\n"
-            "import seccomm\n"
-            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py imported eagerly'\n"
-            "print(seccomm.__version__, sorted(seccomm.SUITES))")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['cupy'] = None\n"
+        "import seccomm\n"
+        "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py imported eagerly'\n"
+        "print(seccomm.__version__, sorted(seccomm.SUITES))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "aes-256-gcm" in out.stdout
 
 
 def test_error_hierarchy():
-    for cls in (AuthenticationError, ConfigMismatchError, KeyScheduleError,
-                seccomm.FrameError, seccomm.TransportTimeout, seccomm.CommClosedError):
+    for cls in (
+        AuthenticationError,
+        ConfigMismatchError,
+        KeyScheduleError,
+        seccomm.FrameError,
+        seccomm.TransportTimeout,
+        seccomm.CommClosedError,
+    ):
         assert issubclass(cls, SecCommError)
-    e = AuthenticationError(peer=3, op="allreduce", seq=7, step=1, chunk=2, chunks=5, epoch=0,
-                            suite="aes-256-gcm")
+    e = AuthenticationError(
+        peer=3, op="allreduce", seq=7, step=1, chunk=2, chunks=5, epoch=0, suite="aes-256-gcm"
+    )
     assert "rank 3" in str(e) and "allreduce #7" in str(e) and "chunk 2/5" in str(e)
 
 
@@ -61,15 +69,18 @@ def test_suite_registry():
         seccomm.get_suite("aes-128-cbc")
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(suite="rot13"), "unknown suite 'rot13'; allowed"),
-    (dict(algorithm="tree"), "unknown algorithm 'tree'; allowed: auto, ring"),
-    (dict(encrypt="some"), "unknown encrypt 'some'; allowed: all, inter-node"),
-    (dict(key_exchange="rsa"), "unknown key_exchange 'rsa'; allowed: psk, psk-dhe"),
-    (dict(chunk_bytes=8), r"chunk_bytes must be an integer in \[16"),
-    (dict(timeout=0), "timeout must be a number of seconds > 0"),
-    (dict(rotate_after_frames=2**40), "above aes-256-gcm's usage limit of 11862016 frames"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(suite="rot13"), "unknown suite 'rot13'; allowed"),
+        (dict(algorithm="tree"), "unknown algorithm 'tree'; allowed: auto, ring"),
+        (dict(encrypt="some"), "unknown encrypt 'some'; allowed: all, inter-node"),
+        (dict(key_exchange="rsa"), "unknown key_exchange 'rsa'; allowed: psk, psk-dhe"),
+        (dict(chunk_bytes=8), r"chunk_bytes must be an integer in \[16"),
+        (dict(timeout=0), "timeout must be a number of seconds > 0"),
+        (dict(rotate_after_frames=2**40), "above aes-256-gcm's usage limit of 11862016 frames"),
+    ],
+)
 def test_bad_construction_args(kw, match):
     suite = kw.pop("suite", "aes-256-gcm")
     with pytest.raises(ValueError, match=match):
@@ -87,14 +98,20 @@ def test_missing_secret(monkeypatch):
 def test_bad_buffers(sc):
     x = np.ones(8, np.float32)
     cases = [
-        (lambda: sc.allreduce(x.astype(np.complex64), x.astype(np.complex64)), TypeError,
-         "unsupported dtype complex64; allowed: float16, bfloat16"),
+        (
+            lambda: sc.allreduce(x.astype(np.complex64), x.astype(np.complex64)),
+            TypeError,
+            "unsupported dtype complex64; allowed: float16, bfloat16",
+        ),
         (lambda: sc.allreduce(x, np.ones(8, np.float64)), TypeError, "one dtype"),
         (lambda: sc.allreduce(x, np.ones(9, np.float32)), ValueError, "must match"),
         (lambda: sc.allreduce(np.ones(16, np.float32)[::2], x.copy()), ValueError, "C-contiguous"),
         (lambda: sc.allreduce(x, x.copy(), op="xor"), ValueError, "unknown op 'xor'; allowed"),
-        (lambda: sc.allreduce(np.ones(4, np.int32), np.ones(4, np.int32), op="avg"), ValueError,
-         "needs a floating-point dtype"),
+        (
+            lambda: sc.allreduce(np.ones(4, np.int32), np.ones(4, np.int32), op="avg"),
+            ValueError,
+            "needs a floating-point dtype",
+        ),
         (lambda: sc.allreduce([1.0, 2.0], x), TypeError, "numpy.ndarray"),
         (lambda: sc.reduce_scatter(x, np.ones(3, np.float32)), ValueError, "block_counts"),
         (lambda: sc.allgather(np.ones(3, np.float32), x.copy()), ValueError, "block_counts"),
@@ -180,13 +197,17 @@ def test_alltoall_bad_arguments(sc):
     from seccomm.collectives import get_collective
 
     x = np.ones(8, np.float32)
-    with pytest.raises(ValueError, match="alltoall: sendbuf has 8 elements, not a multiple of the world size 3"):
+    with pytest.raises(
+        ValueError, match="alltoall: sendbuf has 8 elements, not a multiple of the world size 3"
+    ):
         get_collective("alltoall").args(x, x.copy(), 0, 3, False)
     seq = sc._seq
-    for fn, exc, match in [(lambda: sc.alltoall(x, np.ones(8, np.float64)), TypeError, "one dtype"),
-                           (lambda: sc.alltoall(x, np.ones(4, np.float32)), ValueError, "must match"),
-                           (lambda: sc.alltoall(x, x), ValueError, "overlap"),
-                           (lambda: sc.alltoall(x.astype(np.complex64), x), TypeError, "unsupported dtype")]:
+    for fn, exc, match in [
+        (lambda: sc.alltoall(x, np.ones(8, np.float64)), TypeError, "one dtype"),
+        (lambda: sc.alltoall(x, np.ones(4, np.float32)), ValueError, "must match"),
+        (lambda: sc.alltoall(x, x), ValueError, "overlap"),
+        (lambda: sc.alltoall(x.astype(np.complex64), x), TypeError, "unsupported dtype"),
+    ]:
         with pytest.raises(exc, match=match):
             fn()
     assert sc._seq == seq

@@ -14,8 +14,13 @@ from seccomm import launch
 @pytest.mark.mpi
 def test_seccomm_attack_detects_every_class():
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    out = subprocess.run([sys.executable, "-m", "seccomm", "attack", "--trials", "12", "--np", "3"],
-                         capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "seccomm", "attack", "--trials", "12", "--np", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("  ")]
     classes = {r[0] for r in rows}

@@ -31,24 +31,27 @@ def test_parse_size():
             parse_size(bad)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--suites", "aes-256-gcm,rot13"], "unknown suite rot13; allowed: none, aes-256-gcm"),
-    (["--collective", "scatter"], "unknown collective scatter; allowed: allreduce, reduce_scatter"),
-    (["-d", "complex64"], "unknown dtype 'complex64'; allowed: float16, bfloat16"),
-    (["-o", "xor"], "unknown op 'xor'; allowed: sum"),
-    (["-o", "avg", "-d", "int32"], "op avg needs a floating-point dtype"),
-    (["-b", "1M", "-e", "4K"], "minbytes (1048576) is larger than maxbytes (4096)"),
-    (["-b", "6"], "-b/--minbytes 6 is not a multiple of the float32 size (4 bytes)"),
-    (["-e", "10", "-d", "float64", "-b", "8"], "-e/--maxbytes 10 is not a multiple of the float64 size"),
-    (["-b", "12x"], "bad size '12x'"),
-    (["--np", "100000"], "--np 100000 is not sensible"),
-    (["-c", "2"], "check must be 0 or 1"),
-    (["-f", "1"], "stepfactor must be >= 2"),
-    (["--algorithm", "tree"], "invalid choice: 'tree'"),
-    (["--root", "-1"], "--root must be a rank >= 0"),
-    (["--root", "2", "--np", "2"], "--root 2 is not a rank of --np 2"),
-    (["--json", "/nonexistent/x.json"], "does not exist or is not writable"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--suites", "aes-256-gcm,rot13"], "unknown suite rot13; allowed: none, aes-256-gcm"),
+        (["--collective", "scatter"], "unknown collective scatter; allowed: allreduce, reduce_scatter"),
+        (["-d", "complex64"], "unknown dtype 'complex64'; allowed: float16, bfloat16"),
+        (["-o", "xor"], "unknown op 'xor'; allowed: sum"),
+        (["-o", "avg", "-d", "int32"], "op avg needs a floating-point dtype"),
+        (["-b", "1M", "-e", "4K"], "minbytes (1048576) is larger than maxbytes (4096)"),
+        (["-b", "6"], "-b/--minbytes 6 is not a multiple of the float32 size (4 bytes)"),
+        (["-e", "10", "-d", "float64", "-b", "8"], "-e/--maxbytes 10 is not a multiple of the float64 size"),
+        (["-b", "12x"], "bad size '12x'"),
+        (["--np", "100000"], "--np 100000 is not sensible"),
+        (["-c", "2"], "check must be 0 or 1"),
+        (["-f", "1"], "stepfactor must be >= 2"),
+        (["--algorithm", "tree"], "invalid choice: 'tree'"),
+        (["--root", "-1"], "--root must be a rank >= 0"),
+        (["--root", "2", "--np", "2"], "--root 2 is not a rank of --np 2"),
+        (["--json", "/nonexistent/x.json"], "does not exist or is not writable"),
+    ],
+)
 def test_bad_arguments_one_line_exit_2(capsys, args, msg):
     assert cli.main(["bench", *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -58,9 +61,11 @@ def test_bad_arguments_one_line_exit_2(capsys, args, msg):
 
 def test_workload_arguments(capsys):
     pytest.importorskip("torch")
-    for args, msg in ((["--workload", "resnet50", "-d", "float16"], "runs float32 sum allreduces"),
-                      (["--workload", "alexnet"], "unknown workload 'alexnet'; allowed: resnet50"),
-                      (["--workload", "resnet50", "--scale", "2"], "--scale must be in (0, 1]")):
+    for args, msg in (
+        (["--workload", "resnet50", "-d", "float16"], "runs float32 sum allreduces"),
+        (["--workload", "alexnet"], "unknown workload 'alexnet'; allowed: resnet50"),
+        (["--workload", "resnet50", "--scale", "2"], "--scale must be in (0, 1]"),
+    ):
         assert cli.main(["bench", *args]) == 2
         assert msg in capsys.readouterr().err
 
@@ -85,8 +90,27 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     """Run plainly, bench starts its own ranks (--np); under mpiexec it uses the ranks given."""
     j, c = tmp_path / "r.json", tmp_path / "r.csv"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    args = ["bench", "-b", "8", "-e", "64K", "-f", "16", "-n", "3", "-w", "1", "--collective", "all",
-            "--chunk-bytes", "4K", "--json", str(j), "--csv", str(c)]
+    args = [
+        "bench",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "16",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--collective",
+        "all",
+        "--chunk-bytes",
+        "4K",
+        "--json",
+        str(j),
+        "--csv",
+        str(c),
+    ]
     if how == "own launcher":
         cmd = [*SECCOMM, *args, "--np", str(nranks)]
     else:
@@ -98,8 +122,17 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     assert "Traceback" not in out.stderr
     doc = json.loads(j.read_text())
     m = doc["machine"]
-    for key in ("host", "cpu", "openssl", "cryptography", "mpi_library", "mpi4py", "seccomm", "utc",
-                "git_commit"):
+    for key in (
+        "host",
+        "cpu",
+        "openssl",
+        "cryptography",
+        "mpi_library",
+        "mpi4py",
+        "seccomm",
+        "utc",
+        "git_commit",
+    ):
         assert key in m
     assert {"model", "cores", "aes", "vaes", "pclmulqdq"} <= set(m["cpu"])
     assert doc["config"]["collectives"] == list(COLLECTIVES) and doc["world_size"] == nranks
@@ -108,15 +141,29 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     rows = doc["rows"]
     assert len(rows) == len(COLLECTIVES) * len(sizes) * len(variants)
     for r in rows:
-        assert {"collective", "size_bytes", "count", "dtype", "variant", "time_us", "algbw_gbps",
-                "busbw_gbps", "overhead_x", "wrong"} <= set(r)
+        assert {
+            "collective",
+            "size_bytes",
+            "count",
+            "dtype",
+            "variant",
+            "time_us",
+            "algbw_gbps",
+            "busbw_gbps",
+            "overhead_x",
+            "wrong",
+        } <= set(r)
         assert set(r["time_us"]) == {"min", "median", "max"}
         assert r["time_us"]["min"] <= r["time_us"]["median"] <= r["time_us"]["max"]
         assert r["wrong"] == 0 and r["variant"] in variants
         factor = COLLECTIVES[r["collective"]].busbw_factor(nranks)
-        expect = {"allreduce": 2 * (nranks - 1) / nranks, "reduce_scatter": (nranks - 1) / nranks,
-                  "allgather": (nranks - 1) / nranks, "bcast": 1.0,
-                  "alltoall": (nranks - 1) / nranks}[r["collective"]]
+        expect = {
+            "allreduce": 2 * (nranks - 1) / nranks,
+            "reduce_scatter": (nranks - 1) / nranks,
+            "allgather": (nranks - 1) / nranks,
+            "bcast": 1.0,
+            "alltoall": (nranks - 1) / nranks,
+        }[r["collective"]]
         assert factor == pytest.approx(expect)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * expect)
         assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_us"]["median"] * 1e-6) / 1e9)
@@ -135,9 +182,37 @@ def test_bench_alltoall(tmp_path):
     to native MPI_Alltoall, busbw = algbw x (n-1)/n."""
     j = tmp_path / "a.json"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    out = subprocess.run([*SECCOMM, "bench", "--collective", "alltoall", "-b", "8", "-e", "4K", "-f", "8",
-                          "-n", "2", "-w", "1", "-d", "int64", "--chunk-bytes", "1K", "--np", "3",
-                          "--json", str(j)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            *SECCOMM,
+            "bench",
+            "--collective",
+            "alltoall",
+            "-b",
+            "8",
+            "-e",
+            "4K",
+            "-f",
+            "8",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-d",
+            "int64",
+            "--chunk-bytes",
+            "1K",
+            "--np",
+            "3",
+            "--json",
+            str(j),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "# alltoall" in out.stdout and "# Result: OK" in out.stdout
     rows = json.loads(j.read_text())["rows"]
@@ -150,9 +225,13 @@ def test_bench_alltoall(tmp_path):
 
 @pytest.mark.mpi
 def test_bench_wrong_results_fail_the_run():
-    out = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("bench_worker.py"))],
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, SECCOMM_PSK="ab" * 32))
+    out = subprocess.run(
+        [mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("bench_worker.py"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, SECCOMM_PSK="ab" * 32),
+    )
     assert out.returncode != 0
     assert "FAILED" in out.stdout
     bad = [ln for ln in out.stdout.splitlines() if " test-corrupt " in ln and ln.strip()[0].isdigit()]

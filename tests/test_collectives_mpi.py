@@ -12,10 +12,21 @@ from conftest import PLAN
 
 CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
 #: minimum cases a scenario must have checked at a world size (guards against a silent no-op)
-MIN_CASES = {"sweep": 700, "algorithms": 600, "uint8_sweep": 512, "rotation": 62,
-             "nonce_unique": 1, "tamper": 16, "mismatch": 8, "policy": 4,
-             "call_mismatch": 3, "wire": 4, "soak": 2000,
-             "device_engine": 400, "device_kernels": 20}
+MIN_CASES = {
+    "sweep": 700,
+    "algorithms": 600,
+    "uint8_sweep": 512,
+    "rotation": 62,
+    "nonce_unique": 1,
+    "tamper": 16,
+    "mismatch": 8,
+    "policy": 4,
+    "call_mismatch": 3,
+    "wire": 4,
+    "soak": 2000,
+    "device_engine": 400,
+    "device_kernels": 20,
+}
 
 
 @pytest.mark.mpi

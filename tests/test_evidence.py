@@ -28,7 +28,7 @@ def test_finds_every_offset_and_only_real_matches():
     pt = rng.standard_normal(4096).astype(np.float32)
     raw = pt.view(np.uint8)
     for start, n in ((0, 16), (3, 40), (raw.size - 16, 16), (1001, 333)):
-        rec = np.concatenate([noise(7), raw[start:start + n], noise(5)])
+        rec = np.concatenate([noise(7), raw[start : start + n], noise(5)])
         res = find_plaintext([noise(1000), rec], [pt])
         assert res["hits"] == n - 15 and res["first_hit"] == 1000 + 7
     assert find_plaintext([noise(1 << 16)], [pt])["hits"] == 0

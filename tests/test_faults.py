@@ -26,13 +26,26 @@ def _results(stdout):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("dead,algorithm", [(2, "ring"), (0, "ring"), (2, "recursive_doubling"),
-                                            (1, "recursive_doubling")])
+@pytest.mark.parametrize(
+    "dead,algorithm", [(2, "ring"), (0, "ring"), (2, "recursive_doubling"), (1, "recursive_doubling")]
+)
 def test_kill_one_rank_of_three_mid_allreduce(dead, algorithm):
-    out = subprocess.run([mpiexec(), "-disable-auto-cleanup", "-n", "3", sys.executable,
-                          str(Path(__file__).with_name("fault_worker.py")), str(dead), algorithm],
-                         capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, MPIR_CVAR_NOLOCAL="1"))
+    out = subprocess.run(
+        [
+            mpiexec(),
+            "-disable-auto-cleanup",
+            "-n",
+            "3",
+            sys.executable,
+            str(Path(__file__).with_name("fault_worker.py")),
+            str(dead),
+            algorithm,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, MPIR_CVAR_NOLOCAL="1"),
+    )
     results = _results(out.stdout)
     survivors = sorted({0, 1, 2} - {dead})
     assert sorted(int(r[1]) for r in results) == survivors, out.stdout + out.stderr[-2000:]
@@ -48,9 +61,22 @@ def test_tampered_frame_stops_every_rank_at_once():
     AuthenticationError naming rank 1; ranks 0 and 1, which wait on rank 2 directly or through
     the ring, raise PeerAbortError naming rank 2 and blaming rank 1 -- well before the 30 s
     deadline they would otherwise wait out."""
-    out = subprocess.run([mpiexec(), "-n", "3", sys.executable,
-                          str(Path(__file__).with_name("fault_worker.py")), "1", "ring", "tamper"],
-                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    out = subprocess.run(
+        [
+            mpiexec(),
+            "-n",
+            "3",
+            sys.executable,
+            str(Path(__file__).with_name("fault_worker.py")),
+            "1",
+            "ring",
+            "tamper",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     results = {int(r[1]): r[2:] for r in _results(out.stdout)}
     assert sorted(results) == [0, 1, 2], out.stdout + out.stderr[-2000:]
     assert results[2][:2] == ["AuthenticationError", "1"], results

@@ -6,12 +6,26 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from seccomm.framing import (AAD, AAD_BYTES, GROUP_STEP, MAX_CHUNKS_PER_HOP, FrameContext,
-                             Workspace, block_counts, block_offsets, chunk_counts, nonce_bytes)
+from seccomm.framing import (
+    AAD,
+    AAD_BYTES,
+    GROUP_STEP,
+    MAX_CHUNKS_PER_HOP,
+    FrameContext,
+    Workspace,
+    block_counts,
+    block_offsets,
+    chunk_counts,
+    nonce_bytes,
+)
 from seccomm.suites import NONCE_BYTES, TAG_BYTES
 
-fields = st.tuples(st.integers(0, 2**32 - 1), st.integers(0, GROUP_STEP),
-                   st.integers(0, MAX_CHUNKS_PER_HOP - 1), st.integers(0, 2**24 - 1))
+fields = st.tuples(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, GROUP_STEP),
+    st.integers(0, MAX_CHUNKS_PER_HOP - 1),
+    st.integers(0, 2**24 - 1),
+)
 
 
 @given(fields, fields)
@@ -44,8 +58,9 @@ def test_block_counts_balanced(count, size):
     assert len(b) == size and sum(b) == count and max(b) - min(b) <= 1
     assert b == sorted(b, reverse=True)
     offs = block_offsets(b)
-    assert offs[0] == 0 and all(offs[i] + b[i] == (offs[i + 1] if i + 1 < size else count)
-                                for i in range(size))
+    assert offs[0] == 0 and all(
+        offs[i] + b[i] == (offs[i + 1] if i + 1 < size else count) for i in range(size)
+    )
 
 
 @settings(max_examples=50)
@@ -68,8 +83,17 @@ def test_aad_binds_every_field():
     """Changing any one bound field changes the header bytes (so the tag)."""
     ws = Workspace()
     (slot,) = ws.slots("w", [64])
-    base = dict(suite_id=1, op_code=1, dtype_code=3, job_id=b"j" * 16, comm_id=b"c" * 16,
-                epoch=2, seq=9, op_index=4, total_count=1000)
+    base = dict(
+        suite_id=1,
+        op_code=1,
+        dtype_code=3,
+        job_id=b"j" * 16,
+        comm_id=b"c" * 16,
+        epoch=2,
+        seq=9,
+        op_index=4,
+        total_count=1000,
+    )
     chunk = dict(key_kind=0, suite_id=1, step=3, chunk=1, chunks=4, src=5, dst=6, elems=16)
 
     def header(b, c):
@@ -79,8 +103,16 @@ def test_aad_binds_every_field():
     base["redop"] = "sum"
     ref = header(base, chunk)
     assert AAD.unpack(ref[0])[0] == b"SCM"
-    for k, v in [("op_code", 4), ("redop", "max"), ("dtype_code", 4), ("job_id", b"k" * 16), ("comm_id", b"d" * 16),
-                 ("epoch", 3), ("seq", 10), ("total_count", 1001)]:
+    for k, v in [
+        ("op_code", 4),
+        ("redop", "max"),
+        ("dtype_code", 4),
+        ("job_id", b"k" * 16),
+        ("comm_id", b"d" * 16),
+        ("epoch", 3),
+        ("seq", 10),
+        ("total_count", 1001),
+    ]:
         assert header({**base, k: v}, chunk)[0] != ref[0], k
     for k in chunk:
         assert header(base, {**chunk, k: chunk[k] + 1})[0] != ref[0], k
@@ -90,9 +122,23 @@ def test_aad_binds_every_field():
 #: chunk 1/4, 5 -> 6, 1000 elements, 16 in the chunk) as protocol 1 wrote them before the wire
 #: codes moved into the collective records; ``{op:02x}`` is the op kind byte
 NONCE_V1 = "000000040003000001000005"
-HEADER_V1 = ("53434d" "01" "01" "{op:02x}" "01" "00" "03" + "6a" * 16 + "63" * 16 + "00000002"
-             "0000000000000009" "00000003" "00000001" "00000004" "00000005" "00000006"
-             "00000000000003e8" "0000000000000010")
+HEADER_V1 = (
+    "53434d"
+    "01"
+    "01"
+    "{op:02x}"
+    "01"
+    "00"
+    "03" + "6a" * 16 + "63" * 16 + "00000002"
+    "0000000000000009"
+    "00000003"
+    "00000001"
+    "00000004"
+    "00000005"
+    "00000006"
+    "00000000000003e8"
+    "0000000000000010"
+)
 WIRE_CODES_V1 = {"allreduce": 1, "reduce_scatter": 2, "allgather": 3, "bcast": 4}
 
 
@@ -106,6 +152,7 @@ def test_wire_codes_and_header_unchanged():
     (slot,) = Workspace().slots("w", [64])
     for coll in COLLECTIVES.values():
         FrameContext(1, coll.code, 3, b"j" * 16, b"c" * 16, 2, 9, 4, 1000, "sum").fill(
-            slot, 0, 1, 3, 1, 4, 5, 6, 16)
+            slot, 0, 1, 3, 1, 4, 5, 6, 16
+        )
         assert bytes(slot.nonce).hex() == NONCE_V1
         assert bytes(slot.header).hex() == HEADER_V1.format(op=coll.code), coll.name

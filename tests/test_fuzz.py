@@ -50,7 +50,7 @@ class FuzzPeer(Transport):
         out = np.frombuffer(recvbuf, np.uint8).reshape(-1)
         out[:n] = np.frombuffer(sendbuf, np.uint8)
         theirs = bytes(sendbuf) if self.block is None else self.block(bytes(sendbuf))
-        out[n:2 * n] = np.frombuffer(theirs[:n].ljust(n, b"\0"), np.uint8)
+        out[n : 2 * n] = np.frombuffer(theirs[:n].ljust(n, b"\0"), np.uint8)
 
     def isend(self, buf, peer):
         self.sent.append(bytes(buf))
@@ -65,7 +65,7 @@ class FuzzPeer(Transport):
         self.k += 1
         if len(data) > dest.size:  # what MPI reports for a message longer than the posted buffer
             raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
-        dest[:len(data)] = np.frombuffer(data, np.uint8)
+        dest[: len(data)] = np.frombuffer(data, np.uint8)
         return len(data)
 
     def wait_sends(self, reqs, timeout, peers, op_label):
@@ -91,15 +91,19 @@ def make_deliver(plan):
             if frame:
                 frame[off % len(frame)] ^= 1 << bit
         return bytes(frame)
+
     return deliver
 
 
 @pytest.mark.parametrize("suite", SUITES)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=st.lists(delivery, min_size=1, max_size=4),
-       coll=st.sampled_from(["allreduce_rd", "allreduce_ring", "reduce_scatter", "allgather", "bcast"]),
-       dtype=st.sampled_from(["float32", "float16", "int64", "uint8"]),
-       count=st.integers(2, 300), chunk=st.sampled_from([16, 64, 1 << 20]))
+@given(
+    plan=st.lists(delivery, min_size=1, max_size=4),
+    coll=st.sampled_from(["allreduce_rd", "allreduce_ring", "reduce_scatter", "allgather", "bcast"]),
+    dtype=st.sampled_from(["float32", "float16", "int64", "uint8"]),
+    count=st.integers(2, 300),
+    chunk=st.sampled_from([16, 64, 1 << 20]),
+)
 def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count, chunk):
     peer = FuzzPeer(make_deliver(plan))
     alg = "ring" if coll == "allreduce_ring" else "recursive_doubling"
@@ -131,11 +135,16 @@ def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count
 
 
 @settings(max_examples=200, deadline=None)
-@given(kind=st.sampled_from(["random", "mutated", "json"]), data=st.binary(max_size=BLOCK_BYTES),
-       flips=st.lists(st.integers(0, BLOCK_BYTES * 8 - 1), min_size=1, max_size=4, unique=True),
-       value=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                          lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
-                          max_leaves=6))
+@given(
+    kind=st.sampled_from(["random", "mutated", "json"]),
+    data=st.binary(max_size=BLOCK_BYTES),
+    flips=st.lists(st.integers(0, BLOCK_BYTES * 8 - 1), min_size=1, max_size=4, unique=True),
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+        max_leaves=6,
+    ),
+)
 def test_fuzzed_configuration_block_raises_config_mismatch(kind, data, flips, value):
     import json
     import struct

@@ -36,13 +36,17 @@ def test_gpu_seal_opens_on_cpu_and_back(suite):
     keys, nonces, aads, offs, fr_offs = batch(LENS)
     src = np.frombuffer(os.urandom(sum(LENS)), np.uint8)
     frames = cp.zeros(sum(LENS) + 16 * len(LENS), cp.uint8)
-    d = {k: cp.asarray(v) for k, v in dict(keys=keys, nonces=nonces, aads=aads, offs=offs,
-                                             fr=fr_offs, lens=np.array(LENS, np.int64)).items()}
+    d = {
+        k: cp.asarray(v)
+        for k, v in dict(
+            keys=keys, nonces=nonces, aads=aads, offs=offs, fr=fr_offs, lens=np.array(LENS, np.int64)
+        ).items()
+    }
     g.seal(d["keys"], d["nonces"], d["aads"], cp.asarray(src), d["offs"], d["lens"], frames, d["fr"])
     host = cp.asnumpy(frames)
     for j, n in enumerate(LENS):
-        pt = src[offs[j]:offs[j] + n].tobytes()
-        body_tag = host[fr_offs[j]:fr_offs[j] + n + 16].tobytes()
+        pt = src[offs[j] : offs[j] + n].tobytes()
+        body_tag = host[fr_offs[j] : fr_offs[j] + n + 16].tobytes()
         aead = CPU[suite](keys[j].tobytes())
         if suite == "aes-256-gmac":
             assert body_tag[:n] == pt
@@ -52,14 +56,16 @@ def test_gpu_seal_opens_on_cpu_and_back(suite):
     bad = host.copy()
     bad[fr_offs[3]] ^= 1  # tamper chunk 3
     out = cp.full(sum(LENS), 0x5A, cp.uint8)
-    ok = cp.asnumpy(g.open(d["keys"], d["nonces"], d["aads"], cp.asarray(bad), d["fr"], d["lens"], out, d["offs"]))
+    ok = cp.asnumpy(
+        g.open(d["keys"], d["nonces"], d["aads"], cp.asarray(bad), d["fr"], d["lens"], out, d["offs"])
+    )
     outh = cp.asnumpy(out)
     for j, n in enumerate(LENS):
-        seg = outh[offs[j]:offs[j] + n]
+        seg = outh[offs[j] : offs[j] + n]
         if j == 3:
             assert ok[j] == 0 and (seg == 0x5A).all()
         else:
-            assert ok[j] == 1 and (seg == src[offs[j]:offs[j] + n]).all()
+            assert ok[j] == 1 and (seg == src[offs[j] : offs[j] + n]).all()
 
 
 @pytest.mark.parametrize("suite", ["chacha20-poly1305", "aes-256-gcm"])
@@ -78,23 +84,39 @@ def test_fused_hop_equals_cpu(suite, dtype):
     rng = np.random.default_rng(0)
     recv = [rng.uniform(-100, 100, c).astype(dt) for c in counts]
     own = np.concatenate([rng.uniform(-100, 100, c).astype(dt) for c in counts]).view(np.uint8)
-    frames_in = b"".join(CPU[suite](kin[j].tobytes()).encrypt(nin[j].tobytes(), recv[j].tobytes(), ain[j].tobytes())
-                         for j in range(len(counts)))
+    frames_in = b"".join(
+        CPU[suite](kin[j].tobytes()).encrypt(nin[j].tobytes(), recv[j].tobytes(), ain[j].tobytes())
+        for j in range(len(counts))
+    )
     g = GPUAEAD(suite)
     L = cp.asarray(np.array(lens, np.int64))
     out = cp.zeros(len(frames_in), cp.uint8)
     acc = cp.zeros(own.size, cp.uint8)
-    ok = g.fused_hop(cp.asarray(kin), cp.asarray(nin), cp.asarray(ain), cp.asarray(np.frombuffer(frames_in, np.uint8)),
-                     cp.asarray(fr_offs), cp.asarray(own), cp.asarray(offs), cp.asarray(kout), cp.asarray(nout),
-                     cp.asarray(aout), out, cp.asarray(fr_offs), L, dtype, acc)
+    ok = g.fused_hop(
+        cp.asarray(kin),
+        cp.asarray(nin),
+        cp.asarray(ain),
+        cp.asarray(np.frombuffer(frames_in, np.uint8)),
+        cp.asarray(fr_offs),
+        cp.asarray(own),
+        cp.asarray(offs),
+        cp.asarray(kout),
+        cp.asarray(nout),
+        cp.asarray(aout),
+        out,
+        cp.asarray(fr_offs),
+        L,
+        dtype,
+        acc,
+    )
     assert (cp.asnumpy(ok) == 1).all()
     outh, acch = cp.asnumpy(out), cp.asnumpy(acc)
     for j, c in enumerate(counts):
-        mine = own[offs[j]:offs[j] + lens[j]].view(dt)
+        mine = own[offs[j] : offs[j] + lens[j]].view(dt)
         want = (mine + recv[j]).astype(dt)
-        assert acch[offs[j]:offs[j] + lens[j]].tobytes() == want.tobytes()
+        assert acch[offs[j] : offs[j] + lens[j]].tobytes() == want.tobytes()
         frame = CPU[suite](kout[j].tobytes()).encrypt(nout[j].tobytes(), want.tobytes(), aout[j].tobytes())
-        assert outh[fr_offs[j]:fr_offs[j] + lens[j] + 16].tobytes() == frame
+        assert outh[fr_offs[j] : fr_offs[j] + lens[j] + 16].tobytes() == frame
 
 
 def _run_worker(mode, ranks=2):
@@ -104,9 +126,12 @@ def _run_worker(mode, ranks=2):
 
     from conftest import mpiexec
 
-    out = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, str(Path(__file__).with_name("gpu_worker.py")),
-                          mode],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [mpiexec(), "-n", str(ranks), sys.executable, str(Path(__file__).with_name("gpu_worker.py")), mode],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-3000:] + out.stderr[-3000:]
 
 
@@ -153,8 +178,10 @@ def test_seccomm_train_on_cuda(tmp_path, backend):
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
     if backend == "nccl" and torch.cuda.device_count() < 2:
-        pytest.skip("nccl needs one GPU per rank: 2 GPUs (on a node: torchrun --nproc-per-node 8 -m seccomm "
-                    "train --device cuda)")
+        pytest.skip(
+            "nccl needs one GPU per rank: 2 GPUs (on a node: torchrun --nproc-per-node 8 -m seccomm "
+            "train --device cuda)"
+        )
     from conftest import run_train
 
     _, r = run_train(tmp_path, "--steps", "30", "--device", "cuda", "--backend", backend)
@@ -184,9 +211,22 @@ def test_fused_hop_special_values_on_device(dtype):
     out = cp.zeros(own.nbytes + 16, cp.uint8)
     z = cp.zeros(1, cp.int64)
     ok = GPUAEAD("chacha20-poly1305").fused_hop(
-        cp.asarray(kin), cp.asarray(nin), cp.asarray(ain), cp.asarray(np.frombuffer(frame, np.uint8)), z,
-        cp.asarray(np.frombuffer(own.tobytes(), np.uint8)), z, cp.asarray(kout), cp.asarray(nout), cp.asarray(aout),
-        out, z, cp.asarray(np.array([own.nbytes], np.int64)), dtype, acc)
+        cp.asarray(kin),
+        cp.asarray(nin),
+        cp.asarray(ain),
+        cp.asarray(np.frombuffer(frame, np.uint8)),
+        z,
+        cp.asarray(np.frombuffer(own.tobytes(), np.uint8)),
+        z,
+        cp.asarray(kout),
+        cp.asarray(nout),
+        cp.asarray(aout),
+        out,
+        z,
+        cp.asarray(np.array([own.nbytes], np.int64)),
+        dtype,
+        acc,
+    )
     assert int(ok[0]) == 1
     got = cp.asnumpy(acc).view(dt)
     ui = np.uint32 if dt.itemsize == 4 else np.uint16

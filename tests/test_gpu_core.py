@@ -98,19 +98,30 @@ def test_nvcc_compiles_every_kernel_without_spills(tmp_path):
     sources = sorted(KERNELS.glob("*.cu"))
     assert sources, "no .cu files in seccomm/gpu/cuda/"
     for src in sources:
-        out = subprocess.run(["nvcc", "-arch=sm_90", "-Xptxas", "-v", "-c", str(src), "-o",
-                              str(tmp_path / (src.stem + ".o"))], capture_output=True, text=True)
+        out = subprocess.run(
+            ["nvcc", "-arch=sm_90", "-Xptxas", "-v", "-c", str(src), "-o", str(tmp_path / (src.stem + ".o"))],
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
-        spills = [ln for ln in out.stderr.splitlines() if "spill" in ln and not ln.strip().endswith(
-            "0 bytes spill stores, 0 bytes spill loads")]
+        spills = [
+            ln
+            for ln in out.stderr.splitlines()
+            if "spill" in ln and not ln.strip().endswith("0 bytes spill stores, 0 bytes spill loads")
+        ]
         assert not spills, "\n".join(spills)
         if src.name == "aead.cu":  # the ChaCha20 unit pass keeps its 64-byte unit in registers
-            frame = re.search(r"Function properties for sc_units_chacha\s+(\d+) bytes stack frame", out.stderr)
+            frame = re.search(
+                r"Function properties for sc_units_chacha\s+(\d+) bytes stack frame", out.stderr
+            )
             assert frame and int(frame.group(1)) == 0, out.stderr[-3000:]
             # under CuPy's -ftz=true, the fused hop's float32 adds still keep subnormals
             ptx = tmp_path / "aead.ptx"
-            subprocess.run(["nvcc", "-arch=sm_90", "-ftz=true", "-ptx", str(src), "-o", str(ptx)], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["nvcc", "-arch=sm_90", "-ftz=true", "-ptx", str(src), "-o", str(ptx)],
+                check=True,
+                capture_output=True,
+            )
             adds = re.findall(r"\badd(?:\.\w+)*\.f32\b", ptx.read_text())
             assert adds and all(a == "add.rn.f32" for a in adds), sorted(set(adds))
 
@@ -146,8 +157,22 @@ def test_fused_hop_matches_cpu_path(lib, suite, ref_cls, dtype, code):
         nbytes = count * dt.itemsize
         out = ctypes.create_string_buffer(nbytes + 16)
         acc = ctypes.create_string_buffer(nbytes)
-        rc = hop(suite, k_in, n_in, aad_in, frame_in, ctypes.c_longlong(nbytes), own.tobytes(), code,
-                 k_out, n_out, aad_out, ctypes.c_size_t(89), out, acc)
+        rc = hop(
+            suite,
+            k_in,
+            n_in,
+            aad_in,
+            frame_in,
+            ctypes.c_longlong(nbytes),
+            own.tobytes(),
+            code,
+            k_out,
+            n_out,
+            aad_out,
+            ctypes.c_size_t(89),
+            out,
+            acc,
+        )
         assert rc == 0
         assert acc.raw == want_sum.tobytes(), (dtype, count)
         assert out.raw == want_frame, (dtype, count)
@@ -155,9 +180,23 @@ def test_fused_hop_matches_cpu_path(lib, suite, ref_cls, dtype, code):
         bad[-1] ^= 1
         out2 = ctypes.create_string_buffer(b"\x5a" * (nbytes + 16), nbytes + 16)
         acc2 = ctypes.create_string_buffer(b"\x5a" * nbytes, nbytes)
-        rc = hop(suite, k_in, n_in, aad_in, bytes(bad), ctypes.c_longlong(nbytes), own.tobytes(), code,
-                 k_out, n_out, aad_out, ctypes.c_size_t(89), out2, acc2)
-        assert rc == -1 and set(out2.raw) == {0x5a} and set(acc2.raw) == {0x5a}
+        rc = hop(
+            suite,
+            k_in,
+            n_in,
+            aad_in,
+            bytes(bad),
+            ctypes.c_longlong(nbytes),
+            own.tobytes(),
+            code,
+            k_out,
+            n_out,
+            aad_out,
+            ctypes.c_size_t(89),
+            out2,
+            acc2,
+        )
+        assert rc == -1 and set(out2.raw) == {0x5A} and set(acc2.raw) == {0x5A}
 
 
 def test_multi_lane_field_pieces(lib):
@@ -225,7 +264,9 @@ def test_nvrtc_compiles_the_runtime_module_without_spills():
     if lib is None:
         pytest.skip("NVRTC not installed (nvidia-cuda-nvrtc-cu12, in the test extra on Linux x86_64)")
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), module_source().encode(), b"aead.cu", 0, None, None) == 0
+    assert (
+        lib.nvrtcCreateProgram(ctypes.byref(prog), module_source().encode(), b"aead.cu", 0, None, None) == 0
+    )
     # CuPy appends -ftz=true to every NVRTC build (cupy/cuda/compiler.py, _compile_with_cache_cuda)
     opts = [o.encode() for o in NVRTC_OPTIONS] + [b"-ftz=true", b"-arch=sm_90", b"--ptxas-options=-v"]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
@@ -238,5 +279,9 @@ def test_nvrtc_compiles_the_runtime_module_without_spills():
     assert rc == 0, text
     kernels = [ln for ln in text.splitlines() if "Compiling entry function" in ln]
     assert len(kernels) == module_source().count("__global__ void"), text
-    spills = [ln for ln in text.splitlines() if "spill" in ln and "0 bytes spill stores, 0 bytes spill loads" not in ln]
+    spills = [
+        ln
+        for ln in text.splitlines()
+        if "spill" in ln and "0 bytes spill stores, 0 bytes spill loads" not in ln
+    ]
     assert not spills, "\n".join(spills)

@@ -6,7 +6,6 @@ must come back untouched."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -20,8 +19,24 @@ SUITES = ["chacha20-poly1305", "aes-256-gcm", "aes-256-gmac"]
 SEG = SEGMENT_BYTES
 # Around the edges of a unit (64 B), of a segment (SEG) and of the tree (SEG - 64: a segment whose
 # last whole unit is its last thread), and a chunk of several segments with a partial last one.
-LENGTHS = [0, 1, 15, 16, 17, 63, 64, 65, 128, 1000, SEG - 64, SEG - 1, SEG, SEG + 1, SEG + 64,
-           2 * SEG + 64 * 5 + 7]
+LENGTHS = [
+    0,
+    1,
+    15,
+    16,
+    17,
+    63,
+    64,
+    65,
+    128,
+    1000,
+    SEG - 64,
+    SEG - 1,
+    SEG,
+    SEG + 1,
+    SEG + 64,
+    2 * SEG + 64 * 5 + 7,
+]
 POISON = 0x5A
 
 
@@ -60,7 +75,7 @@ def outside(buf, offs, sizes):
     """The bytes of buf outside every [off, off + size)."""
     mask = np.ones(buf.size, bool)
     for o, s in zip(offs, sizes):
-        mask[o:o + s] = False
+        mask[o : o + s] = False
     return buf[mask]
 
 
@@ -76,9 +91,10 @@ def test_seal_is_bit_exact_with_cryptography(mod, suite, gap):
     frames = np.full(fr_size, POISON, np.uint8)
     GPUAEAD(suite, module=mod).seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs)
     for j, n in enumerate(lens):
-        want = reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]),
-                              bytes(src[src_offs[j]:src_offs[j] + n]))
-        assert bytes(frames[fr_offs[j]:fr_offs[j] + n + 16]) == want, (suite, int(n))
+        want = reference_seal(
+            suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]), bytes(src[src_offs[j] : src_offs[j] + n])
+        )
+        assert bytes(frames[fr_offs[j] : fr_offs[j] + n + 16]) == want, (suite, int(n))
     assert (outside(frames, fr_offs, lens + 16) == POISON).all(), "seal wrote outside the frames"
 
 
@@ -95,8 +111,9 @@ def test_open_verifies_and_writes_only_verified_chunks(mod, suite):
     for j, n in enumerate(lens):
         pt = rng.integers(0, 256, int(n), dtype=np.uint8).tobytes()
         plain.append(pt)
-        frames[fr_offs[j]:fr_offs[j] + n + 16] = np.frombuffer(
-            reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]), pt), np.uint8)
+        frames[fr_offs[j] : fr_offs[j] + n + 16] = np.frombuffer(
+            reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]), pt), np.uint8
+        )
     bad = {2: "body", 9: "tag", 12: "nonce", 15: "body"}
     frames[fr_offs[2] + 7] ^= 1
     frames[fr_offs[9] + lens[9] + 15] ^= 0x80
@@ -108,7 +125,7 @@ def test_open_verifies_and_writes_only_verified_chunks(mod, suite):
     ok = GPUAEAD(suite, module=mod).open(keys, nonces_used, aads, frames, fr_offs, lens, out, out_offs)
     assert ok.dtype == np.int32 and ok.shape == (len(lens),)
     for j, n in enumerate(lens):
-        got = out[out_offs[j]:out_offs[j] + n]
+        got = out[out_offs[j] : out_offs[j] + n]
         if j in bad:
             assert ok[j] == 0, (suite, j, bad[j])
             assert (got == POISON).all(), f"unverified chunk {j} ({bad[j]}) was written"
@@ -122,7 +139,9 @@ def test_open_verifies_and_writes_only_verified_chunks(mod, suite):
     before = out.copy()
     ok = GPUAEAD(suite, module=mod).open(keys, nonces, aads, frames, fr_offs, short, out, out_offs)
     assert ok[10] == 0
-    assert (out[out_offs[10]:out_offs[10] + lens[10]] == before[out_offs[10]:out_offs[10] + lens[10]]).all()
+    assert (
+        out[out_offs[10] : out_offs[10] + lens[10]] == before[out_offs[10] : out_offs[10] + lens[10]]
+    ).all()
 
 
 @pytest.mark.parametrize("suite", ["chacha20-poly1305", "aes-256-gcm"])
@@ -163,14 +182,17 @@ def test_fused_hop_is_bit_exact_and_fails_closed(mod, suite, ref_cls, dtype):
     want_sum, want_frame = [], []
     for j, c in enumerate(counts):
         with np.errstate(over="ignore"):
-            recv = rng.uniform(-7e4 if dtype == "float16" else -1e4, 7e4 if dtype == "float16" else 1e4, c).astype(dt)
+            recv = rng.uniform(
+                -7e4 if dtype == "float16" else -1e4, 7e4 if dtype == "float16" else 1e4, c
+            ).astype(dt)
         mine = rng.uniform(-1e4, 1e4, c).astype(dt)
         if dtype == "float16" and c >= 3:  # overflow to inf and subnormals
             recv[:3] = np.array([65504, 6e-8, -65504], np.float32).astype(dt)
             mine[:3] = np.array([32.0, 1e-7, -16.0], np.float32).astype(dt)
-        own[own_offs[j]:own_offs[j] + lens[j]] = np.frombuffer(mine.tobytes(), np.uint8)
-        frames_in[in_offs[j]:in_offs[j] + lens[j] + 16] = np.frombuffer(
-            ref_cls(bytes(k_in[j])).encrypt(bytes(n_in[j]), recv.tobytes(), bytes(a_in[j])), np.uint8)
+        own[own_offs[j] : own_offs[j] + lens[j]] = np.frombuffer(mine.tobytes(), np.uint8)
+        frames_in[in_offs[j] : in_offs[j] + lens[j] + 16] = np.frombuffer(
+            ref_cls(bytes(k_in[j])).encrypt(bytes(n_in[j]), recv.tobytes(), bytes(a_in[j])), np.uint8
+        )
         with np.errstate(over="ignore"):
             s = (mine + recv).astype(dt).tobytes()
         want_sum.append(s)
@@ -180,17 +202,32 @@ def test_fused_hop_is_bit_exact_and_fails_closed(mod, suite, ref_cls, dtype):
     out_offs, out_size = layout(lens + 16, 16)
     frames_out = np.full(out_size, POISON, np.uint8)
     acc = np.full(own_size, POISON, np.uint8)
-    ok = GPUAEAD(suite, module=mod).fused_hop(k_in, n_in, a_in, frames_in, in_offs, own, own_offs, k_out, n_out,
-                                              a_out, frames_out, out_offs, lens, dtype, acc=acc)
+    ok = GPUAEAD(suite, module=mod).fused_hop(
+        k_in,
+        n_in,
+        a_in,
+        frames_in,
+        in_offs,
+        own,
+        own_offs,
+        k_out,
+        n_out,
+        a_out,
+        frames_out,
+        out_offs,
+        lens,
+        dtype,
+        acc=acc,
+    )
     for j in range(len(counts)):
         fo, ao, n = out_offs[j], own_offs[j], lens[j]
         if j == tampered:
             assert ok[j] == 0
-            assert (frames_out[fo:fo + n + 16] == POISON).all() and (acc[ao:ao + n] == POISON).all()
+            assert (frames_out[fo : fo + n + 16] == POISON).all() and (acc[ao : ao + n] == POISON).all()
         else:
             assert ok[j] == 1
-            assert acc[ao:ao + n].tobytes() == want_sum[j], (dtype, counts[j])
-            assert frames_out[fo:fo + n + 16].tobytes() == want_frame[j], (dtype, counts[j])
+            assert acc[ao : ao + n].tobytes() == want_sum[j], (dtype, counts[j])
+            assert frames_out[fo : fo + n + 16].tobytes() == want_frame[j], (dtype, counts[j])
     assert (outside(frames_out, out_offs, lens + 16) == POISON).all()
     assert (outside(acc, own_offs, lens) == POISON).all()
 
@@ -199,10 +236,23 @@ def test_launch_arguments_match_kernel_parameters(mod):
     """Every launch above went through the size check; a Python int (64 bits in CuPy) is refused."""
     k = mod.get_function("sc_mac_prep")
     with pytest.raises(TypeError, match="numpy scalar"):
-        k((1,), (256,), (0, np.zeros(32, np.uint8), np.zeros(12, np.uint8), np.zeros(80, np.uint32), np.int32(1)))
+        k(
+            (1,),
+            (256,),
+            (0, np.zeros(32, np.uint8), np.zeros(12, np.uint8), np.zeros(80, np.uint32), np.int32(1)),
+        )
     with pytest.raises(TypeError, match="8 bytes"):
-        k((1,), (256,), (np.int64(0), np.zeros(32, np.uint8), np.zeros(12, np.uint8), np.zeros(80, np.uint32),
-                         np.int32(1)))
+        k(
+            (1,),
+            (256,),
+            (
+                np.int64(0),
+                np.zeros(32, np.uint8),
+                np.zeros(12, np.uint8),
+                np.zeros(80, np.uint32),
+                np.int32(1),
+            ),
+        )
 
 
 def test_batches_of_more_than_one_block_of_chunks(mod):
@@ -219,16 +269,23 @@ def test_batches_of_more_than_one_block_of_chunks(mod):
     g = GPUAEAD(suite, module=mod)
     g.seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs)
     for j in (0, 1, 255, 256):
-        want = reference_seal(suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]),
-                              bytes(src[src_offs[j]:src_offs[j] + lens[j]]))
-        assert bytes(frames[fr_offs[j]:fr_offs[j] + lens[j] + 16]) == want, j
+        want = reference_seal(
+            suite,
+            bytes(keys[j]),
+            bytes(nonces[j]),
+            bytes(aads[j]),
+            bytes(src[src_offs[j] : src_offs[j] + lens[j]]),
+        )
+        assert bytes(frames[fr_offs[j] : fr_offs[j] + lens[j] + 16]) == want, j
     frames[fr_offs[bad] + lens[bad]] ^= 1  # the tag of the chunk in the second block of finish
     out = np.full(src_size, POISON, np.uint8)
     ok = g.open(keys, nonces, aads, frames, fr_offs, lens, out, src_offs)
     assert ok.tolist() == [int(j != bad) for j in range(count)]
     for j in range(count):
-        got = out[src_offs[j]:src_offs[j] + lens[j]]
-        assert (got == POISON).all() if j == bad else (got == src[src_offs[j]:src_offs[j] + lens[j]]).all(), j
+        got = out[src_offs[j] : src_offs[j] + lens[j]]
+        assert (
+            (got == POISON).all() if j == bad else (got == src[src_offs[j] : src_offs[j] + lens[j]]).all()
+        ), j
     assert (outside(out, src_offs, lens) == POISON).all()
 
 
@@ -236,12 +293,30 @@ def special_pairs(dtype):
     """(own, received) pairs of special values: subnormals, NaNs with payloads (quiet and
     signalling), inf - inf, overflow, signed zeros."""
     if dtype == "float32":
-        bits = [(0x00000001, 0x00000001), (0x80000003, 0x00000001), (0x7FC00001, 0x3F800000),
-                (0x3F800000, 0xFF800123), (0x7F812345, 0xFFC00007), (0x7F800000, 0xFF800000),
-                (0x7F7FFFFF, 0x7F7FFFFF), (0x80000000, 0x00000000), (0x00400000, 0x00400000)]
+        bits = [
+            (0x00000001, 0x00000001),
+            (0x80000003, 0x00000001),
+            (0x7FC00001, 0x3F800000),
+            (0x3F800000, 0xFF800123),
+            (0x7F812345, 0xFFC00007),
+            (0x7F800000, 0xFF800000),
+            (0x7F7FFFFF, 0x7F7FFFFF),
+            (0x80000000, 0x00000000),
+            (0x00400000, 0x00400000),
+        ]
         return [np.array(c, np.uint32).view(np.float32) for c in zip(*bits)]
-    bits = [(0x0001, 0x0001), (0x8001, 0x0002), (0x7FC1, 0x3F80), (0x7FFF, 0x3F80), (0xFFFF, 0x3C00),
-            (0x7F81, 0x7E00), (0x7C00, 0xFC00), (0x7F80, 0xFF80), (0x7BFF, 0x7BFF), (0x8000, 0x0000)]
+    bits = [
+        (0x0001, 0x0001),
+        (0x8001, 0x0002),
+        (0x7FC1, 0x3F80),
+        (0x7FFF, 0x3F80),
+        (0xFFFF, 0x3C00),
+        (0x7F81, 0x7E00),
+        (0x7C00, 0xFC00),
+        (0x7F80, 0xFF80),
+        (0x7BFF, 0x7BFF),
+        (0x8000, 0x0000),
+    ]
     return [np.array(c, np.uint16).view(resolve_dtype(dtype)) for c in zip(*bits)]
 
 
@@ -257,13 +332,28 @@ def test_fused_hop_special_values_match_numpy(mod, dtype):
     k_out, n_out, a_out = batch(np.zeros(1), np.random.default_rng(2))
     lens = np.array([own.nbytes], np.int64)
     zero = np.zeros(1, np.int64)
-    frame_in = np.frombuffer(ChaCha20Poly1305(bytes(k_in[0])).encrypt(bytes(n_in[0]), recv.tobytes(),
-                                                                       bytes(a_in[0])), np.uint8).copy()
+    frame_in = np.frombuffer(
+        ChaCha20Poly1305(bytes(k_in[0])).encrypt(bytes(n_in[0]), recv.tobytes(), bytes(a_in[0])), np.uint8
+    ).copy()
     frame_out = np.zeros(own.nbytes + 16, np.uint8)
     acc = np.zeros(own.nbytes, np.uint8)
     ok = GPUAEAD("chacha20-poly1305", module=mod).fused_hop(
-        k_in, n_in, a_in, frame_in, zero, np.frombuffer(own.tobytes(), np.uint8).copy(), zero, k_out, n_out,
-        a_out, frame_out, zero, lens, dtype, acc=acc)
+        k_in,
+        n_in,
+        a_in,
+        frame_in,
+        zero,
+        np.frombuffer(own.tobytes(), np.uint8).copy(),
+        zero,
+        k_out,
+        n_out,
+        a_out,
+        frame_out,
+        zero,
+        lens,
+        dtype,
+        acc=acc,
+    )
     assert ok[0] == 1
     ui = np.uint32 if dt.itemsize == 4 else np.uint16
     got, ref = acc.view(ui), want.view(ui)
@@ -272,7 +362,9 @@ def test_fused_hop_special_values_match_numpy(mod, dtype):
     # result is bit-exact.
     loose = np.isnan(want) if dtype == "float16" else np.zeros(want.size, bool)
     assert np.isnan(acc.view(dt)[loose]).all()
-    assert got[~loose].tolist() == ref[~loose].tolist(), [hex(x) for x in got] + ["vs"] + [hex(x) for x in ref]
+    assert got[~loose].tolist() == ref[~loose].tolist(), (
+        [hex(x) for x in got] + ["vs"] + [hex(x) for x in ref]
+    )
 
 
 @pytest.mark.parametrize("suite", ["chacha20-poly1305", "aes-256-gmac"])

@@ -16,11 +16,12 @@ RFC8439_2_8_2 = dict(
     iv=bytes.fromhex("070000004041424344454647"),
     aad=bytes.fromhex("50515253c0c1c2c3c4c5c6c7"),
     pt=b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the "
-       b"future, sunscreen would be it.",
+    b"future, sunscreen would be it.",
     ct=bytes.fromhex(
         "d31a8d34648e60db7b86afbc53ef7ec2a4aded51296e08fea9e2b5a736ee62d63dbea45e8ca9671282fafb69"
         "da92728b1a71de0a9e060b2905d6a5b67ecd3b3692ddbd7f2d778b8c9803aee328091b58fab324e4fad67594"
-        "5585808b4831d7bc3ff4def08e4b7a9de576d26586cec64b6116"),
+        "5585808b4831d7bc3ff4def08e4b7a9de576d26586cec64b6116"
+    ),
     tag=bytes.fromhex("1ae10b594f09e26a7e902ecbd0600691"),
 )
 # RFC 8439 Appendix A.5: the decryption example (key, nonce, AAD, tag; first ciphertext bytes)
@@ -67,8 +68,11 @@ def test_rfc8439_2_8_2():
 
 
 def test_rfc8439_a5():
-    vs = [x for x in load_chacha("openssl.txt") if x["key"] == RFC8439_A5["key"]
-          and x["tag"] == RFC8439_A5["tag"] and x["aad"] == RFC8439_A5["aad"]]
+    vs = [
+        x
+        for x in load_chacha("openssl.txt")
+        if x["key"] == RFC8439_A5["key"] and x["tag"] == RFC8439_A5["tag"] and x["aad"] == RFC8439_A5["aad"]
+    ]
     assert vs, "RFC 8439 A.5 vector not found in cryptography-vectors"
     v = vs[0]
     pt = open_("chacha20-poly1305", v, v["ct"], v["tag"])

@@ -14,9 +14,10 @@ from seccomm.suites import get_suite
 
 def test_rfc5869_case1():
     """HKDF-SHA256 test case 1 of RFC 5869 (through cryptography)."""
-    okm = hkdf(bytes([0x0b] * 22), bytes(range(13)), bytes(range(0xf0, 0xfa)), 42)
-    assert okm.hex() == ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
-                         "34007208d5b887185865")
+    okm = hkdf(bytes([0x0B] * 22), bytes(range(13)), bytes(range(0xF0, 0xFA)), 42)
+    assert okm.hex() == (
+        "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865"
+    )
 
 
 def test_secret_sources(tmp_path, monkeypatch):
@@ -25,7 +26,7 @@ def test_secret_sources(tmp_path, monkeypatch):
     with pytest.raises(KeyScheduleError, match="no job secret"):
         load_secret()
     monkeypatch.setenv("SECCOMM_PSK", "ab" * 32)
-    assert load_secret() == (bytes([0xab] * 32), "SECCOMM_PSK")
+    assert load_secret() == (bytes([0xAB] * 32), "SECCOMM_PSK")
     monkeypatch.setenv("SECCOMM_PSK", "ab" * 8)
     with pytest.raises(KeyScheduleError, match="at least 32"):
         load_secret()
@@ -56,8 +57,15 @@ def test_keys_distinct_and_hidden():
     slot.nonce[:] = bytes(len(slot.nonce))
     slot.header[:] = bytes(len(slot.header))
     cts = set()
-    for keyed in [ks.direction(0, 0, 1), ks.direction(0, 1, 0), ks.direction(1, 0, 1),
-                  ks.direction(0, 0, 2), ks.group(0), ks.group(1), other.direction(0, 0, 1)]:
+    for keyed in [
+        ks.direction(0, 0, 1),
+        ks.direction(0, 1, 0),
+        ks.direction(1, 0, 1),
+        ks.direction(0, 0, 2),
+        ks.group(0),
+        ks.group(1),
+        other.direction(0, 0, 1),
+    ]:
         keyed.seal(slot, memoryview(pt))  # same nonce, header and plaintext: only the key differs
         cts.add(bytes(slot.frame))
     assert len(cts) == 7  # every (kind, epoch, direction, communicator) has its own key

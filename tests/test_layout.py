@@ -98,9 +98,15 @@ def test_no_import_circles():
 
 def test_no_tool_imports_the_cli():
     g = graph()
-    bad = sorted(f"{m} imports {t}" for m, deps in g.items() for t in deps
-                 if (t == "seccomm.cli" or t.startswith("seccomm.cli."))
-                 and not m.startswith("seccomm.cli.") and m != "seccomm.cli" and m not in ENTRY_POINTS)
+    bad = sorted(
+        f"{m} imports {t}"
+        for m, deps in g.items()
+        for t in deps
+        if (t == "seccomm.cli" or t.startswith("seccomm.cli."))
+        and not m.startswith("seccomm.cli.")
+        and m != "seccomm.cli"
+        and m not in ENTRY_POINTS
+    )
     assert not bad, "the CLI imports the tools, never the reverse:\n  " + "\n  ".join(bad)
 
 
@@ -110,8 +116,13 @@ def test_commands_do_not_import_the_registry():
     g = graph()
     bad = sorted(m for m, deps in g.items() if m.startswith("seccomm.cli.") and "seccomm.cli" in deps)
     assert not bad, bad
-    assert {"seccomm.cli.bench", "seccomm.cli.train", "seccomm.cli.project", "seccomm.cli.attack",
-            "seccomm.cli.report"} <= g["seccomm.cli"]
+    assert {
+        "seccomm.cli.bench",
+        "seccomm.cli.train",
+        "seccomm.cli.project",
+        "seccomm.cli.attack",
+        "seccomm.cli.report",
+    } <= g["seccomm.cli"]
 
 
 def test_the_checks_can_fail(tmp_path):
@@ -121,27 +132,46 @@ def test_the_checks_can_fail(tmp_path):
     pkg = tmp_path / "seccomm"
     (pkg / "cli").mkdir(parents=True)
     (pkg / "sub").mkdir()
-    files = {"__init__.py": "", "a.py": "def f():\n    from .b import g\n",
-             "b.py": "import seccomm.c.x as y\n", "c.py": "from seccomm import a\n",
-             "tool.py": "from .cli import main\n", "cli/__init__.py": "from . import cmd\n",
-             "cli/cmd.py": "from .. import tool\n",
-             "sub/__init__.py": "from . import one\nX = 1\n", "sub/one.py": "from . import X\n"}
+    files = {
+        "__init__.py": "",
+        "a.py": "def f():\n    from .b import g\n",
+        "b.py": "import seccomm.c.x as y\n",
+        "c.py": "from seccomm import a\n",
+        "tool.py": "from .cli import main\n",
+        "cli/__init__.py": "from . import cmd\n",
+        "cli/cmd.py": "from .. import tool\n",
+        "sub/__init__.py": "from . import one\nX = 1\n",
+        "sub/one.py": "from . import X\n",
+    }
     for rel, text in files.items():
         (pkg / rel).write_text(text)
     g = graph(pkg)
     assert g["seccomm.b"] == {"seccomm.c"} and "seccomm.cli" in g["seccomm.tool"]
-    assert circles(g) == [["seccomm.a", "seccomm.b", "seccomm.c"],
-                          ["seccomm.cli", "seccomm.cli.cmd", "seccomm.tool"]]
+    assert circles(g) == [
+        ["seccomm.a", "seccomm.b", "seccomm.c"],
+        ["seccomm.cli", "seccomm.cli.cmd", "seccomm.tool"],
+    ]
 
 
-TOOLS = ("seccomm.bench", "seccomm.bench.runner", "seccomm.compliance.report", "seccomm.compliance.doc",
-         "seccomm.compliance.evidence", "seccomm.compliance.capture", "seccomm.compliance.attack",
-         "seccomm.costmodel", "seccomm.pytest_plugin", "seccomm.units")
+TOOLS = (
+    "seccomm.bench",
+    "seccomm.bench.runner",
+    "seccomm.compliance.report",
+    "seccomm.compliance.doc",
+    "seccomm.compliance.evidence",
+    "seccomm.compliance.capture",
+    "seccomm.compliance.attack",
+    "seccomm.costmodel",
+    "seccomm.pytest_plugin",
+    "seccomm.units",
+)
 
 
 def test_tools_import_without_the_cli():
     """Importing every tool module loads nothing of the CLI (in a fresh interpreter)."""
-    code = (f"import importlib, sys\nfor m in {TOOLS!r}: importlib.import_module(m)\n"
-            "cli = sorted(m for m in sys.modules if m.startswith('seccomm.cli'))\nassert not cli, cli\n")
+    code = (
+        f"import importlib, sys\nfor m in {TOOLS!r}: importlib.import_module(m)\n"
+        "cli = sorted(m for m in sys.modules if m.startswith('seccomm.cli'))\nassert not cli, cli\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

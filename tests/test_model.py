@@ -43,7 +43,9 @@ def test_alltoall_pairwise_formula():
         topo = m.Topology(1, p)
         plain = m.predict("alltoall", "pairwise", n, flat(a, b), topo)
         assert plain == pytest.approx((p - 1) * a + n * (p - 1) / p * b, rel=1e-12)
-        secure = m.predict("alltoall", "pairwise", n, flat(a, b, seal=sl, opn=op, pipelined=False), topo, True)
+        secure = m.predict(
+            "alltoall", "pairwise", n, flat(a, b, seal=sl, opn=op, pipelined=False), topo, True
+        )
         assert secure - plain == pytest.approx(n * (p - 1) / p * (sl + op), rel=1e-9)
         assert m.busbw("alltoall", n, 1.0, p) == pytest.approx(n / 1e9 * (p - 1) / p)
     inter = m.Link(5e-6, 4e-9)
@@ -78,11 +80,16 @@ def test_limits_and_policy():
     one_node = m.Topology(1, 8)
     # inter-node policy on one node: nothing is encrypted
     assert m.predict("allreduce", "ring", 25 * MIB, prm, one_node, True, "inter-node") == pytest.approx(
-        m.predict("allreduce", "ring", 25 * MIB, prm, one_node, False))
+        m.predict("allreduce", "ring", 25 * MIB, prm, one_node, False)
+    )
     for coll, algos in m.COLLECTIVES.items():
         for alg in algos:
             t = m.Topology(16, 8)
-            assert m.predict(coll, alg, 25 * MIB, prm, t, True) > m.predict(coll, alg, 25 * MIB, prm, t, False) > 0
+            assert (
+                m.predict(coll, alg, 25 * MIB, prm, t, True)
+                > m.predict(coll, alg, 25 * MIB, prm, t, False)
+                > 0
+            )
 
 
 def test_monotonic_in_bandwidth_and_oversubscription():
@@ -92,25 +99,31 @@ def test_monotonic_in_bandwidth_and_oversubscription():
         for alg in m.ALLREDUCE:
             t = m.Topology(nodes, 8)
             for secure in (False, True):
-                assert m.predict("allreduce", alg, 25 * MIB, faster, t, secure) <= \
-                    m.predict("allreduce", alg, 25 * MIB, prm, t, secure)
+                assert m.predict("allreduce", alg, 25 * MIB, faster, t, secure) <= m.predict(
+                    "allreduce", alg, 25 * MIB, prm, t, secure
+                )
         t1, t2 = m.Topology(nodes, 8, 1.0), m.Topology(nodes, 8, 3.0)
-        assert m.best("allreduce", 25 * MIB, prm, t2, True)[1] >= m.best("allreduce", 25 * MIB, prm, t1, True)[1]
+        assert (
+            m.best("allreduce", 25 * MIB, prm, t2, True)[1] >= m.best("allreduce", 25 * MIB, prm, t1, True)[1]
+        )
     j = m.Topology(64, 8, jitter=5e-6)
-    assert m.predict("allreduce", "ring", MIB, prm, j, True) > m.predict("allreduce", "ring", MIB, prm,
-                                                                         m.Topology(64, 8), True)
+    assert m.predict("allreduce", "ring", MIB, prm, j, True) > m.predict(
+        "allreduce", "ring", MIB, prm, m.Topology(64, 8), True
+    )
 
 
 def test_calibration_recovers_synthetic_parameters():
     true_alpha, true_beta, gamma, sigma, p = 30e-6, 5e-10, 4e-11, 3e-10, 2
-    truth = m.Params(m.Link(true_alpha, true_beta), m.Link(true_alpha, true_beta), gamma, sigma, sigma,
-                     1, MIB, {}, False)
+    truth = m.Params(
+        m.Link(true_alpha, true_beta), m.Link(true_alpha, true_beta), gamma, sigma, sigma, 1, MIB, {}, False
+    )
     rows = []
     for s in [2**k for k in range(10, 27, 2)]:
         for v, sec in (("none", False), ("aes-256-gcm", True)):
             t = m.predict("allreduce", m.bench_algorithm(s, p), s, truth, m.Topology(1, p), sec)
-            rows.append({"collective": "allreduce", "size_bytes": s, "variant": v,
-                         "time_us": {"median": t * 1e6}})
+            rows.append(
+                {"collective": "allreduce", "size_bytes": s, "variant": v, "time_us": {"median": t * 1e6}}
+            )
     doc = {"world_size": p, "config": {"chunk_bytes": MIB}, "rows": rows}
     cal = m.calibrate(doc, gamma)
     assert cal["intra"]["alpha"] == pytest.approx(true_alpha, rel=1e-6)
@@ -122,20 +135,25 @@ def test_calibration_recovers_synthetic_parameters():
 
 def test_sweep_to_16384_gpus_is_fast():
     t0 = time.perf_counter()
-    rows = m.sweep(m.get_preset("ib-ndr400"), [2**i for i in range(12)], 8, 25 * MIB, "allreduce", "all", 2.0, 1e-6)
+    rows = m.sweep(
+        m.get_preset("ib-ndr400"), [2**i for i in range(12)], 8, 25 * MIB, "allreduce", "all", 2.0, 1e-6
+    )
     assert time.perf_counter() - t0 < 1.0
     assert rows[-1]["ranks"] == 16384 and all(r["overhead_x"] >= 1 for r in rows)
     assert all(0 < r["efficiency_secure"] <= 1.0 + 1e-9 for r in rows)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--nodes", "0,2"], "must be >= 1"),
-    (["--nodes", "a,b"], "comma list of integers"),
-    (["--preset", "myrinet"], "unknown preset 'myrinet'; allowed: ib-ndr400"),
-    (["--collective", "scatter"], "unknown collective 'scatter'; allowed: allreduce"),
-    (["--calibration", "/nonexistent.json"], "cannot read /nonexistent.json"),
-    (["--validate", "x.json"], "--validate needs --calibration"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--nodes", "0,2"], "must be >= 1"),
+        (["--nodes", "a,b"], "comma list of integers"),
+        (["--preset", "myrinet"], "unknown preset 'myrinet'; allowed: ib-ndr400"),
+        (["--collective", "scatter"], "unknown collective 'scatter'; allowed: allreduce"),
+        (["--calibration", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (["--validate", "x.json"], "--validate needs --calibration"),
+    ],
+)
 def test_project_bad_input(capsys, args, msg):
     assert cli.main(["project", *args]) == 2
     err = capsys.readouterr().err
@@ -155,8 +173,26 @@ def test_project_cli_outputs(tmp_path, capsys):
     import json
 
     j, c = tmp_path / "p.json", tmp_path / "p.csv"
-    assert cli.main(["project", "--nodes", "1,4,64", "--ranks-per-node", "4", "--message", "8MiB",
-                     "--encrypt", "inter-node", "--json", str(j), "--csv", str(c)]) == 0
+    assert (
+        cli.main(
+            [
+                "project",
+                "--nodes",
+                "1,4,64",
+                "--ranks-per-node",
+                "4",
+                "--message",
+                "8MiB",
+                "--encrypt",
+                "inter-node",
+                "--json",
+                str(j),
+                "--csv",
+                str(c),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "overhead" in out and "busbw" in out and "algorithm" in out
     rows = json.loads(j.read_text())["rows"]
@@ -170,10 +206,21 @@ def test_calibrate_and_validate_cli(tmp_path, capsys):
     import json
 
     truth = m.Params(m.Link(20e-6, 1e-9), m.Link(20e-6, 1e-9), 1e-10, 4e-10, 4e-10, 1, MIB, {}, False)
-    rows = [{"collective": "allreduce", "size_bytes": s, "variant": v,
-             "time_us": {"median": m.predict("allreduce", m.bench_algorithm(s, 2), s, truth,
-                                             m.Topology(1, 2), v != "none") * 1e6}}
-            for s in [2**k for k in range(8, 26)] for v in ("none", "chacha20-poly1305")]
+    rows = [
+        {
+            "collective": "allreduce",
+            "size_bytes": s,
+            "variant": v,
+            "time_us": {
+                "median": m.predict(
+                    "allreduce", m.bench_algorithm(s, 2), s, truth, m.Topology(1, 2), v != "none"
+                )
+                * 1e6
+            },
+        }
+        for s in [2**k for k in range(8, 26)]
+        for v in ("none", "chacha20-poly1305")
+    ]
     res = tmp_path / "bench.json"
     res.write_text(json.dumps({"world_size": 2, "config": {"chunk_bytes": MIB}, "rows": rows}))
     cal = tmp_path / "cal.json"

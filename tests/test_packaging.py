@@ -21,11 +21,20 @@ SOURCES = ("seccomm/gpu/cuda/aead.cu", "seccomm/gpu/cuda/sc_crypto.cuh")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     src = tmp_path_factory.mktemp("src") / "seccomm"  # a clean copy: no stale build/ or egg-info
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+        ),
+    )
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out),
-                           str(src)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (whl,) = out.glob("seccomm-*.whl")
     return whl
@@ -41,13 +50,16 @@ def test_installed_tree_loads_kernel_sources(wheel, tmp_path):
     directory: module_source() reads the shipped sources and pastes the header in."""
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import seccomm, seccomm.gpu.kernels as k; src = k.module_source(); "
-            "print(seccomm.__file__); print(k.KERNELS_DIR); print(src.count('__global__')); "
-            "print('#include \"sc_crypto.cuh\"' in src)")
+    code = (
+        "import seccomm, seccomm.gpu.kernels as k; src = k.module_source(); "
+        "print(seccomm.__file__); print(k.KERNELS_DIR); print(src.count('__global__')); "
+        "print('#include \"sc_crypto.cuh\"' in src)"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SECCOMM_KERNELS_DIR")}
     env["PYTHONPATH"] = str(site)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     where, kdir, kernels, include_left = proc.stdout.split()
     assert Path(where).is_relative_to(site) and Path(kdir).is_relative_to(site)

@@ -18,12 +18,32 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_bench(tmp_path, *extra):
-    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           str(ROOT / "benchmarks" / "test_collectives.py"), "--seccomm-sizes=1K,8K",
-           "--seccomm-suites=aes-256-gcm,none", "--seccomm-rounds=3", "--seccomm-warmup=1",
-           f"--benchmark-storage=file://{tmp_path}/store", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**__import__("os").environ, "SECCOMM_PSK": "cd" * 32})
+    cmd = [
+        mpiexec(),
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(ROOT / "benchmarks" / "test_collectives.py"),
+        "--seccomm-sizes=1K,8K",
+        "--seccomm-suites=aes-256-gcm,none",
+        "--seccomm-rounds=3",
+        "--seccomm-warmup=1",
+        f"--benchmark-storage=file://{tmp_path}/store",
+        *extra,
+    ]
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "SECCOMM_PSK": "cd" * 32},
+    )
 
 
 @pytest.mark.mpi

@@ -51,9 +51,30 @@ def test_workload_parameter_counts_match_published():
 def test_bench_workload(tmp_path):
     j = tmp_path / "w.json"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    proc = subprocess.run([sys.executable, "-m", "seccomm", "bench", "--workload", "resnet50",
-                           "--scale", "0.02", "-n", "2", "-w", "1", "--suites", "none,aes-256-gcm",
-                           "--json", str(j)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seccomm",
+            "bench",
+            "--workload",
+            "resnet50",
+            "--scale",
+            "0.02",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--suites",
+            "none,aes-256-gcm",
+            "--json",
+            str(j),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "25,557,032 parameters" in proc.stdout
     doc = json.loads(j.read_text())
@@ -73,6 +94,11 @@ def test_train_device_arguments_are_checked_before_ranks_start():
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda"], "no CUDA device"))
     for extra, msg in cases:
-        proc = subprocess.run([sys.executable, "-m", "seccomm", "train", "--steps", "2", *extra],
-                              capture_output=True, text=True, timeout=120, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "seccomm", "train", "--steps", "2", *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert proc.returncode == 2 and msg in proc.stderr, proc.stderr

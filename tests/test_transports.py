@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 from seccomm import SecureComm
-from seccomm.transports import (Backoff, RecordingTransport, TamperTransport, Transport,
-                                TransportWrapper, poll_until)
+from seccomm.transports import (
+    Backoff,
+    RecordingTransport,
+    TamperTransport,
+    Transport,
+    TransportWrapper,
+    poll_until,
+)
 
 PSK = bytes(range(32))
 
@@ -84,9 +90,11 @@ def test_wrapper_delegates_and_keeps_own_buffers():
 
 
 def test_package_import_needs_no_torch_cupy_or_mpi():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['cupy'] = None\n"
-            "import seccomm.transports, seccomm.transports.wrappers\n"
-            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py imported eagerly'\n")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['cupy'] = None\n"
+        "import seccomm.transports, seccomm.transports.wrappers\n"
+        "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py imported eagerly'\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 

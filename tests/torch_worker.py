@@ -25,7 +25,9 @@ PSK = bytes(range(32))
 
 def grads_match(rank, world, rec, device="cpu", **transport):
     torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(40, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3)).to(device)
+    base = nn.Sequential(nn.Linear(40, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3)).to(
+        device
+    )
     ids = [torch.device(device).index or 0] if device != "cpu" else None
     ref = DDP(copy.deepcopy(base), bucket_cap_mb=0.01, device_ids=ids)  # several buckets
     sec = DDP(copy.deepcopy(base), bucket_cap_mb=0.01, device_ids=ids)
@@ -47,8 +49,9 @@ def grads_match(rank, world, rec, device="cpu", **transport):
             worst_grad = max(worst_grad, float((pr.grad - ps.grad).abs().max()))
         opt_r.step()
         opt_s.step()
-    worst_param = max(float((a.detach() - b.detach()).abs().max())
-                      for a, b in zip(ref.parameters(), sec.parameters()))
+    worst_param = max(
+        float((a.detach() - b.detach()).abs().max()) for a, b in zip(ref.parameters(), sec.parameters())
+    )
     # float32, sums of `world` terms in another order: a few ulp of the gradient scale
     rec(f"averaged gradients equal the default hook's (|diff| <= 1e-6){tag}", worst_grad <= 1e-6, worst_grad)
     rec(f"parameters after 5 steps match (|diff| <= 1e-5){tag}", worst_param <= 1e-5, worst_param)
@@ -59,14 +62,18 @@ def grouped_staged(rank, world, rec):
     """The nccl code path on gloo: operations held and launched with batch_isend_irecv, every
     frame staged through a separate tensor (device "cpu" here, the CUDA device under nccl)."""
     grads_match(rank, world, rec, batch_p2p=True, device="cpu")
-    state = SecureHookState(None, "chacha20-poly1305", psk=PSK, chunk_bytes=1024, batch_p2p=True,
-                            device="cpu", algorithm="ring")
+    state = SecureHookState(
+        None, "chacha20-poly1305", psk=PSK, chunk_bytes=1024, batch_p2p=True, device="cpu", algorithm="ring"
+    )
     x = torch.arange(5000, dtype=torch.float32) * (rank + 1)
     fut = secure_allreduce_hook(state, Bucket(x.clone()))
     got = fut.wait()
     want = torch.arange(5000, dtype=torch.float32) * sum(range(1, world + 1)) / world
-    rec("grouped+staged ring allreduce of 5000 floats (5 chunks/hop)", torch.allclose(got, want, rtol=1e-6),
-        float((got - want).abs().max()))
+    rec(
+        "grouped+staged ring allreduce of 5000 floats (5 chunks/hop)",
+        torch.allclose(got, want, rtol=1e-6),
+        float((got - want).abs().max()),
+    )
 
 
 class Bucket:
@@ -95,8 +102,11 @@ def fp16_limits(rank, world, rec):
     finite = np.isfinite(ref)
     ok_inf = np.array_equal(np.isinf(got), np.isinf(ref))
     close = np.allclose(got[finite].astype(np.float64), ref[finite].astype(np.float64), rtol=4e-3, atol=1.0)
-    rec("fp16 near +/-65504 (hook: divide, then sum) reduces like the numpy fp16 reference",
-        close and ok_inf, f"infs ours {int(np.isinf(got).sum())} ref {int(np.isinf(ref).sum())}")
+    rec(
+        "fp16 near +/-65504 (hook: divide, then sum) reduces like the numpy fp16 reference",
+        close and ok_inf,
+        f"infs ours {int(np.isinf(got).sum())} ref {int(np.isinf(ref).sum())}",
+    )
     # a plain sum overflows to +/-inf; small messages reduce in rank order ((x0 + x1) + x2), so
     # the numpy reference in rank order must match bit for bit, infinities included
     summed = np.empty_like(vals)
@@ -105,18 +115,24 @@ def fp16_limits(rank, world, rec):
     with np.errstate(over="ignore"):
         for v in allv[1:]:
             ref = (ref + v.numpy()).astype(np.float16)
-    rec("fp16 sum overflows to inf exactly like numpy fp16", np.array_equal(summed, ref, equal_nan=True)
-        and np.isinf(ref).any(), f"infs {int(np.isinf(summed).sum())} vs {int(np.isinf(ref).sum())}")
+    rec(
+        "fp16 sum overflows to inf exactly like numpy fp16",
+        np.array_equal(summed, ref, equal_nan=True) and np.isinf(ref).any(),
+        f"infs {int(np.isinf(summed).sum())} vs {int(np.isinf(ref).sum())}",
+    )
 
 
 def bf16_bucket(rank, world, rec):
     state = SecureHookState(None, "aes-256-gcm", psk=PSK)
     x = torch.arange(1000, dtype=torch.float32).to(torch.bfloat16) * (rank + 1)
     out = secure_allreduce_hook(state, Bucket(x.clone())).wait()
-    want = (torch.arange(1000, dtype=torch.float64) * sum(range(1, world + 1)) / world)
+    want = torch.arange(1000, dtype=torch.float64) * sum(range(1, world + 1)) / world
     err = (out.to(torch.float64) - want).abs() / want.abs().clamp(min=1)
-    rec("bfloat16 bucket keeps its dtype and averages", out.dtype == torch.bfloat16 and float(err.max()) < 2e-2,
-        float(err.max()))
+    rec(
+        "bfloat16 bucket keeps its dtype and averages",
+        out.dtype == torch.bfloat16 and float(err.max()) < 2e-2,
+        float(err.max()),
+    )
     arr = as_numpy(torch.zeros(3, dtype=torch.bfloat16))
     rec("bfloat16 numpy view is zero-copy ml_dtypes", arr.dtype == np.dtype(ml_dtypes.bfloat16))
 
@@ -139,8 +155,11 @@ def tamper(rank, world, rec):
         err = e
     text = f"{type(err).__name__}: {err}"
     if rank == 1:
-        rec("tampered bucket raises AuthenticationError on the receiver",
-            err is not None and "AuthenticationError" in text or "authentication failed" in text, text[:200])
+        rec(
+            "tampered bucket raises AuthenticationError on the receiver",
+            err is not None and "AuthenticationError" in text or "authentication failed" in text,
+            text[:200],
+        )
     else:  # an error, or a correct result from untampered frames — never a corrupted one
         ok = err is not None or bool(torch.equal(result, torch.ones(3000)))
         rec("other ranks: error or the correct value, never a corrupted one", ok, text[:200])

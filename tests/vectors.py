@@ -39,8 +39,18 @@ def load_nist_gcm(name: str) -> list[dict]:
 def load_chacha(name: str) -> list[dict]:
     """ChaCha20-Poly1305 vectors (openssl.txt, boringssl.txt) with 96-bit nonces, normalised to
     key/iv/aad/pt/ct/tag; ``fail`` marks expected tag failures."""
-    alias = {"key": "key", "iv": "iv", "nonce": "iv", "aad": "aad", "ad": "aad",
-             "plaintext": "pt", "in": "pt", "ciphertext": "ct", "ct": "ct", "tag": "tag"}
+    alias = {
+        "key": "key",
+        "iv": "iv",
+        "nonce": "iv",
+        "aad": "aad",
+        "ad": "aad",
+        "plaintext": "pt",
+        "in": "pt",
+        "ciphertext": "ct",
+        "ct": "ct",
+        "tag": "tag",
+    }
     out, cur = [], None
     for line in (ROOT / "ciphers/ChaCha20Poly1305" / name).read_text().splitlines():
         line = line.strip()

@@ -21,20 +21,30 @@ def cpu_info() -> dict:
                 break
     except OSError:
         pass
-    return {"model": model, "cores": os.cpu_count(),
-            "aes": "aes" in flags, "vaes": "vaes" in flags, "pclmulqdq": "pclmulqdq" in flags}
+    return {
+        "model": model,
+        "cores": os.cpu_count(),
+        "aes": "aes" in flags,
+        "vaes": "vaes" in flags,
+        "pclmulqdq": "pclmulqdq" in flags,
+    }
 
 
 def git_commit() -> str | None:
     """HEAD of the source tree seccomm runs from, with ``-dirty`` when tracked files differ."""
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if out.returncode != 0 or not out.stdout.strip():
             return None
-        dirty = subprocess.run(["git", "-C", str(here), "diff", "--quiet", "HEAD", "--"],
-                               capture_output=True, timeout=5).returncode == 1
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(here), "diff", "--quiet", "HEAD", "--"], capture_output=True, timeout=5
+            ).returncode
+            == 1
+        )
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -50,11 +60,16 @@ def machine_info() -> dict:
     from .. import __version__
 
     return {
-        "host": socket.gethostname(), "platform": platform.platform(),
-        "python": platform.python_version(), "cpu": cpu_info(),
-        "openssl": backend.openssl_version_text(), "cryptography": cryptography.__version__,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu_info(),
+        "openssl": backend.openssl_version_text(),
+        "cryptography": cryptography.__version__,
         "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
-        "mpi4py": mpi4py.__version__, "numpy": numpy.__version__,
-        "seccomm": __version__, "git_commit": git_commit(),
+        "mpi4py": mpi4py.__version__,
+        "numpy": numpy.__version__,
+        "seccomm": __version__,
+        "git_commit": git_commit(),
         "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

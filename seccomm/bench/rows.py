@@ -17,8 +17,19 @@ from ..dtypes import DTYPES
 NATIVE = "native"  #: the variant name of the MPI library's own collective
 
 
-def result_row(coll, variant: str, count: int, dtype: str, ranks: int, times, native_s: float,
-               wrong: int = 0, op: str = "sum", root: int = 0, **extra) -> dict:
+def result_row(
+    coll,
+    variant: str,
+    count: int,
+    dtype: str,
+    ranks: int,
+    times,
+    native_s: float,
+    wrong: int = 0,
+    op: str = "sum",
+    root: int = 0,
+    **extra,
+) -> dict:
     """Row of ``variant`` for one collective call of ``count`` elements of ``dtype`` (S =
     count x itemsize) on ``ranks`` ranks.  ``coll``: the collective's record; ``times``: seconds
     of each timed iteration (the slowest rank's); ``native_s``: native MPI's median [s] (NaN
@@ -27,10 +38,19 @@ def result_row(coll, variant: str, count: int, dtype: str, ranks: int, times, na
     med = float(np.median(t))
     nbytes = count * DTYPES[dtype][0].itemsize
     algbw = nbytes / med / 1e9 if med > 0 else 0.0
-    return {"collective": coll.name, "size_bytes": nbytes, "count": count, "dtype": dtype,
-            "redop": op if coll.reduces else "none", "root": root if coll.rooted else -1,
-            "variant": variant, "ranks": ranks,
-            "time_us": {"min": t.min() * 1e6, "median": med * 1e6, "max": t.max() * 1e6},
-            "algbw_gbps": algbw, "busbw_gbps": algbw * coll.busbw_factor(ranks),
-            "overhead_x": med / native_s if native_s > 0 else float("nan"), "wrong": int(wrong),
-            **extra}
+    return {
+        "collective": coll.name,
+        "size_bytes": nbytes,
+        "count": count,
+        "dtype": dtype,
+        "redop": op if coll.reduces else "none",
+        "root": root if coll.rooted else -1,
+        "variant": variant,
+        "ranks": ranks,
+        "time_us": {"min": t.min() * 1e6, "median": med * 1e6, "max": t.max() * 1e6},
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * coll.busbw_factor(ranks),
+        "overhead_x": med / native_s if native_s > 0 else float("nan"),
+        "wrong": int(wrong),
+        **extra,
+    }

@@ -43,7 +43,6 @@ def bench_secret(comm) -> tuple[bytes, str]:
     return buf.tobytes(), "ephemeral benchmark secret (broadcast in the clear; synthetic data only)"
 
 
-
 def main_ranks(cfg) -> int:
     from mpi4py import MPI
 
@@ -53,13 +52,26 @@ def main_ranks(cfg) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     if cfg.root >= size:  # same answer on every rank: no traffic yet
         if rank == 0:
-            print(f"seccomm bench: error: --root {cfg.root} is not a rank (0..{size - 1})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"seccomm bench: error: --root {cfg.root} is not a rank (0..{size - 1})",
+                file=sys.stderr,
+                flush=True,
+            )
         return 2
     secret, source = bench_secret(comm)
     report = Report(cfg, comm) if rank == 0 else None
-    comms = {s: SecureComm(comm, s, psk=secret, algorithm=cfg.algorithm, encrypt=cfg.encrypt,
-                           chunk_bytes=cfg.chunk_bytes, timeout=cfg.timeout) for s in cfg.suites}
+    comms = {
+        s: SecureComm(
+            comm,
+            s,
+            psk=secret,
+            algorithm=cfg.algorithm,
+            encrypt=cfg.encrypt,
+            chunk_bytes=cfg.chunk_bytes,
+            timeout=cfg.timeout,
+        )
+        for s in cfg.suites
+    }
     del secret
     if report:
         report.header(comms, source)
@@ -72,7 +84,7 @@ def main_ranks(cfg) -> int:
             total_wrong = sum(r["wrong"] for r in rows)
             if report:
                 report.workload(desc, rows)
-        for cname in ([] if cfg.workload else cfg.collectives):
+        for cname in [] if cfg.workload else cfg.collectives:
             for nbytes in cfg.sizes():
                 rows = bench_one(comm, comms, cfg, cname, nbytes)
                 total_wrong += sum(r["wrong"] for r in rows)
@@ -111,8 +123,18 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int) -> list[dict]:
         for v in variants:
             coll.reset(send, outs[v], rank, cfg.root)
 
-    times, wrong = measure(comm, variants, call, reset, lambda v: coll.wrong(outs[v], outs[NATIVE]),
-                           cfg.iters, cfg.warmup, cfg.check)
+    times, wrong = measure(
+        comm,
+        variants,
+        call,
+        reset,
+        lambda v: coll.wrong(outs[v], outs[NATIVE]),
+        cfg.iters,
+        cfg.warmup,
+        cfg.check,
+    )
     native_s = float(np.median(times[0]))
-    return [result_row(coll, v, n.total, cfg.dtype, size, times[i], native_s, wrong[i], cfg.op, cfg.root)
-            for i, v in enumerate(variants)]
+    return [
+        result_row(coll, v, n.total, cfg.dtype, size, times[i], native_s, wrong[i], cfg.op, cfg.root)
+        for i, v in enumerate(variants)
+    ]

@@ -9,12 +9,36 @@ import sys
 
 from .machine import machine_info
 
-_COLS = ("size [B]", "count", "type", "redop", "variant", "time [us]", "algbw [GB/s]",
-         "busbw [GB/s]", "overhead [x]", "#wrong")
+_COLS = (
+    "size [B]",
+    "count",
+    "type",
+    "redop",
+    "variant",
+    "time [us]",
+    "algbw [GB/s]",
+    "busbw [GB/s]",
+    "overhead [x]",
+    "#wrong",
+)
 _FMT = "{:>12} {:>12} {:>9} {:>6} {:>18} {:>11} {:>12} {:>12} {:>12} {:>7}"
-CSV_FIELDS = ("collective", "size_bytes", "count", "dtype", "redop", "root", "variant", "ranks",
-              "time_us_min", "time_us_median", "time_us_max", "algbw_gbps", "busbw_gbps",
-              "overhead_x", "wrong")
+CSV_FIELDS = (
+    "collective",
+    "size_bytes",
+    "count",
+    "dtype",
+    "redop",
+    "root",
+    "variant",
+    "ranks",
+    "time_us_min",
+    "time_us_median",
+    "time_us_max",
+    "algbw_gbps",
+    "busbw_gbps",
+    "overhead_x",
+    "wrong",
+)
 
 
 class Report:
@@ -40,21 +64,33 @@ class Report:
         c, m = self.cfg, self.machine
         sc = next(iter(comms.values()), None)
         nodes = len(set(sc.node_ids)) if sc else "?"
-        self.line(f"# seccomm bench {m['seccomm']}: {self.comm.Get_size()} ranks on {nodes} node(s), "
-                  f"{m['mpi_library']}, {m['openssl']}")
-        self.line(f"# cpu: {m['cpu']['model']} ({m['cpu']['cores']} cores, aes={m['cpu']['aes']} "
-                  f"vaes={m['cpu']['vaes']} pclmulqdq={m['cpu']['pclmulqdq']})")
-        self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) "
-                  f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
-                  f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B")
+        self.line(
+            f"# seccomm bench {m['seccomm']}: {self.comm.Get_size()} ranks on {nodes} node(s), "
+            f"{m['mpi_library']}, {m['openssl']}"
+        )
+        self.line(
+            f"# cpu: {m['cpu']['model']} ({m['cpu']['cores']} cores, aes={m['cpu']['aes']} "
+            f"vaes={m['cpu']['vaes']} pclmulqdq={m['cpu']['pclmulqdq']})"
+        )
+        self.line(
+            f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) "
+            f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
+            f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B"
+        )
         self.line(f"# job secret: {secret_source}")
-        self.line("# variants: native = the MPI library's own collective; none = seccomm's algorithms "
-                  "and framing without crypto; the others add that suite's AEAD")
+        self.line(
+            "# variants: native = the MPI library's own collective; none = seccomm's algorithms "
+            "and framing without crypto; the others add that suite's AEAD"
+        )
         if c.dtype in ("float16", "bfloat16") and not c.workload:
-            self.line(f"# native {c.dtype}: MPI user-defined op (numpy ufunc): MPICH has no "
-                      f"{c.dtype} reduction type")
-        self.line("# time: median over iterations of the slowest rank; overhead: vs native at the "
-                  "same size; busbw per nccl-tests doc/PERFORMANCE.md")
+            self.line(
+                f"# native {c.dtype}: MPI user-defined op (numpy ufunc): MPICH has no "
+                f"{c.dtype} reduction type"
+            )
+        self.line(
+            "# time: median over iterations of the slowest rank; overhead: vs native at the "
+            "same size; busbw per nccl-tests doc/PERFORMANCE.md"
+        )
 
     def rows(self, rows):
         coll = rows[0]["collective"]
@@ -63,26 +99,45 @@ class Report:
             self.line(f"#\n# {coll}")
             self.line("# " + _FMT.format(*_COLS)[2:])
         for r in rows:
-            self.line(_FMT.format(r["size_bytes"], r["count"], r["dtype"], r["redop"], r["variant"],
-                                  f"{r['time_us']['median']:.1f}", f"{r['algbw_gbps']:.3f}",
-                                  f"{r['busbw_gbps']:.3f}", f"{r['overhead_x']:.2f}", r["wrong"]))
+            self.line(
+                _FMT.format(
+                    r["size_bytes"],
+                    r["count"],
+                    r["dtype"],
+                    r["redop"],
+                    r["variant"],
+                    f"{r['time_us']['median']:.1f}",
+                    f"{r['algbw_gbps']:.3f}",
+                    f"{r['busbw_gbps']:.3f}",
+                    f"{r['overhead_x']:.2f}",
+                    r["wrong"],
+                )
+            )
         self.all_rows += rows
         if self.bar is not None:
             self.bar.update(1)
 
     def workload(self, w, rows):
-        self.line(f"#\n# workload {w['name']}: {w['parameters']:,} parameters (published "
-                  f"{w['published_parameters']:,}), {w['gradient_bytes']:,} gradient bytes (float32) in "
-                  f"{len(w['buckets'])} DDP buckets, bucket_cap_mb "
-                  f"{w['bucket_cap_mb'] or '25 (first bucket 1 MiB)'}")
-        self.line(f"# run at scale {w['scale']:.4g}: {rows[0]['size_bytes']:,} bytes per step; "
-                  f"projected full step = measured / scale")
-        self.line(f"# {'variant':>18} {'step comm [ms]':>15} {'projected [ms]':>15} {'busbw [GB/s]':>13} "
-                  f"{'overhead [x]':>13} {'#wrong':>7}")
+        self.line(
+            f"#\n# workload {w['name']}: {w['parameters']:,} parameters (published "
+            f"{w['published_parameters']:,}), {w['gradient_bytes']:,} gradient bytes (float32) in "
+            f"{len(w['buckets'])} DDP buckets, bucket_cap_mb "
+            f"{w['bucket_cap_mb'] or '25 (first bucket 1 MiB)'}"
+        )
+        self.line(
+            f"# run at scale {w['scale']:.4g}: {rows[0]['size_bytes']:,} bytes per step; "
+            f"projected full step = measured / scale"
+        )
+        self.line(
+            f"# {'variant':>18} {'step comm [ms]':>15} {'projected [ms]':>15} {'busbw [GB/s]':>13} "
+            f"{'overhead [x]':>13} {'#wrong':>7}"
+        )
         for r in rows:
-            self.line(f"  {r['variant']:>18} {r['time_us']['median'] / 1e3:15.3f} "
-                      f"{r['projected_step_ms']:15.3f} {r['busbw_gbps']:13.3f} {r['overhead_x']:13.2f} "
-                      f"{r['wrong']:7d}")
+            self.line(
+                f"  {r['variant']:>18} {r['time_us']['median'] / 1e3:15.3f} "
+                f"{r['projected_step_ms']:15.3f} {r['busbw_gbps']:13.3f} {r['overhead_x']:13.2f} "
+                f"{r['wrong']:7d}"
+            )
         self.all_rows += rows
         self.workload_desc = w
 
@@ -97,13 +152,19 @@ class Report:
                 if rs:
                     avg = sum(r["busbw_gbps"] for r in rs) / len(rs)
                     big = max(rs, key=lambda r: r["size_bytes"])
-                    self.line(f"# Avg bus bandwidth {coll:>14} {v:>18} : {avg:8.3f} GB/s   "
-                              f"overhead at {big['size_bytes']} B: {big['overhead_x']:.2f}x")
+                    self.line(
+                        f"# Avg bus bandwidth {coll:>14} {v:>18} : {avg:8.3f} GB/s   "
+                        f"overhead at {big['size_bytes']} B: {big['overhead_x']:.2f}x"
+                    )
         self.line(f"# Result: {'OK' if wrong == 0 else f'FAILED ({wrong} wrong elements)'}")
 
     def document(self) -> dict:
-        doc = {"machine": self.machine, "config": self.cfg.as_dict(),
-               "world_size": self.comm.Get_size(), "rows": self.all_rows}
+        doc = {
+            "machine": self.machine,
+            "config": self.cfg.as_dict(),
+            "world_size": self.comm.Get_size(),
+            "rows": self.all_rows,
+        }
         if getattr(self, "workload_desc", None):
             doc["workload"] = self.workload_desc
         return doc
@@ -142,16 +203,26 @@ def plot(path: str, rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    keys = sorted({(r["collective"], r["variant"]) for r in rows}, key=lambda k: (k[0], k[1] != "native", k[1]))
+    keys = sorted(
+        {(r["collective"], r["variant"]) for r in rows}, key=lambda k: (k[0], k[1] != "native", k[1])
+    )
     for coll, var in keys:
-        rs = sorted((r for r in rows if r["collective"] == coll and r["variant"] == var),
-                    key=lambda r: r["size_bytes"])
+        rs = sorted(
+            (r for r in rows if r["collective"] == coll and r["variant"] == var),
+            key=lambda r: r["size_bytes"],
+        )
         x = [r["size_bytes"] for r in rs]
         label = f"{coll} {var}" if len({k[0] for k in keys}) > 1 else var
         if var != "native":
             ax1.plot(x, [r["overhead_x"] for r in rs], marker="o", ms=3, label=label)
-        ax2.plot(x, [r["busbw_gbps"] for r in rs], marker="o", ms=3, label=label,
-                 linestyle="--" if var == "native" else "-")
+        ax2.plot(
+            x,
+            [r["busbw_gbps"] for r in rs],
+            marker="o",
+            ms=3,
+            label=label,
+            linestyle="--" if var == "native" else "-",
+        )
     ax1.axhline(1.0, color="grey", lw=0.8)
     for ax, yl in ((ax1, "overhead vs native [x]"), (ax2, "busbw [GB/s]")):
         ax.set_xscale("log", base=2)

@@ -35,19 +35,45 @@ def bench_workload(comm, comms: dict, cfg) -> tuple[dict, list[dict]]:
     def step(v):
         out = outs[v]
         for i in range(len(counts)):
-            s, r = send[offs[i]:offs[i + 1]], out[offs[i]:offs[i + 1]]
+            s, r = send[offs[i] : offs[i + 1]], out[offs[i] : offs[i + 1]]
             if v == NATIVE:
                 coll.native(comm, s, r, "sum", 0)
             else:
                 coll.secure(comms[v], s, r, "sum", 0)
 
-    times, wrong = measure(comm, variants, step, lambda: None, lambda v: coll.wrong(outs[v], outs[NATIVE]),
-                           cfg.iters, cfg.warmup, cfg.check)
-    desc = {**w, "scale": scale, "buckets_run_bytes": [c * 4 for c in counts],
-            "bucket_cap_mb": cfg.bucket_cap_mb}
+    times, wrong = measure(
+        comm,
+        variants,
+        step,
+        lambda: None,
+        lambda v: coll.wrong(outs[v], outs[NATIVE]),
+        cfg.iters,
+        cfg.warmup,
+        cfg.check,
+    )
+    desc = {
+        **w,
+        "scale": scale,
+        "buckets_run_bytes": [c * 4 for c in counts],
+        "bucket_cap_mb": cfg.bucket_cap_mb,
+    }
     med = np.median(times, axis=1)
-    rows = [result_row(coll, v, total, "float32", size, times[i], med[0], wrong[i], "sum",
-                       workload=cfg.workload, buckets=len(counts), scale=scale,
-                       projected_step_ms=med[i] / scale * 1e3)
-            for i, v in enumerate(variants)]
+    rows = [
+        result_row(
+            coll,
+            v,
+            total,
+            "float32",
+            size,
+            times[i],
+            med[0],
+            wrong[i],
+            "sum",
+            workload=cfg.workload,
+            buckets=len(counts),
+            scale=scale,
+            projected_step_ms=med[i] / scale * 1e3,
+        )
+        for i, v in enumerate(variants)
+    ]
     return desc, rows

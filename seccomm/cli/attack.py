@@ -41,7 +41,9 @@ def _classes(args) -> list[str]:
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
     bad = [c for c in classes if c not in CLASSES]
     if bad or not classes:
-        raise UsageError(f"unknown attack class {','.join(bad) or args.classes!r}; allowed: {', '.join(CLASSES)}")
+        raise UsageError(
+            f"unknown attack class {','.join(bad) or args.classes!r}; allowed: {', '.join(CLASSES)}"
+        )
     if args.trials < 1 or not 2 <= args.np <= 64:
         raise UsageError("--trials must be >= 1 and --np in 2..64")
     if args.seed < 0:
@@ -49,6 +51,8 @@ def _classes(args) -> list[str]:
     if args.suite not in SUITES:
         raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
     if "redirect" in classes and args.np < 3 and not under_launcher():
-        raise UsageError("the redirect class needs a rank that seals for two peers: --np 3 or more "
-                         "(or leave redirect out of --classes)")
+        raise UsageError(
+            "the redirect class needs a rank that seals for two peers: --np 3 or more "
+            "(or leave redirect out of --classes)"
+        )
     return classes

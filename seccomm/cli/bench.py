@@ -18,19 +18,32 @@ def add_arguments(p) -> None:
     """The bench's options on parser ``p`` (sizes as text: :func:`config_from_args` reads them)."""
     from ..comm import ALGORITHMS, ENCRYPT_POLICIES
 
-    p.add_argument("-b", "--minbytes", default="8", help="smallest size S in bytes (K/M/G suffixes; default 8)")
+    p.add_argument(
+        "-b", "--minbytes", default="8", help="smallest size S in bytes (K/M/G suffixes; default 8)"
+    )
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size S in bytes (default 64M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this (default 2)")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations per size (default 5)")
-    p.add_argument("-c", "--check", type=int, default=1, help="check results against native MPI: 0/1 (default 1)")
-    p.add_argument("-d", "--dtype", default="float32", help=f"element type: {', '.join(DTYPES)} (default float32)")
+    p.add_argument(
+        "-c", "--check", type=int, default=1, help="check results against native MPI: 0/1 (default 1)"
+    )
+    p.add_argument(
+        "-d", "--dtype", default="float32", help=f"element type: {', '.join(DTYPES)} (default float32)"
+    )
     p.add_argument("-o", "--op", default="sum", help=f"reduction: {', '.join(OPS)} (default sum)")
-    p.add_argument("--collective", default="allreduce",
-                   help=f"{'|'.join(COLLECTIVES)}|all, or a comma list (default allreduce)")
+    p.add_argument(
+        "--collective",
+        default="allreduce",
+        help=f"{'|'.join(COLLECTIVES)}|all, or a comma list (default allreduce)",
+    )
     p.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma list (default {DEFAULT_SUITES})")
-    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="allreduce algorithm (default auto)")
-    p.add_argument("--encrypt", default="all", choices=ENCRYPT_POLICIES, help="encrypt every hop or inter-node hops only")
+    p.add_argument(
+        "--algorithm", default="auto", choices=ALGORITHMS, help="allreduce algorithm (default auto)"
+    )
+    p.add_argument(
+        "--encrypt", default="all", choices=ENCRYPT_POLICIES, help="encrypt every hop or inter-node hops only"
+    )
     p.add_argument("--chunk-bytes", default="1M", help="frame payload size (default 1M)")
     p.add_argument("--root", type=int, default=0, help="bcast root (default 0)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds any wait may block (default 60)")
@@ -38,10 +51,17 @@ def add_arguments(p) -> None:
     p.add_argument("--csv", metavar="PATH", help="write one line per (collective, size, variant)")
     p.add_argument("--plot", metavar="PATH.png", help="plot overhead and busbw vs size (needs matplotlib)")
     p.add_argument("--np", type=int, default=2, help="local ranks when not started by a launcher (default 2)")
-    p.add_argument("--workload", metavar="NAME",
-                   help="one training step's DDP gradient traffic: resnet50, bert-large, gpt2-xl, llama2-7b")
-    p.add_argument("--scale", type=float, help="fraction of every bucket to run (default: up to 256 MiB a step)")
-    p.add_argument("--bucket-cap-mb", type=float, help="DDP bucket cap (default: DDP's, 25 MiB, first bucket 1 MiB)")
+    p.add_argument(
+        "--workload",
+        metavar="NAME",
+        help="one training step's DDP gradient traffic: resnet50, bert-large, gpt2-xl, llama2-7b",
+    )
+    p.add_argument(
+        "--scale", type=float, help="fraction of every bucket to run (default: up to 256 MiB a step)"
+    )
+    p.add_argument(
+        "--bucket-cap-mb", type=float, help="DDP bucket cap (default: DDP's, 25 MiB, first bucket 1 MiB)"
+    )
 
 
 def run(args, argv) -> int:
@@ -65,16 +85,36 @@ def run(args, argv) -> int:
 def config_from_args(a) -> BenchConfig:
     """Validate parsed arguments into a :class:`BenchConfig`; ``UsageError`` on bad values."""
     _check_dtype_op(a)
-    colls = list(COLLECTIVES) if a.collective == "all" else _choice_list(
-        a.collective, list(COLLECTIVES) + ["all"], "collective")
+    colls = (
+        list(COLLECTIVES)
+        if a.collective == "all"
+        else _choice_list(a.collective, list(COLLECTIVES) + ["all"], "collective")
+    )
     suites = _choice_list(a.suites, list(SUITES), "suite")
-    cfg = BenchConfig(minbytes=size_arg(a.minbytes), maxbytes=size_arg(a.maxbytes),
-                      stepfactor=a.stepfactor, iters=a.iters, warmup=a.warmup, check=a.check,
-                      dtype=a.dtype, op=a.op, collectives=colls, suites=suites,
-                      algorithm=a.algorithm, encrypt=a.encrypt,
-                      chunk_bytes=size_arg(a.chunk_bytes), root=a.root, timeout=a.timeout,
-                      json=a.json, csv=a.csv, plot=a.plot, np=a.np, workload=a.workload,
-                      scale=a.scale, bucket_cap_mb=a.bucket_cap_mb)
+    cfg = BenchConfig(
+        minbytes=size_arg(a.minbytes),
+        maxbytes=size_arg(a.maxbytes),
+        stepfactor=a.stepfactor,
+        iters=a.iters,
+        warmup=a.warmup,
+        check=a.check,
+        dtype=a.dtype,
+        op=a.op,
+        collectives=colls,
+        suites=suites,
+        algorithm=a.algorithm,
+        encrypt=a.encrypt,
+        chunk_bytes=size_arg(a.chunk_bytes),
+        root=a.root,
+        timeout=a.timeout,
+        json=a.json,
+        csv=a.csv,
+        plot=a.plot,
+        np=a.np,
+        workload=a.workload,
+        scale=a.scale,
+        bucket_cap_mb=a.bucket_cap_mb,
+    )
     for check in (_check_sizes, _check_loop, _check_paths, _check_np, _check_workload, _check_plot):
         check(cfg)
     return cfg
@@ -137,8 +177,10 @@ def _check_paths(cfg: BenchConfig) -> None:
 def _check_np(cfg: BenchConfig) -> None:
     cores = os.cpu_count() or 1
     if not 1 <= cfg.np <= max(64, 8 * cores):
-        raise UsageError(f"--np {cfg.np} is not sensible on {cores} cores: use 1..{max(64, 8 * cores)} "
-                         f"locally, or your own launcher (mpiexec -n N seccomm bench) across nodes")
+        raise UsageError(
+            f"--np {cfg.np} is not sensible on {cores} cores: use 1..{max(64, 8 * cores)} "
+            f"locally, or your own launcher (mpiexec -n N seccomm bench) across nodes"
+        )
 
 
 def _check_workload(cfg: BenchConfig) -> None:
@@ -148,8 +190,9 @@ def _check_workload(cfg: BenchConfig) -> None:
     try:
         from ..torch.workloads import WORKLOADS
     except ImportError:
-        raise UsageError("--workload needs the torch extra: pip install torch==2.13.0 && "
-                         "pip install -e '.[torch]'") from None
+        raise UsageError(
+            "--workload needs the torch extra: pip install torch==2.13.0 && pip install -e '.[torch]'"
+        ) from None
     if cfg.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {cfg.workload!r}; allowed: {', '.join(WORKLOADS)}")
     if cfg.scale is not None and not 0 < cfg.scale <= 1:

@@ -93,8 +93,16 @@ def _project(a) -> int:
     nbytes = size_arg(a.message)
     try:
         prm = _params(a)
-        rows = costmodel.sweep(prm, nodes, a.ranks_per_node, nbytes, a.collective, a.encrypt,
-                               a.oversubscription, a.jitter_us * 1e-6)
+        rows = costmodel.sweep(
+            prm,
+            nodes,
+            a.ranks_per_node,
+            nbytes,
+            a.collective,
+            a.encrypt,
+            a.oversubscription,
+            a.jitter_us * 1e-6,
+        )
     except ValueError as e:
         raise UsageError(str(e)) from None
     _print_rows(a, nbytes, rows)
@@ -127,15 +135,21 @@ def _params(a):
 
 
 def _print_rows(a, nbytes: int, rows: list[dict]) -> None:
-    print(f"# seccomm project: {a.collective} of {nbytes} B, {a.ranks_per_node} ranks/node, suite {a.suite}, "
-          f"encrypt {a.encrypt}, oversubscription {a.oversubscription}, "
-          f"{'calibration ' + a.calibration if a.calibration else 'preset ' + (a.preset or 'ib-ndr400')}")
-    print(f"# {'nodes':>6} {'ranks':>7} {'algorithm':>18} {'plain [us]':>12} {'secure [us]':>12} "
-          f"{'overhead':>9} {'busbw plain':>12} {'busbw secure':>13} {'eff plain':>10} {'eff secure':>11}")
+    print(
+        f"# seccomm project: {a.collective} of {nbytes} B, {a.ranks_per_node} ranks/node, suite {a.suite}, "
+        f"encrypt {a.encrypt}, oversubscription {a.oversubscription}, "
+        f"{'calibration ' + a.calibration if a.calibration else 'preset ' + (a.preset or 'ib-ndr400')}"
+    )
+    print(
+        f"# {'nodes':>6} {'ranks':>7} {'algorithm':>18} {'plain [us]':>12} {'secure [us]':>12} "
+        f"{'overhead':>9} {'busbw plain':>12} {'busbw secure':>13} {'eff plain':>10} {'eff secure':>11}"
+    )
     for r in rows:
-        print(f"  {r['nodes']:>6} {r['ranks']:>7} {r['algorithm_secure']:>18} {r['plain_us']:12.1f} "
-              f"{r['secure_us']:12.1f} {r['overhead_x']:8.2f}x {r['busbw_plain_gbps']:12.1f} "
-              f"{r['busbw_secure_gbps']:13.1f} {r['efficiency_plain']:10.2f} {r['efficiency_secure']:11.2f}")
+        print(
+            f"  {r['nodes']:>6} {r['ranks']:>7} {r['algorithm_secure']:>18} {r['plain_us']:12.1f} "
+            f"{r['secure_us']:12.1f} {r['overhead_x']:8.2f}x {r['busbw_plain_gbps']:12.1f} "
+            f"{r['busbw_secure_gbps']:13.1f} {r['efficiency_plain']:10.2f} {r['efficiency_secure']:11.2f}"
+        )
 
 
 def _write(a, prm, rows: list[dict]) -> None:
@@ -164,13 +178,17 @@ def _validate(doc, cal) -> int:
     print(f"# validation: {len(res)} (size, variant) points, {doc.get('world_size')} ranks")
     print(f"# {'size [B]':>12} {'variant':>18} {'measured [us]':>14} {'predicted [us]':>15} {'error':>8}")
     for r in res:
-        print(f"  {r['size_bytes']:>12} {r['variant']:>18} {r['measured_us']:14.1f} {r['predicted_us']:15.1f} "
-              f"{r['error'] * 100:7.1f}%")
+        print(
+            f"  {r['size_bytes']:>12} {r['variant']:>18} {r['measured_us']:14.1f} {r['predicted_us']:15.1f} "
+            f"{r['error'] * 100:7.1f}%"
+        )
     for label, pts in (("all sizes", res), (">= 64 KiB", [r for r in res if r["size_bytes"] >= 65536])):
         e = np.abs([r["error"] for r in pts]) * 100
         if len(e):
-            print(f"# |error| {label:>10}: median {np.median(e):.1f}%  p90 {np.percentile(e, 90):.1f}%  "
-                  f"max {e.max():.1f}%  (n={len(e)})")
+            print(
+                f"# |error| {label:>10}: median {np.median(e):.1f}%  p90 {np.percentile(e, 90):.1f}%  "
+                f"max {e.max():.1f}%  (n={len(e)})"
+            )
     return 0
 
 
@@ -197,4 +215,3 @@ def _plot(path, rows):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-

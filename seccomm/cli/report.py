@@ -48,8 +48,14 @@ def run(args, argv) -> int:
     with os.fdopen(fd, "w") as f:
         json.dump(cap, f)
     try:
-        return relaunch(args.np, argv, extra_env={"SECCOMM_CAPTURE_RESULT": path,
-                                                  "SECCOMM_REPORT_COMMAND": "seccomm " + shlex.join(argv)})
+        return relaunch(
+            args.np,
+            argv,
+            extra_env={
+                "SECCOMM_CAPTURE_RESULT": path,
+                "SECCOMM_REPORT_COMMAND": "seccomm " + shlex.join(argv),
+            },
+        )
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -114,9 +120,15 @@ def _ranks(args, argv) -> int:
     if rank != 0:
         return 0
     ev["capture"] = _capture_result()
-    cfg = {"suite": args.suite, "chunk_bytes": args.chunk_bytes, "rotate_after_frames": args.rotate_after_frames,
-           "key_exchange": args.key_exchange, "trials": args.trials, "seed": args.seed,
-           "command": os.environ.get("SECCOMM_REPORT_COMMAND") or "seccomm " + shlex.join(argv)}
+    cfg = {
+        "suite": args.suite,
+        "chunk_bytes": args.chunk_bytes,
+        "rotate_after_frames": args.rotate_after_frames,
+        "key_exchange": args.key_exchange,
+        "trials": args.trials,
+        "seed": args.seed,
+        "command": os.environ.get("SECCOMM_REPORT_COMMAND") or "seccomm " + shlex.join(argv),
+    }
     bench = load_bench(args.bench) if args.bench else None
     doc, passed = build(ev, cfg, bench, os.path.basename(args.bench) if args.bench else None)
     text = to_html(doc) if args.format == "html" else to_markdown(doc)
@@ -136,5 +148,8 @@ def _capture_result() -> dict:
     if path:
         with open(path) as f:
             return json.load(f)
-    return {"rows": None, "reason": "seccomm report ran under an external launcher; the "
-                                    "packet capture runs only when it starts its own ranks"}
+    return {
+        "rows": None,
+        "reason": "seccomm report ran under an external launcher; the "
+        "packet capture runs only when it starts its own ranks",
+    }

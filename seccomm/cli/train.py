@@ -13,12 +13,21 @@ def add_arguments(p) -> None:
     p.add_argument("--np", type=int, default=2, help="local ranks when not started by a launcher (default 2)")
     p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
     p.add_argument("--suite", default="aes-256-gcm", help=f"one of {', '.join(SUITES)} (default aes-256-gcm)")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size cap in MiB (default 25)")
+    p.add_argument(
+        "--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size cap in MiB (default 25)"
+    )
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="where the model and its gradient buckets live (default cpu); cuda: one GPU per rank")
-    p.add_argument("--backend", choices=("gloo", "nccl"),
-                   help="torch.distributed backend (default: nccl with --device cuda, else gloo)")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the model and its gradient buckets live (default cpu); cuda: one GPU per rank",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        help="torch.distributed backend (default: nccl with --device cuda, else gloo)",
+    )
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 
@@ -37,8 +46,10 @@ def run(args, argv) -> int:
         import sklearn  # noqa: F401
         import torch  # noqa: F401
     except ImportError as e:
-        raise UsageError(f"seccomm train needs the torch extra ({e.name} missing): "
-                         "pip install torch==2.13.0 && pip install -e '.[torch]'") from None
+        raise UsageError(
+            f"seccomm train needs the torch extra ({e.name} missing): "
+            "pip install torch==2.13.0 && pip install -e '.[torch]'"
+        ) from None
     _check_device(args)
     if not under_launcher():
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
@@ -62,5 +73,7 @@ def _check_device(args) -> None:
     from ..launch import under_launcher
 
     if (args.backend or "nccl") == "nccl" and not under_launcher() and args.np > gpus:
-        raise UsageError(f"--backend nccl needs one GPU per rank: --np {args.np} on {gpus} GPU(s); "
-                         "use --np <= GPUs, or --backend gloo to share them")
+        raise UsageError(
+            f"--backend nccl needs one GPU per rank: --np {args.np} on {gpus} GPU(s); "
+            "use --np <= GPUs, or --backend gloo to share them"
+        )

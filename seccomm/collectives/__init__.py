@@ -16,18 +16,18 @@ from .common import bitwise_wrong, no_reset, seeded
 class Call(NamedTuple):
     """What ``args`` returns for one checked call."""
 
-    dtype: str      # dtype name (seccomm.dtypes.DTYPES)
-    count: int      # element count bound into the AAD (the op's total)
-    itemsize: int   # bytes per element
-    redop: str      # reduction op bound into the AAD ("none" when nothing is reduced)
-    args: tuple     # what the algorithm gets after its OpRun
+    dtype: str  # dtype name (seccomm.dtypes.DTYPES)
+    count: int  # element count bound into the AAD (the op's total)
+    itemsize: int  # bytes per element
+    redop: str  # reduction op bound into the AAD ("none" when nothing is reduced)
+    args: tuple  # what the algorithm gets after its OpRun
 
 
 class Counts(NamedTuple):
     """Element counts of one operation of S bytes (nccl-tests' getCollByteCount)."""
 
-    send: int   # sendbuf elements on this rank
-    recv: int   # recvbuf elements on this rank
+    send: int  # sendbuf elements on this rank
+    recv: int  # recvbuf elements on this rank
     total: int  # elements of S as reported (S rounded down to what the collective can move)
 
 
@@ -36,8 +36,8 @@ class Tuning:
     """The settings the "auto" rules read, with their defaults; a ``SecureComm`` (attributes of
     the same names) is passed in their place on a real call."""
 
-    algorithm: str = "auto"            # allreduce: auto, ring, recursive_doubling
-    small_bytes: int = 64 << 10        # allreduce auto: recursive doubling at or below
+    algorithm: str = "auto"  # allreduce: auto, ring, recursive_doubling
+    small_bytes: int = 64 << 10  # allreduce auto: recursive doubling at or below
     bcast_chain_bytes: int = 512 << 10  # bcast: pipelined chain above, binomial tree at or below
 
 

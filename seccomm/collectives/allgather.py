@@ -27,9 +27,11 @@ def _args(sendbuf, recvbuf, rank, size, device) -> Call:
     dname = check_pair(sendbuf, recvbuf, same_size=False, device=device)
     want = block_counts(recvbuf.size, size)[rank]
     if sendbuf.size != want:
-        raise ValueError(f"allgather: sendbuf has {sendbuf.size} elements; rank {rank}'s "
-                         f"block of {recvbuf.size} over {size} ranks has {want} "
-                         f"(see SecureComm.block_counts)")
+        raise ValueError(
+            f"allgather: sendbuf has {sendbuf.size} elements; rank {rank}'s "
+            f"block of {recvbuf.size} over {size} ranks has {want} "
+            f"(see SecureComm.block_counts)"
+        )
     return Call(dname, recvbuf.size, recvbuf.itemsize, "none", (sendbuf, recvbuf))
 
 
@@ -80,9 +82,19 @@ def _counts(count, p, rank):
     return Counts(block_counts(count, p)[rank], count, count)
 
 
-register(Collective(
-    "allgather", code=3, method=allgather, args=_args, algorithms={"ring": _run},
-    frame_bound=ring_tree_bound, counts=_counts, busbw_factor=lambda n: (n - 1) / n,
-    native=_native, secure=lambda sc, send, recv, op, root: sc.allgather(send, recv),
-    cost={"ring": Cost(lambda n, t: ring_steps(n, t, False, True), per_rank)},
-    doc="ring, encrypt-once under the group key, frames forwarded unchanged"))
+register(
+    Collective(
+        "allgather",
+        code=3,
+        method=allgather,
+        args=_args,
+        algorithms={"ring": _run},
+        frame_bound=ring_tree_bound,
+        counts=_counts,
+        busbw_factor=lambda n: (n - 1) / n,
+        native=_native,
+        secure=lambda sc, send, recv, op, root: sc.allgather(send, recv),
+        cost={"ring": Cost(lambda n, t: ring_steps(n, t, False, True), per_rank)},
+        doc="ring, encrypt-once under the group key, frames forwarded unchanged",
+    )
+)

@@ -84,6 +84,7 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
                     ufunc(theirs, recv[lo:hi], out=recv[lo:hi])
                 else:
                     ufunc(recv[lo:hi], theirs, out=recv[lo:hi])
+
             return consume
 
         if r < 2 * rem:  # fold: even ranks hand their data to the next odd rank
@@ -91,8 +92,7 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
                 run.exchange(Send(dst=r + 1, step=0, pieces=pieces), None)
                 newrank = -1
             else:
-                run.exchange(None, Recv(src=r - 1, step=0, elems=elems, outs=outs,
-                                        consume=reducer(True)))
+                run.exchange(None, Recv(src=r - 1, step=0, elems=elems, outs=outs, consume=reducer(True)))
                 newrank = r // 2
         else:
             newrank = r - rem
@@ -106,8 +106,9 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
                 if single:  # small message: one frame each way
                     run.swap(dst, step, pieces[0], elems[0], outs[0], consume)
                 else:
-                    run.exchange(Send(dst, step, pieces=pieces),
-                                 Recv(dst, elems, outs, step, consume=consume))
+                    run.exchange(
+                        Send(dst, step, pieces=pieces), Recv(dst, elems, outs, step, consume=consume)
+                    )
                 mask <<= 1
                 step += 1
         step = 1 + (pof2.bit_length() - 1)
@@ -115,8 +116,10 @@ def recursive_doubling(run, send, recv, ufunc, avg=False):
             if r % 2:
                 run.exchange(Send(dst=r - 1, step=step, pieces=pieces), None)
             else:
-                run.exchange(None, Recv(src=r + 1, step=step, elems=elems,
-                                        outs=chunk_views(u8, 0, recv.size, ce, isz)[0]))
+                run.exchange(
+                    None,
+                    Recv(src=r + 1, step=step, elems=elems, outs=chunk_views(u8, 0, recv.size, ce, isz)[0]),
+                )
     if avg:
         _divide(recv, p)
 
@@ -128,14 +131,26 @@ def _native(comm, send, recv, op, root):
     finish_avg(recv, op, comm.Get_size())
 
 
-register(Collective(
-    "allreduce", code=1, method=allreduce, args=_args, choose=_choose,
-    algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
-    frame_bound=ring_tree_bound, counts=lambda count, p, rank: Counts(count, count, count),
-    busbw_factor=lambda n: 2 * (n - 1) / n, native=_native,
-    secure=lambda sc, send, recv, op, root: sc.allreduce(send, recv, op=op),
-    cost={"ring": Cost(lambda n, t: ring_steps(n, t, True, True), per_rank),
-          "recursive_doubling": Cost(lambda n, t: rd_steps(n, t, False)),
-          "rabenseifner": Cost(lambda n, t: rd_steps(n, t, True)),
-          "hierarchical": Cost(hier_steps, per_rank)},
-    reduces=True, doc="ring (RS + encrypt-once AG) or recursive doubling"))
+register(
+    Collective(
+        "allreduce",
+        code=1,
+        method=allreduce,
+        args=_args,
+        choose=_choose,
+        algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
+        frame_bound=ring_tree_bound,
+        counts=lambda count, p, rank: Counts(count, count, count),
+        busbw_factor=lambda n: 2 * (n - 1) / n,
+        native=_native,
+        secure=lambda sc, send, recv, op, root: sc.allreduce(send, recv, op=op),
+        cost={
+            "ring": Cost(lambda n, t: ring_steps(n, t, True, True), per_rank),
+            "recursive_doubling": Cost(lambda n, t: rd_steps(n, t, False)),
+            "rabenseifner": Cost(lambda n, t: rd_steps(n, t, True)),
+            "hierarchical": Cost(hier_steps, per_rank),
+        },
+        reduces=True,
+        doc="ring (RS + encrypt-once AG) or recursive doubling",
+    )
+)

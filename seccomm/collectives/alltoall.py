@@ -28,8 +28,10 @@ def alltoall(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
 def _args(sendbuf, recvbuf, rank, size, device) -> Call:
     dname = check_pair(sendbuf, recvbuf, same_size=True, device=device)
     if sendbuf.size % size:
-        raise ValueError(f"alltoall: sendbuf has {sendbuf.size} elements, not a multiple of the "
-                         f"world size {size} (one block of m elements per rank)")
+        raise ValueError(
+            f"alltoall: sendbuf has {sendbuf.size} elements, not a multiple of the "
+            f"world size {size} (one block of m elements per rank)"
+        )
     return Call(dname, sendbuf.size, sendbuf.itemsize, "none", (sendbuf.reshape(-1), recvbuf.reshape(-1)))
 
 
@@ -37,7 +39,7 @@ def pairwise(run, send: np.ndarray, recv: np.ndarray) -> None:
     """Pairwise exchange of ``send``'s blocks into ``recv`` (both flat, p blocks of m)."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     m = send.size // p
-    np.copyto(recv[r * m:(r + 1) * m], send[r * m:(r + 1) * m])
+    np.copyto(recv[r * m : (r + 1) * m], send[r * m : (r + 1) * m])
     if p == 1 or m == 0:
         return
     send_u8, recv_u8 = as_bytes(send), as_bytes(recv)
@@ -45,8 +47,9 @@ def pairwise(run, send: np.ndarray, recv: np.ndarray) -> None:
         dst, src = (r + s) % p, (r - s) % p
         pieces, _ = chunk_views(send_u8, dst * m, m, ce, isz)
         outs, elems = chunk_views(recv_u8, src * m, m, ce, isz)
-        run.exchange(Send(dst=dst, step=s - 1, pieces=pieces),
-                     Recv(src=src, step=s - 1, elems=elems, outs=outs))
+        run.exchange(
+            Send(dst=dst, step=s - 1, pieces=pieces), Recv(src=src, step=s - 1, elems=elems, outs=outs)
+        )
 
 
 def _frame_bound(p: int, chunks: int) -> int:
@@ -79,9 +82,19 @@ def _pairwise_cost(n, topo):
     return edges + [Step(n / p, True, rpn, spine, count=p - 2 * rpn + 1)]
 
 
-register(Collective(
-    "alltoall", code=5, method=alltoall, args=_args, algorithms={"pairwise": pairwise},
-    frame_bound=_frame_bound, counts=_counts, busbw_factor=lambda n: (n - 1) / n,
-    native=_native, secure=lambda sc, send, recv, op, root: sc.alltoall(send, recv),
-    cost={"pairwise": Cost(_pairwise_cost)},
-    doc="pairwise exchange, every block sealed under the direction key of its hop"))
+register(
+    Collective(
+        "alltoall",
+        code=5,
+        method=alltoall,
+        args=_args,
+        algorithms={"pairwise": pairwise},
+        frame_bound=_frame_bound,
+        counts=_counts,
+        busbw_factor=lambda n: (n - 1) / n,
+        native=_native,
+        secure=lambda sc, send, recv, op, root: sc.alltoall(send, recv),
+        cost={"pairwise": Cost(_pairwise_cost)},
+        doc="pairwise exchange, every block sealed under the direction key of its hop",
+    )
+)

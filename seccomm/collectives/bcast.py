@@ -59,8 +59,14 @@ def _tree(links):
         vr = (r - root) % p
         parent, children = links(vr, p)
         views, elems = chunk_views(as_bytes(buf), 0, buf.size, run.chunk_elems, run.itemsize)
-        run.relay(None if parent is None else (parent + root) % p,
-                  [(c + root) % p for c in children], views, elems, origin=root)
+        run.relay(
+            None if parent is None else (parent + root) % p,
+            [(c + root) % p for c in children],
+            views,
+            elems,
+            origin=root,
+        )
+
     return run_tree
 
 
@@ -85,11 +91,23 @@ def _binomial_cost(n, topo):
     return [Step(n, s.inter, 1, s.spine, False, False, True) for s in rd_steps(n, topo, False)]
 
 
-register(Collective(
-    "bcast", code=4, method=bcast, args=_args, choose=_choose,
-    algorithms={"binomial": _tree(binomial_links), "chain": _tree(chain_links)},
-    frame_bound=ring_tree_bound, counts=lambda count, p, rank: Counts(count, count, count),
-    busbw_factor=lambda n: 1.0, native=_native,
-    secure=lambda sc, send, recv, op, root: sc.bcast(recv, root=root),
-    cost={"binomial": Cost(_binomial_cost, whole)}, rooted=True, init=_init, reset=_reset,
-    doc="binomial tree (small) or pipelined chain (large), encrypt-once; recv is the buffer"))
+register(
+    Collective(
+        "bcast",
+        code=4,
+        method=bcast,
+        args=_args,
+        choose=_choose,
+        algorithms={"binomial": _tree(binomial_links), "chain": _tree(chain_links)},
+        frame_bound=ring_tree_bound,
+        counts=lambda count, p, rank: Counts(count, count, count),
+        busbw_factor=lambda n: 1.0,
+        native=_native,
+        secure=lambda sc, send, recv, op, root: sc.bcast(recv, root=root),
+        cost={"binomial": Cost(_binomial_cost, whole)},
+        rooted=True,
+        init=_init,
+        reset=_reset,
+        doc="binomial tree (small) or pipelined chain (large), encrypt-once; recv is the buffer",
+    )
+)

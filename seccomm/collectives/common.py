@@ -15,7 +15,7 @@ def chunk_views(u8: np.ndarray, offset_elems: int, count: int, chunk_elems: int,
     elems = chunk_counts(count, chunk_elems)
     views, pos = [], offset_elems * itemsize
     for e in elems:
-        views.append(u8[pos:pos + e * itemsize])
+        views.append(u8[pos : pos + e * itemsize])
         pos += e * itemsize
     return views, elems
 
@@ -33,7 +33,7 @@ class Blocks:
 
     def typed(self, arr, b):
         o = self.offsets[b]
-        return arr[o:o + self.counts[b]]
+        return arr[o : o + self.counts[b]]
 
 
 # -- argument checks (before any traffic) -------------------------------------------------------
@@ -58,8 +58,10 @@ def check_pair(sendbuf, recvbuf, same_size: bool, device: bool = False, in_place
     if recvbuf.size and sendbuf.size and np.may_share_memory(sendbuf, recvbuf):
         same = in_place and _address(sendbuf) == _address(recvbuf)
         if not same:
-            raise ValueError("sendbuf and recvbuf overlap: only allreduce works in place "
-                             "(pass the same array twice); use separate buffers")
+            raise ValueError(
+                "sendbuf and recvbuf overlap: only allreduce works in place "
+                "(pass the same array twice); use separate buffers"
+            )
     return s
 
 
@@ -81,7 +83,7 @@ def seeded(dname: str, op: str, count: int, rank: int, size: int, root: int = 0)
     if op == "prod":
         return rng.choice(np.array([-1, 1], np.int8), count).astype(dt)
     mant = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}[dname]
-    k = int(max(1, min(4, (2 ** mant) // (4 * size))))
+    k = int(max(1, min(4, (2**mant) // (4 * size))))
     return rng.integers(-k, k + 1, count).astype(dt)
 
 

@@ -16,14 +16,14 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Step:
-    nbytes: float        # bytes each sending rank moves in this step
-    inter: bool          # crosses nodes
-    flows: int = 1       # ranks of one node sending inter-node at once (share the NIC)
+    nbytes: float  # bytes each sending rank moves in this step
+    inter: bool  # crosses nodes
+    flows: int = 1  # ranks of one node sending inter-node at once (share the NIC)
     spine: bool = False  # crosses leaf switches (oversubscription applies)
     reduce: bool = False
-    seal: bool = True    # sender seals (False: forwards already-sealed frames)
-    open: bool = True    # receiver opens
-    count: int = 1       # identical steps in a row
+    seal: bool = True  # sender seals (False: forwards already-sealed frames)
+    open: bool = True  # receiver opens
+    count: int = 1  # identical steps in a row
 
 
 def _nothing(n: float, p: int) -> float:

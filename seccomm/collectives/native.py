@@ -38,8 +38,11 @@ def mpi_args(arr, op):
         from mpi4py import MPI
 
         half = arr.dtype.name in HALF_TYPES
-        hit = _ARGS[(arr.dtype, op)] = (half, _user_op(arr.dtype, op) if half else getattr(MPI, _MPI_OPS[op]),
-                                        MPI.UINT16_T)
+        hit = _ARGS[(arr.dtype, op)] = (
+            half,
+            _user_op(arr.dtype, op) if half else getattr(MPI, _MPI_OPS[op]),
+            MPI.UINT16_T,
+        )
     half, mop, u16 = hit
     return ([arr.view(np.uint16), u16] if half else arr), mop
 

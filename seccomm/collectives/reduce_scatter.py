@@ -27,9 +27,11 @@ def _args(sendbuf, recvbuf, rank, size, device, op="sum") -> Call:
     ufunc = check_op(op, recvbuf.dtype)
     want = block_counts(sendbuf.size, size)[rank]
     if recvbuf.size != want:
-        raise ValueError(f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
-                         f"{rank}'s block of {sendbuf.size} over {size} ranks has "
-                         f"{want} (see SecureComm.block_counts)")
+        raise ValueError(
+            f"reduce_scatter: recvbuf has {recvbuf.size} elements; rank "
+            f"{rank}'s block of {sendbuf.size} over {size} ranks has "
+            f"{want} (see SecureComm.block_counts)"
+        )
     return Call(dname, sendbuf.size, recvbuf.itemsize, op, (sendbuf, recvbuf, ufunc, op == "avg"))
 
 
@@ -61,8 +63,10 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
             lo, hi = j * ce, j * ce + len(pt) // isz
             ufunc(own[lo:hi], typed(pt, dt), out=target[lo:hi])
 
-        run.exchange(Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
-                     Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None)
+        run.exchange(
+            Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
+            Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,
+        )
 
 
 def _run(run, sendbuf, recvbuf, ufunc, avg=False):
@@ -84,9 +88,20 @@ def _counts(count, p, rank):
     return Counts(count, block_counts(count, p)[rank], count)
 
 
-register(Collective(
-    "reduce_scatter", code=2, method=reduce_scatter, args=_args, algorithms={"ring": _run},
-    frame_bound=ring_tree_bound, counts=_counts, busbw_factor=lambda n: (n - 1) / n,
-    native=_native, secure=lambda sc, send, recv, op, root: sc.reduce_scatter(send, recv, op=op),
-    cost={"ring": Cost(lambda n, t: ring_steps(n, t, True, False))},
-    reduces=True, doc="ring; block r of the balanced partition ends on rank r"))
+register(
+    Collective(
+        "reduce_scatter",
+        code=2,
+        method=reduce_scatter,
+        args=_args,
+        algorithms={"ring": _run},
+        frame_bound=ring_tree_bound,
+        counts=_counts,
+        busbw_factor=lambda n: (n - 1) / n,
+        native=_native,
+        secure=lambda sc, send, recv, op, root: sc.reduce_scatter(send, recv, op=op),
+        cost={"ring": Cost(lambda n, t: ring_steps(n, t, True, False))},
+        reduces=True,
+        doc="ring; block r of the balanced partition ends on rank r",
+    )
+)

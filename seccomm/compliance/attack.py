@@ -87,8 +87,16 @@ class AttackTransport(TransportWrapper):
         return self.send_own(out, peer)
 
 
-def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, timeout: float = 2.0,
-              psk: bytes | None = None, suite: str = "aes-256-gcm") -> dict:
+def run_class(
+    comm,
+    cls: str,
+    trials: int,
+    seed: int = 0,
+    count: int = 1024,
+    timeout: float = 2.0,
+    psk: bytes | None = None,
+    suite: str = "aes-256-gcm",
+) -> dict:
     """Run ``trials`` attacks of class ``cls`` (collective over ``comm``, >= 2 ranks; ``redirect``
     needs >= 3).  Returns, identical on every rank: trials, detected, silently_accepted, examples."""
     from mpi4py import MPI
@@ -112,12 +120,16 @@ def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, tim
         target = 0  # the first frame of the attacked operation (on 2 ranks the only one)
         if cls == "redirect":
             target = 1  # the second partner's frame is replaced by the first partner's
-        wrap = (lambda tr: AttackTransport(tr, cls, target, np.random.default_rng(seed * 1000 + t))) \
-            if rank == attacker else None
+        wrap = (
+            (lambda tr: AttackTransport(tr, cls, target, np.random.default_rng(seed * 1000 + t)))
+            if rank == attacker
+            else None
+        )
         # short deadlines where a rank is left waiting by design (drop; swap's allgather phase)
         wait = 0.15 if cls == "drop" else 0.3 if cls == "swap" else timeout
-        sc = SecureComm(comm, suite, psk=psk, timeout=wait, chunk_bytes=chunk, algorithm=alg,
-                        wrap_transport=wrap)
+        sc = SecureComm(
+            comm, suite, psk=psk, timeout=wait, chunk_bytes=chunk, algorithm=alg, wrap_transport=wrap
+        )
         y = np.empty_like(x)
         sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
         if rank == attacker:
@@ -147,8 +159,13 @@ def run_class(comm, cls: str, trials: int, seed: int = 0, count: int = 1024, tim
         silent += int(flags[1] > 0)
         comm.Barrier()
     ex = comm.allgather(examples)
-    return {"class": cls, "trials": trials, "detected": detected, "silently_accepted": silent,
-            "example": next((e for part in ex for e in part), "")}
+    return {
+        "class": cls,
+        "trials": trials,
+        "detected": detected,
+        "silently_accepted": silent,
+        "example": next((e for part in ex for e in part), ""),
+    }
 
 
 def _polite_barrier(comm) -> None:
@@ -165,9 +182,14 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
     rank = comm.Get_rank()
     rows = []
     if rank == 0:
-        log(f"# seccomm attack: {comm.Get_size()} ranks, {suite}, {trials} trials per class, seed {seed}; "
-            f"every class on ranks 0-1 except redirect (all ranks)")
-        log(f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'time [s]':>9}  example")
+        log(
+            f"# seccomm attack: {comm.Get_size()} ranks, {suite}, {trials} trials per class, seed {seed}; "
+            f"every class on ranks 0-1 except redirect (all ranks)"
+        )
+        log(
+            f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} "
+            f"{'time [s]':>9}  example"
+        )
     # Two ranks for every class but redirect (the victim is the attacker's only peer, so no rank
     # is left waiting for a deadline); redirect needs a rank that seals for two peers: 3 or more.
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
@@ -175,8 +197,14 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
         tc = time.time()
         if cls == "redirect":
             if comm.Get_size() < 3:  # reported as a class with 0 of 0 detected: the run fails
-                r = {"class": cls, "trials": 0, "detected": 0, "silently_accepted": 0, "seconds": 0.0,
-                     "example": "not run: needs >= 3 ranks"}
+                r = {
+                    "class": cls,
+                    "trials": 0,
+                    "detected": 0,
+                    "silently_accepted": 0,
+                    "seconds": 0.0,
+                    "example": "not run: needs >= 3 ranks",
+                }
                 rows.append(r)
                 if rank == 0:
                     log(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
@@ -189,8 +217,10 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
         r["seconds"] = round(time.time() - tc, 1)
         rows.append(r)
         if rank == 0:
-            log(f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
-                f"{r['seconds']:9.1f}  {r['example'][:90]}")
+            log(
+                f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
+                f"{r['seconds']:9.1f}  {r['example'][:90]}"
+            )
     if pair != MPI.COMM_NULL:
         pair.Free()
     return rows
@@ -206,6 +236,8 @@ def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> i
     rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=lambda s: print(s, flush=True), suite=suite)
     bad = [r for r in rows if r["silently_accepted"] or r["detected"] < r["trials"] or not r["trials"]]
     if MPI.COMM_WORLD.Get_rank() == 0:
-        print(f"# {'OK' if not bad else 'FAILED'}: {sum(r['trials'] for r in rows)} attacks, "
-              f"{sum(r['silently_accepted'] for r in rows)} silently accepted, {time.time() - t0:.0f} s")
+        print(
+            f"# {'OK' if not bad else 'FAILED'}: {sum(r['trials'] for r in rows)} attacks, "
+            f"{sum(r['silently_accepted'] for r in rows)} silently accepted, {time.time() - t0:.0f} s"
+        )
     return 1 if bad else 0

@@ -80,8 +80,9 @@ class LoopbackCapture:
                 f.write(p)
 
 
-def capture_check(suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pcap_dir=None,
-                  timeout: float = 120.0) -> list[dict]:
+def capture_check(
+    suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pcap_dir=None, timeout: float = 120.0
+) -> list[dict]:
     """Run ``nranks`` local ranks over TCP on loopback per suite (allreduce and allgather of
     random float32 gradients, ``count`` elements per rank), capture every packet on ``lo``, and
     search the captured bytes for every rank's inputs.  The ranks also save the frames they
@@ -118,9 +119,23 @@ def _captured_job(mpiexec: str, nranks: int, suite: str, count: int, salt: int, 
         env.update(TCP_ENV, SECCOMM_PSK_FILE=secret, SECCOMM_CAPTURE_FRAMES=tmp)
         try:
             with LoopbackCapture() as cap:
-                out = subprocess.run([mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm.compliance.capture",
-                                      suite, str(count), str(salt)], env=env, capture_output=True, text=True,
-                                     timeout=timeout)
+                out = subprocess.run(
+                    [
+                        mpiexec,
+                        "-n",
+                        str(nranks),
+                        sys.executable,
+                        "-m",
+                        "seccomm.compliance.capture",
+                        suite,
+                        str(count),
+                        str(salt),
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
         finally:
             os.unlink(secret)
         if out.returncode != 0:
@@ -140,10 +155,18 @@ def _row(suite: str, cap: LoopbackCapture, frames: list, inputs: list) -> dict:
     found = frames_found(pkts, frames)
     expect = "absent" if suite in ENCRYPTING else "present"
     complete = bool(frames) and found == len(frames) and res["plaintext_windows"] > 0
-    return {"suite": suite, "packets": len(pkts), "captured_bytes": res["recorded_bytes"],
-            "frames": len(frames), "frames_found": found,
-            "frame_bytes": int(sum(f.size for f in frames)), "hits": res["hits"], "expect": expect,
-            "complete": complete, "ok": complete and (res["hits"] == 0) == (expect == "absent")}
+    return {
+        "suite": suite,
+        "packets": len(pkts),
+        "captured_bytes": res["recorded_bytes"],
+        "frames": len(frames),
+        "frames_found": found,
+        "frame_bytes": int(sum(f.size for f in frames)),
+        "hits": res["hits"],
+        "expect": expect,
+        "complete": complete,
+        "ok": complete and (res["hits"] == 0) == (expect == "absent"),
+    }
 
 
 def capture_evidence(pcap_dir=None, log=print) -> dict:
@@ -154,8 +177,11 @@ def capture_evidence(pcap_dir=None, log=print) -> dict:
     try:
         LoopbackCapture().sock.close()
     except (PermissionError, OSError, AttributeError) as e:
-        return {"rows": None, "reason": f"no packet socket on this machine ({type(e).__name__}: "
-                                        f"needs Linux and root or CAP_NET_RAW)"}
+        return {
+            "rows": None,
+            "reason": f"no packet socket on this machine ({type(e).__name__}: "
+            f"needs Linux and root or CAP_NET_RAW)",
+        }
     log("# packet capture on loopback: 2 ranks over TCP, 4 suites")
     try:
         rows = capture_check(pcap_dir=pcap_dir)
@@ -173,16 +199,20 @@ def _capture_job(suite: str, count: int, salt: int) -> None:
 
     comm = MPI.COMM_WORLD
     x = gradients(comm.rank, count, 100 + salt)
-    sc = SecureComm(comm, suite, algorithm="ring", chunk_bytes=1 << 16, timeout=60, wrap_transport=RecordingTransport)
+    sc = SecureComm(
+        comm, suite, algorithm="ring", chunk_bytes=1 << 16, timeout=60, wrap_transport=RecordingTransport
+    )
     y = np.empty_like(x)
     sc.allreduce(x, y)
     g = np.empty(count * comm.size, np.float32)
     sc.allgather(x, g)
     frames = [f for kind, _, f in sc.transport.frames if kind == "frame"]
     sc.close()
-    np.savez(os.path.join(os.environ["SECCOMM_CAPTURE_FRAMES"], f"rank{comm.rank}.npz"),
-             data=np.concatenate(frames) if frames else np.empty(0, np.uint8),
-             lens=np.array([f.size for f in frames], np.int64))
+    np.savez(
+        os.path.join(os.environ["SECCOMM_CAPTURE_FRAMES"], f"rank{comm.rank}.npz"),
+        data=np.concatenate(frames) if frames else np.empty(0, np.uint8),
+        lens=np.array([f.size for f in frames], np.int64),
+    )
 
 
 if __name__ == "__main__":

@@ -52,11 +52,13 @@ def to_markdown(doc: Doc) -> str:
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     """Table lines; a ``|`` in a cell is escaped and a newline becomes a space."""
+
     def cell(c):
         return c.replace("|", "\\|").replace("\n", " ")
 
-    return (["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-            + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows])
+    return ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)] + [
+        "| " + " | ".join(cell(c) for c in r) + " |" for r in rows
+    ]
 
 
 _CSS = """
@@ -75,9 +77,17 @@ def to_html(doc: Doc) -> str:
     """One self-contained HTML5 file (inline CSS); every text is escaped, and table cells that
     start with PASS or FAIL are marked with the class ``pass``/``fail``."""
     e = html.escape
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           f"<title>{e(doc.title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-           f"<h1>{e(doc.title)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{e(doc.title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{e(doc.title)}</h1>",
+    ]
     for b in doc.blocks:
         if b[0] == "h":
             out.append(f"<h{b[1] + 1}>{e(b[2])}</h{b[1] + 1}>")
@@ -100,6 +110,10 @@ def _html_table(headers: list[str], rows: list[list[str]]) -> str:
         cls = ' class="pass"' if c.startswith("PASS") else ' class="fail"' if c.startswith("FAIL") else ""
         return f"<td{cls}>{e(c)}</td>"
 
-    return ("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead><tbody>"
-            + "".join("<tr>" + "".join(td(c) for c in r) + "</tr>" for r in rows)
-            + "</tbody></table>")
+    return (
+        "<table><thead><tr>"
+        + "".join(f"<th>{e(h)}</th>" for h in headers)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(td(c) for c in r) + "</tr>" for r in rows)
+        + "</tbody></table>"
+    )

@@ -74,7 +74,7 @@ class WindowIndex:
         same = (self.lo[src] == lo[cand]) & (self.hi[src] == hi[cand])
         pos, idx = list(cand[same]), list(src[same])
         for c in cand[~same & (right[cand] - left[cand] > 1)]:  # equal keys, other bytes: rare
-            for j in self.order[left[c] + 1:right[c]]:
+            for j in self.order[left[c] + 1 : right[c]]:
                 if self.lo[j] == lo[c] and self.hi[j] == hi[c]:
                     pos.append(c)
                     idx.append(j)
@@ -92,8 +92,12 @@ def find_plaintext(recorded: list[np.ndarray], plaintexts: list[np.ndarray], win
     """
     index = WindowIndex(plaintexts, window)
     recs = [np.ascontiguousarray(r).reshape(-1).view(np.uint8) for r in recorded]
-    out = {"hits": 0, "recorded_bytes": int(sum(r.size for r in recs)), "plaintext_windows": index.size,
-           "first_hit": -1}
+    out = {
+        "hits": 0,
+        "recorded_bytes": int(sum(r.size for r in recs)),
+        "plaintext_windows": index.size,
+        "first_hit": -1,
+    }
     base = 0
     for r in recs:
         pos, _ = index.matches(r)
@@ -113,7 +117,7 @@ def frames_found(captured: list[np.ndarray], frames: list[np.ndarray]) -> int:
         f = np.ascontiguousarray(f).reshape(-1).view(np.uint8)
         if f.size >= WINDOW:
             for o in sorted({0, (f.size - WINDOW) // 2, f.size - WINDOW}):
-                owners.setdefault(f[o:o + WINDOW].tobytes(), []).append(i)
+                owners.setdefault(f[o : o + WINDOW].tobytes(), []).append(i)
     needles = list(owners)
     index = WindowIndex([np.frombuffer(n, np.uint8) for n in needles])
     # each needle is one window, so a matching window index is the needle's index
@@ -133,8 +137,9 @@ def gradients(rank: int, count: int, salt: int) -> np.ndarray:
 PASSES = ({"algorithm": "ring", "bcast_chain_bytes": 0}, {"algorithm": "recursive_doubling"})
 
 
-def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | None = None,
-               timeout: float = 30.0) -> list[dict]:
+def wire_check(
+    comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | None = None, timeout: float = 30.0
+) -> list[dict]:
     """Collective over ``comm`` (an ``mpi4py`` communicator, >= 2 ranks): for each suite, run
     every registered collective (:data:`seccomm.collectives.COLLECTIVES`) under each of
     :data:`PASSES` (allreduce by ring and by recursive doubling, bcast by chain and by binomial
@@ -155,8 +160,15 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
     for si, suite in enumerate(suites):
         plaintexts, recorded = [], []
         for k, settings in enumerate(PASSES):
-            sc = SecureComm(comm, suite, psk=psk, chunk_bytes=1 << 16, timeout=timeout,
-                            wrap_transport=RecordingTransport, **settings)
+            sc = SecureComm(
+                comm,
+                suite,
+                psk=psk,
+                chunk_bytes=1 << 16,
+                timeout=timeout,
+                wrap_transport=RecordingTransport,
+                **settings,
+            )
             plaintexts += run_every_collective(sc, count, salt=100 * si + 10 * k)
             recorded += [f for _, _, f in sc.transport.frames]
             sc.close()
@@ -166,8 +178,16 @@ def wire_check(comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | Non
         expect = "absent" if suite in ENCRYPTING else "present"
         hits = int(tot[0])
         searched = res["plaintext_windows"] > 0 and int(tot[1]) > 0  # else the search proves nothing
-        rows.append({"suite": suite, "wire_bytes": int(tot[1]), "plaintext_windows": res["plaintext_windows"],
-                     "hits": hits, "expect": expect, "ok": searched and (hits == 0) == (expect == "absent")})
+        rows.append(
+            {
+                "suite": suite,
+                "wire_bytes": int(tot[1]),
+                "plaintext_windows": res["plaintext_windows"],
+                "hits": hits,
+                "expect": expect,
+                "ok": searched and (hits == 0) == (expect == "absent"),
+            }
+        )
     return rows
 
 

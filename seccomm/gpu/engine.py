@@ -126,7 +126,9 @@ class DeviceWorkspace:
             self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}
         out, off = [], 0
         for j, (b, sz) in enumerate(zip(body_sizes, sizes)):
-            out.append(_DSlot(buf[off:off + b + TAG_BYTES], Slot(memoryview(rows[j]), AAD_BYTES, 0), off, b))
+            out.append(
+                _DSlot(buf[off : off + b + TAG_BYTES], Slot(memoryview(rows[j]), AAD_BYTES, 0), off, b)
+            )
             off += sz
         if len(self._layouts) > 256:
             self._layouts.clear()
@@ -136,9 +138,13 @@ class DeviceWorkspace:
     def batch(self, name: str, slots: list[_DSlot]):
         """(frames buffer, frame offsets, body lengths, nonces, AAD headers) of ``slots``."""
         rows = self._rows[name][: len(slots)]
-        return (self._bufs[name], np.array([s.off for s in slots], np.int64),
-                np.array([s.body for s in slots], np.int64), rows[:, :NONCE_BYTES],
-                rows[:, NONCE_BYTES:NONCE_BYTES + AAD_BYTES])
+        return (
+            self._bufs[name],
+            np.array([s.off for s in slots], np.int64),
+            np.array([s.body for s in slots], np.int64),
+            rows[:, :NONCE_BYTES],
+            rows[:, NONCE_BYTES : NONCE_BYTES + AAD_BYTES],
+        )
 
 
 class DeviceOpRun(OpRun):
@@ -191,7 +197,9 @@ class DeviceOpRun(OpRun):
         sender = send.origin if group else self.rank
         suite, key = self._key(group, sender, send.dst)
         slots = self.ws.slots(send.ws, [len(p) for p in pieces])
-        self._fill_all(slots, suite, group, send.step, sender, send.dst, [len(p) // self.itemsize for p in pieces])
+        self._fill_all(
+            slots, suite, group, send.step, sender, send.dst, [len(p) // self.itemsize for p in pieces]
+        )
         self._crypt(True, suite, key, send.ws, slots, pieces)
         return [s.frame for s in slots]
 
@@ -199,23 +207,45 @@ class DeviceOpRun(OpRun):
         t, slots, n = self.t, recv.slots, len(recv.slots)
         for j, req in enumerate(rreqs):
             self._check_len(t.wait_recv(req, self.timeout, recv.src, self.op_label), slots[j], j, n, recv.src)
-        self._open_into(recv.ws, slots, recv.group, recv.origin if recv.group else recv.src, recv.src,
-                        recv.step, recv.elems, recv.outs)
+        self._open_into(
+            recv.ws,
+            slots,
+            recv.group,
+            recv.origin if recv.group else recv.src,
+            recv.src,
+            recv.step,
+            recv.elems,
+            recv.outs,
+        )
         if recv.consume is not None:
             for j in range(n):
                 recv.consume(j, recv.outs[j])
 
     def _open_into(self, wsname, slots, group, sender, peer, step, elems, outs):
         suite, key = self._key(group, sender, self.rank)
-        self._fill_all(slots, suite, group, GROUP_STEP if group else step, sender,
-                       ANY_RANK if group else self.rank, elems)
+        self._fill_all(
+            slots,
+            suite,
+            group,
+            GROUP_STEP if group else step,
+            sender,
+            ANY_RANK if group else self.rank,
+            elems,
+        )
         ok = self._crypt(False, suite, key, wsname, slots, outs)
         bad = np.flatnonzero(np.asarray(ok) == 0)
         if bad.size:
             j = int(bad[0])
-            raise AuthenticationError(peer=peer, op=self.collective, seq=self.frame.seq,
-                                      step=None if group else step, chunk=j, chunks=len(slots),
-                                      epoch=self.frame.epoch, suite=suite.name)
+            raise AuthenticationError(
+                peer=peer,
+                op=self.collective,
+                seq=self.frame.seq,
+                step=None if group else step,
+                chunk=j,
+                chunks=len(slots),
+                epoch=self.frame.epoch,
+                suite=suite.name,
+            )
 
     # -- ring reduce-scatter with the fused hop ----------------------------------------------
     def ring_rs_fused(self, send, dest, ufunc, blocks) -> bool:
@@ -226,9 +256,13 @@ class DeviceOpRun(OpRun):
         not a sum, not float32/float16/bfloat16, GMAC or no encryption, or fewer than 3 ranks."""
         p, r, isz, ce, suite = self.size, self.rank, self.itemsize, self.chunk_elems, self.suite
         dname = str(send.dtype)
-        if (ufunc is not np.add or p < 3 or self.policy.mode != "all"
-                or suite.name not in ("aes-256-gcm", "chacha20-poly1305")
-                or dname not in ("float32", "float16", "bfloat16")):
+        if (
+            ufunc is not np.add
+            or p < 3
+            or self.policy.mode != "all"
+            or suite.name not in ("aes-256-gcm", "chacha20-poly1305")
+            or dname not in ("float32", "float16", "bfloat16")
+        ):
             return False
         from ..collectives.common import chunk_views
         from ..dtypes import as_bytes
@@ -240,8 +274,11 @@ class DeviceOpRun(OpRun):
         for s in range(p - 1):
             sb, rb = (r - 1 - s) % p, (r - 2 - s) % p
             if s == 0:
-                frames = self.sealed_frames(Send(nxt, 0, pieces=blocks.views(send_u8, sb, ce, isz)[0])) \
-                    if blocks.counts[sb] else []
+                frames = (
+                    self.sealed_frames(Send(nxt, 0, pieces=blocks.views(send_u8, sb, ce, isz)[0]))
+                    if blocks.counts[sb]
+                    else []
+                )
             else:
                 frames = frames_next
             elems = blocks.views(send_u8, rb, ce, isz)[1]
@@ -251,7 +288,9 @@ class DeviceOpRun(OpRun):
             sreqs = [t.isend(f, nxt) for f in frames]
             self.pending += rreqs + sreqs
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, self.timeout, prv, self.op_label), slots[j], j, len(slots), prv)
+                self._check_len(
+                    t.wait_recv(req, self.timeout, prv, self.op_label), slots[j], j, len(slots), prv
+                )
             own = blocks.views(send_u8, rb, ce, isz)[0]
             if s == p - 2:  # last hop: open into scratch, add this rank's share into its block
                 nb = dest.size * isz  # (scratch: in place, this rank's block of send IS dest)
@@ -271,17 +310,46 @@ class DeviceOpRun(OpRun):
                 span, own_offs = be.span(own)
                 n = len(slots)
                 ep = self.frame.epoch
-                k_in = be.asarray(np.tile(np.frombuffer(self.keys.direction_key(ep, prv, r), np.uint8), (n, 1)))
-                k_out = be.asarray(np.tile(np.frombuffer(self.keys.direction_key(ep, r, nxt), np.uint8), (n, 1)))
-                d = [be.asarray(np.ascontiguousarray(a)) for a in (n_in, a_in, in_offs, own_offs, n_out, a_out,
-                                                                   out_offs, lens)]
-                ok = aead.fused_hop(k_in, d[0], d[1], fin, d[2], span, d[3], k_out, d[4], d[5], fout, d[6],
-                                    d[7], dname, max_len=int(lens.max()))
+                k_in = be.asarray(
+                    np.tile(np.frombuffer(self.keys.direction_key(ep, prv, r), np.uint8), (n, 1))
+                )
+                k_out = be.asarray(
+                    np.tile(np.frombuffer(self.keys.direction_key(ep, r, nxt), np.uint8), (n, 1))
+                )
+                d = [
+                    be.asarray(np.ascontiguousarray(a))
+                    for a in (n_in, a_in, in_offs, own_offs, n_out, a_out, out_offs, lens)
+                ]
+                ok = aead.fused_hop(
+                    k_in,
+                    d[0],
+                    d[1],
+                    fin,
+                    d[2],
+                    span,
+                    d[3],
+                    k_out,
+                    d[4],
+                    d[5],
+                    fout,
+                    d[6],
+                    d[7],
+                    dname,
+                    max_len=int(lens.max()),
+                )
                 ok = be.to_host(ok) if be.xp is not np else ok
                 bad = np.flatnonzero(np.asarray(ok) == 0)
                 if bad.size:
-                    raise AuthenticationError(peer=prv, op=self.collective, seq=self.frame.seq, step=s, chunk=int(bad[0]),
-                                              chunks=n, epoch=self.frame.epoch, suite=suite.name)
+                    raise AuthenticationError(
+                        peer=prv,
+                        op=self.collective,
+                        seq=self.frame.seq,
+                        step=s,
+                        chunk=int(bad[0]),
+                        chunks=n,
+                        epoch=self.frame.epoch,
+                        suite=suite.name,
+                    )
                 frames_next = [o.frame for o in oslots]
             else:
                 frames_next = []

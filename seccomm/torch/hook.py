@@ -72,8 +72,9 @@ def secure_allreduce_hook(state: SecureHookState, bucket) -> torch.futures.Futur
         cupy = _cupy() if buf.device.type == "cuda" else None
         if cupy is not None:  # device engine (GPU kernels) or staged, see SecureComm
             if buf.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-                raise TypeError(f"bucket dtype {buf.dtype} unsupported; allowed: float32, float64, "
-                                f"float16, bfloat16")
+                raise TypeError(
+                    f"bucket dtype {buf.dtype} unsupported; allowed: float32, float64, float16, bfloat16"
+                )
             buf.div_(state.sc.size)
             # CuPy work goes on torch's current stream, so DDP's later use of the bucket is
             # ordered after it (CuPy would otherwise use its own current stream)

@@ -113,12 +113,18 @@ def train(args, rank: int, world: int, device=None) -> dict:
     loss_fn = nn.CrossEntropyLoss()
     for step in range(args.steps):
         lo = (step * gb) % (len(ytr) - gb + 1)
-        idx = torch.from_numpy(order[lo + rank * args.batch: lo + (rank + 1) * args.batch]).to(device)
+        idx = torch.from_numpy(order[lo + rank * args.batch : lo + (rank + 1) * args.batch]).to(device)
         xb, yb = xtr[idx], ytr[idx]
-        for k in (("default", "secure") if step % 2 == 0 else ("secure", "default")):
+        for k in ("default", "secure") if step % 2 == 0 else ("secure", "default"):
             times[k][step] = timed_step(*models[k], loss_fn, xb, yb)
-    out = {"world_size": world, "steps": args.steps, "suite": args.suite,
-           "bucket_cap_mb": args.bucket_cap_mb, "batch_per_rank": args.batch, "variants": {}}
+    out = {
+        "world_size": world,
+        "steps": args.steps,
+        "suite": args.suite,
+        "bucket_cap_mb": args.bucket_cap_mb,
+        "batch_per_rank": args.batch,
+        "variants": {},
+    }
     for k, (ddp, _) in models.items():
         t = torch.from_numpy(times[k]).to(device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step lasts until the slowest rank is done
@@ -127,29 +133,46 @@ def train(args, rank: int, world: int, device=None) -> dict:
             m = ddp.module
             loss = float(loss_fn(m(xtr), ytr))
             acc = float((m(xte).argmax(1) == yte).float().mean())
-        out["variants"][k] = {"step_ms_median": float(np.median(t.numpy()) * 1e3),
-                              "step_ms_p90": float(np.percentile(t.numpy(), 90) * 1e3),
-                              "final_train_loss": loss, "test_accuracy": acc}
+        out["variants"][k] = {
+            "step_ms_median": float(np.median(t.numpy()) * 1e3),
+            "step_ms_p90": float(np.percentile(t.numpy(), 90) * 1e3),
+            "final_train_loss": loss,
+            "test_accuracy": acc,
+        }
     pa = [p.detach() for p in models["default"][0].module.parameters()]
     pb = [p.detach() for p in models["secure"][0].module.parameters()]
     out["max_abs_param_diff"] = max(float((a - b).abs().max()) for a, b in zip(pa, pb))
     out["bitwise_equal"] = all(torch.equal(a, b) for a, b in zip(pa, pb))
-    out["overhead_x"] = out["variants"]["secure"]["step_ms_median"] / out["variants"]["default"]["step_ms_median"]
+    out["overhead_x"] = (
+        out["variants"]["secure"]["step_ms_median"] / out["variants"]["default"]["step_ms_median"]
+    )
     out["parameters"] = sum(p.numel() for p in pa)
     return out
 
 
 def report(r: dict, file=sys.stdout) -> None:
     v = r["variants"]
-    print(f"# seccomm train: digits MLP ({r['parameters']} parameters), {r['world_size']} ranks, "
-          f"{r['steps']} steps, batch {r['batch_per_rank']}/rank, bucket_cap_mb {r['bucket_cap_mb']}, "
-          f"suite {r['suite']}, {r.get('device', 'cpu')}/{r.get('backend', 'gloo')}", file=file)
-    print(f"# {'hook':>8} {'step median [ms]':>17} {'step p90 [ms]':>14} {'train loss':>11} {'test acc':>9}", file=file)
+    print(
+        f"# seccomm train: digits MLP ({r['parameters']} parameters), {r['world_size']} ranks, "
+        f"{r['steps']} steps, batch {r['batch_per_rank']}/rank, bucket_cap_mb {r['bucket_cap_mb']}, "
+        f"suite {r['suite']}, {r.get('device', 'cpu')}/{r.get('backend', 'gloo')}",
+        file=file,
+    )
+    print(
+        f"# {'hook':>8} {'step median [ms]':>17} {'step p90 [ms]':>14} {'train loss':>11} {'test acc':>9}",
+        file=file,
+    )
     for k in ("default", "secure"):
         x = v[k]
-        print(f"  {k:>8} {x['step_ms_median']:17.3f} {x['step_ms_p90']:14.3f} "
-              f"{x['final_train_loss']:11.5f} {x['test_accuracy']:9.4f}", file=file)
-    same = ("bitwise equal (same reduction order)" if r["bitwise_equal"] else
-            "not bitwise equal: the secure hook sums in a different order than gloo")
+        print(
+            f"  {k:>8} {x['step_ms_median']:17.3f} {x['step_ms_p90']:14.3f} "
+            f"{x['final_train_loss']:11.5f} {x['test_accuracy']:9.4f}",
+            file=file,
+        )
+    same = (
+        "bitwise equal (same reduction order)"
+        if r["bitwise_equal"]
+        else "not bitwise equal: the secure hook sums in a different order than gloo"
+    )
     print(f"# overhead (secure / default step time): {r['overhead_x']:.2f}x", file=file)
     print(f"# final parameters: max |default - secure| = {r['max_abs_param_diff']:.3g}, {same}", file=file)

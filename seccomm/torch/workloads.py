@@ -25,9 +25,14 @@ MIB = 1 << 20
 
 
 def _bottleneck(cin, width, stride, down):
-    layers = [nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width),
-              nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
-              nn.Conv2d(width, width * 4, 1, bias=False), nn.BatchNorm2d(width * 4)]
+    layers = [
+        nn.Conv2d(cin, width, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.Conv2d(width, width, 3, stride, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.Conv2d(width, width * 4, 1, bias=False),
+        nn.BatchNorm2d(width * 4),
+    ]
     if down:
         layers += [nn.Conv2d(cin, width * 4, 1, stride, bias=False), nn.BatchNorm2d(width * 4)]
     return nn.Sequential(*layers)
@@ -67,15 +72,22 @@ def bert_large() -> nn.Module:
 
 def gpt2_xl() -> nn.Module:
     h = 1600
-    return nn.Sequential(nn.Embedding(50257, h), nn.Embedding(1024, h),
-                         *[_encoder_layer(h, 4 * h) for _ in range(48)], nn.LayerNorm(h))
+    return nn.Sequential(
+        nn.Embedding(50257, h),
+        nn.Embedding(1024, h),
+        *[_encoder_layer(h, 4 * h) for _ in range(48)],
+        nn.LayerNorm(h),
+    )
 
 
 def llama2_7b() -> nn.Module:
     h = 4096
-    return nn.Sequential(nn.Embedding(32000, h),
-                         *[_encoder_layer(h, 11008, ln=RMSNorm, bias=False, gated=True) for _ in range(32)],
-                         RMSNorm(h), nn.Linear(h, 32000, bias=False))
+    return nn.Sequential(
+        nn.Embedding(32000, h),
+        *[_encoder_layer(h, 11008, ln=RMSNorm, bias=False, gated=True) for _ in range(32)],
+        RMSNorm(h),
+        nn.Linear(h, 32000, bias=False),
+    )
 
 
 #: name -> (builder, published parameter count)
@@ -122,6 +134,10 @@ def workload(name: str, bucket_cap_mb: float | None = None) -> dict:
     m = build(name)
     params = list(m.parameters())
     n = sum(p.numel() for p in params)
-    return {"name": name, "parameters": n, "published_parameters": WORKLOADS[name][1],
-            "gradient_bytes": sum(p.numel() * p.element_size() for p in params),
-            "buckets": bucket_plan(params, bucket_cap_mb)}
+    return {
+        "name": name,
+        "parameters": n,
+        "published_parameters": WORKLOADS[name][1],
+        "gradient_bytes": sum(p.numel() * p.element_size() for p in params),
+        "buckets": bucket_plan(params, bucket_cap_mb),
+    }

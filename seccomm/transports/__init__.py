@@ -15,5 +15,14 @@ from .base import Backoff, Transport, TransportWrapper, host_bytes, poll_until
 from .mpi import MPITransport, cuda_aware_mpi
 from .wrappers import RecordingTransport, TamperTransport
 
-__all__ = ["Transport", "TransportWrapper", "MPITransport", "TamperTransport", "RecordingTransport",
-           "host_bytes", "poll_until", "Backoff", "cuda_aware_mpi"]
+__all__ = [
+    "Transport",
+    "TransportWrapper",
+    "MPITransport",
+    "TamperTransport",
+    "RecordingTransport",
+    "host_bytes",
+    "poll_until",
+    "Backoff",
+    "cuda_aware_mpi",
+]

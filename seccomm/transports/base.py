@@ -74,6 +74,7 @@ class Transport:
 
 # -- the one poll-until-deadline loop ----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Backoff:
     """How :func:`poll_until` spaces its polls: the first ``spins`` polls back to back (no clock
@@ -88,8 +89,9 @@ class Backoff:
 _SLEEP = Backoff()
 
 
-def poll_until(done, timeout: float, on_expiry, backoff: Backoff | None = None, check=None,
-               check_every: int = 1):
+def poll_until(
+    done, timeout: float, on_expiry, backoff: Backoff | None = None, check=None, check_every: int = 1
+):
     """Poll ``done()`` until it returns true, or until ``timeout`` seconds have passed.
 
     Returns True once ``done()`` is true; past the deadline, returns what ``on_expiry()`` returns
@@ -119,6 +121,7 @@ def poll_until(done, timeout: float, on_expiry, backoff: Backoff | None = None, 
 
 
 # -- wrappers ----------------------------------------------------------------------------------
+
 
 class TransportWrapper(Transport):
     """Delegates everything to ``inner``; subclass to observe or alter frames on the wire.

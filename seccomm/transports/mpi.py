@@ -49,9 +49,12 @@ class MPITransport(Transport):
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
         self.aborted: set[int] = set()  # ranks that stopped after detecting an error
         self._nbuf = np.full((max(self.size, 1), 2), -1, np.int64)
-        self._nreqs = [MPI.REQUEST_NULL if r == self.rank else
-                       self.comm.Irecv([self._nbuf[r], MPI.INT64_T], r, self._notice_tag)
-                       for r in range(self.size)]
+        self._nreqs = [
+            MPI.REQUEST_NULL
+            if r == self.rank
+            else self.comm.Irecv([self._nbuf[r], MPI.INT64_T], r, self._notice_tag)
+            for r in range(self.size)
+        ]
         self._nsent: list = []
 
     def isend(self, buf, peer):
@@ -102,17 +105,29 @@ class MPITransport(Transport):
                 raise TransportTimeout(
                     f"{op_label}: no progress within {timeout:g} s (a rank stopped, died, "
                     f"or the ranks disagree on the call sequence)",
-                    peer=peer, op=op_label, timeout_s=timeout)
+                    peer=peer,
+                    op=op_label,
+                    timeout_s=timeout,
+                )
             self._give_up(peer, op_label, timeout, waited=True)
 
         try:
-            poll_until(lambda: req.Test(status), timeout, expired, _BACKOFF,
-                       check=notices if one_peer else None, check_every=_NOTICE_EVERY)
+            poll_until(
+                lambda: req.Test(status),
+                timeout,
+                expired,
+                _BACKOFF,
+                check=notices if one_peer else None,
+                check_every=_NOTICE_EVERY,
+            )
         except MPI.Exception as e:
             first = e.Get_error_string().splitlines()[0].strip()
-            raise FrameError(f"{op_label}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
-                             f"abandoned the transfer (it failed or closed), or the ranks disagree "
-                             f"on this call's sizes", peer=peer) from None
+            raise FrameError(
+                f"{op_label}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
+                f"abandoned the transfer (it failed or closed), or the ranks disagree "
+                f"on this call's sizes",
+                peer=peer,
+            ) from None
 
     def wait_recv(self, req, timeout, peer, op_label):
         st = self._status
@@ -200,23 +215,38 @@ class MPITransport(Transport):
         """
         self._notify(peer)
         if waited:
-            poll_until(lambda: self._notices_settle(peer), min(timeout, self._grace), lambda: False,
-                       Backoff(sleep_s=1e-3))
+            poll_until(
+                lambda: self._notices_settle(peer),
+                min(timeout, self._grace),
+                lambda: False,
+                Backoff(sleep_s=1e-3),
+            )
         self._flush_notices(min(timeout, 0.5))
         culprit = self._blame(peer)
         if culprit in self.aborted:
             raise PeerAbortError(
                 f"{op_label}: rank {culprit} stopped this operation after it detected an error in a "
                 f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})",
-                peer=culprit, op=op_label, blamed=self.gave_up[culprit])
+                peer=culprit,
+                op=op_label,
+                blamed=self.gave_up[culprit],
+            )
         if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
             raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
                 f"{op_label}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it "
-                f"stalled past the {timeout:g} s deadline", peer=self.rank, op=op_label, timeout_s=timeout)
+                f"stalled past the {timeout:g} s deadline",
+                peer=self.rank,
+                op=op_label,
+                timeout_s=timeout,
+            )
         via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
         raise TransportTimeout(
             f"{op_label}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, "
-            f"died, or the ranks disagree on the call sequence", peer=culprit, op=op_label, timeout_s=timeout)
+            f"died, or the ranks disagree on the call sequence",
+            peer=culprit,
+            op=op_label,
+            timeout_s=timeout,
+        )
 
     def _notices_settle(self, peer: int) -> bool:
         """Whether the notices that arrived settle the blame for ``peer``: its own notice, or one
@@ -248,7 +278,9 @@ class MPITransport(Transport):
         from ..topology import host_key, node_ids_from_keys
 
         keys = np.empty(self.size, np.int64)
-        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology")
+        self.allgather(
+            np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology"
+        )
         return node_ids_from_keys(keys.tolist(), self.rank)
 
     def abort(self, blame) -> None:

@@ -81,7 +81,9 @@ class NCCLTransport(Transport):
             import cupy
             from cupy.cuda import nccl
         except ImportError:
-            raise RuntimeError("the NCCL transport needs CuPy built with NCCL: pip install -e '.[gpu]'") from None
+            raise RuntimeError(
+                "the NCCL transport needs CuPy built with NCCL: pip install -e '.[gpu]'"
+            ) from None
         self._cupy, self._nccl = cupy, nccl
         self.control = control
         self.rank, self.size, self.timeout = control.rank, control.size, timeout
@@ -92,7 +94,9 @@ class NCCLTransport(Transport):
         control.bcast(uid, 0, op_label="NCCL setup", timeout=timeout)
         with self.device:
             try:  # CuPy hands the id over as C chars: signed on x86-64, unsigned on aarch64
-                self.comm = nccl.NcclCommunicator(self.size, tuple(int(x) for x in uid.view(np.int8)), self.rank)
+                self.comm = nccl.NcclCommunicator(
+                    self.size, tuple(int(x) for x in uid.view(np.int8)), self.rank
+                )
             except OverflowError:
                 self.comm = nccl.NcclCommunicator(self.size, tuple(int(x) for x in uid), self.rank)
             self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -115,8 +119,13 @@ class NCCLTransport(Transport):
             try:
                 for peer in {nxt, prv}:
                     self.comm.send(b[:1].data.ptr, 1, nccl.NCCL_UINT8, peer, self.stream.ptr)
-                    self.comm.recv(b[2:3].data.ptr if peer == nxt else b[3:4].data.ptr, 1, nccl.NCCL_UINT8,
-                                   peer, self.stream.ptr)
+                    self.comm.recv(
+                        b[2:3].data.ptr if peer == nxt else b[3:4].data.ptr,
+                        1,
+                        nccl.NCCL_UINT8,
+                        peer,
+                        self.stream.ptr,
+                    )
             finally:
                 nccl.groupEnd()
             self.stream.synchronize()
@@ -173,7 +182,10 @@ class NCCLTransport(Transport):
             raise TransportTimeout(
                 f"{op_label}: no progress with rank {peer} within {timeout:g} s over NCCL (the "
                 f"peer stopped, died, sent another size, or disagrees on the call sequence)",
-                peer=peer, op=op_label, timeout_s=timeout)
+                peer=peer,
+                op=op_label,
+                timeout_s=timeout,
+            )
 
         poll_until(lambda: op.event.done, timeout, expired, _BACKOFF)
         if op.host is None:  # later kernels on the crypto stream see the received frame
@@ -223,8 +235,9 @@ class NCCLTransport(Transport):
         if not self._broken:
             self._launch()  # held sends of a finished step still have to reach their peers
         deadline = time.monotonic() + timeout
-        if not poll_until(lambda: self._broken or self.stream.done, timeout, lambda: False,
-                          Backoff(sleep_s=1e-4)):
+        if not poll_until(
+            lambda: self._broken or self.stream.done, timeout, lambda: False, Backoff(sleep_s=1e-4)
+        ):
             self._abort()
             return False
         return self.control.quiesce(max(0.1, deadline - time.monotonic()))

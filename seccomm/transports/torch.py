@@ -74,8 +74,7 @@ class TorchTransport(Transport):
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self.timeout = timeout
-        self._glob = [dist.get_global_rank(group, r) if group is not None else r
-                      for r in range(self.size)]
+        self._glob = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
         nccl = "nccl" in str(dist.get_backend(group))  # also "cpu:gloo,cuda:nccl"
         self.batch_p2p = nccl if batch_p2p is None else bool(batch_p2p)
         if device is None and nccl:
@@ -126,8 +125,14 @@ class TorchTransport(Transport):
         """Launch every held operation as one group (``ncclGroupStart``/``End`` under nccl)."""
         ops, self._pending = self._pending, []
         if ops:
-            works = dist.batch_isend_irecv([dist.P2POp(dist.isend if o.send else dist.irecv, o.dev,
-                                                       self._glob[o.peer], group=self.group) for o in ops])
+            works = dist.batch_isend_irecv(
+                [
+                    dist.P2POp(
+                        dist.isend if o.send else dist.irecv, o.dev, self._glob[o.peer], group=self.group
+                    )
+                    for o in ops
+                ]
+            )
             if len(works) != len(ops):  # NCCL coalesces the group into one Work for all of them
                 works = [works[-1]] * len(ops)
             for o, w in zip(ops, works):
@@ -175,8 +180,7 @@ class TorchTransport(Transport):
         out = [torch.empty_like(mine) for _ in range(self.size)]
         work = dist.all_gather(out, mine, group=self.group, async_op=True)
         self._poll(work, self.timeout if timeout is None else timeout, "any", op_label)
-        np.copyto(np.asarray(recvbuf).reshape(self.size, -1).view(np.uint8),
-                  torch.stack(out).cpu().numpy())
+        np.copyto(np.asarray(recvbuf).reshape(self.size, -1).view(np.uint8), torch.stack(out).cpu().numpy())
 
     def bcast(self, buf, root, op_label, timeout=None):
         host = _tensor(buf)
@@ -197,7 +201,9 @@ class TorchTransport(Transport):
         from ..topology import host_key, node_ids_from_keys
 
         keys = np.empty(self.size, np.int64)
-        self.allgather(np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology")
+        self.allgather(
+            np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology"
+        )
         return node_ids_from_keys(keys.tolist(), self.rank)
 
     def cancel(self, reqs):
@@ -205,9 +211,13 @@ class TorchTransport(Transport):
 
 
 def _timeout(op_label: str, peer, timeout: float) -> TransportTimeout:
-    return TransportTimeout(f"{op_label}: no progress with rank {peer} within {timeout:g} s (the peer "
-                            f"stopped, died, or disagrees on the call sequence)",
-                            peer=peer, op=op_label, timeout_s=timeout)
+    return TransportTimeout(
+        f"{op_label}: no progress with rank {peer} within {timeout:g} s (the peer "
+        f"stopped, died, or disagrees on the call sequence)",
+        peer=peer,
+        op=op_label,
+        timeout_s=timeout,
+    )
 
 
 def default_timeout() -> float:

@@ -30,7 +30,9 @@ class TamperTransport(TransportWrapper):
         self.should_tamper, self.sent, self.tampered = should_tamper, 0, 0
 
     def isend(self, buf, peer):
-        off = self.should_tamper(self.sent, peer, buf.nbytes if hasattr(buf, "nbytes") else len(memoryview(buf)))
+        off = self.should_tamper(
+            self.sent, peer, buf.nbytes if hasattr(buf, "nbytes") else len(memoryview(buf))
+        )
         self.sent += 1
         if off is None:
             return self.inner.isend(buf, peer)
