@@ -10,9 +10,17 @@ and opening of chunk j-1 (``cryptography`` releases the GIL).  Frames are writte
 workspaces: no allocation per chunk.
 
 A chunk's plaintext is consumed (copied or reduced) only after its tag verified; a failure raises
-:class:`~seccomm.errors.AuthenticationError`.  Where a chunk is decrypted straight into the
-caller's buffer (allgather, bcast), ``decrypt_into`` has written the unverified decryption there
-before the tag check fails, so the chunk is wiped to zeros before the error is raised.
+:class:`~seccomm.errors.AuthenticationError`.  Unverified bytes never touch a caller's buffer, not
+even for a moment (NIST SP 800-38D §7.2: FAIL returns no plaintext): ``decrypt_into`` writes the
+decryption into its output before it checks the tag, so a chunk bound for the caller's buffer
+(allgather, bcast, alltoall, the last step of recursive doubling) is decrypted into this thread's
+private scratch (:meth:`~seccomm.framing.Workspace.scratch`) and copied out once it verified.  A
+chunk that is reduced (``Recv.consume``) is decrypted into a workspace accumulator, which is
+private already: no extra copy there.  Decrypting in place into the slot body is not an option:
+``cryptography`` does not document input and output of ``decrypt_into`` as allowed to alias (its
+Rust side borrows them as ``&[u8]`` and ``&mut [u8]`` at once), and a group frame is forwarded
+from that body after (allgather) or while (bcast) it is opened.  GMAC and ``none`` verify before
+anything is copied (their ``open`` returns the slot body), so they need no scratch.
 """
 
 from __future__ import annotations
@@ -69,9 +77,13 @@ class Send:
 
 
 class Recv:
-    """Incoming chunks of one step.  ``outs[j]``: uint8 view where chunk j's plaintext goes;
-    ``consume(j, pt)``: called after chunk j verified (default: copy into ``outs[j]``).
-    ``origin``: for group frames, the rank that sealed them."""
+    """Incoming chunks of one step.  ``origin``: for group frames, the rank that sealed them.
+
+    Without ``consume``, ``outs[j]`` (uint8 view) is where chunk j's verified plaintext is
+    copied; it may be the caller's buffer, which is written only after the tag verified.  With
+    ``consume(j, pt)`` (called once chunk j verified), ``outs[j]`` is private workspace memory
+    (an accumulator, never the caller's buffer) that the chunk is decrypted into and ``pt``
+    views."""
 
     __slots__ = ("src", "elems", "outs", "step", "group", "origin", "consume", "ws", "slots")
 
@@ -118,12 +130,14 @@ class OpRun:
             self.frame.fill(slot, KEY_DIRECTION, suite.suite_id, step, j, n, sender, dst, elems)
 
     def _open(self, slot, key, out, peer, step, j, n):
+        """Verify the frame in ``slot``; return its plaintext (``out`` for a decrypting suite,
+        which must be private memory: scratch or an accumulator; ``slot.body`` for GMAC/none).
+        ``AuthenticationError`` naming ``peer`` and the chunk when the tag fails."""
         try:
             return key.open(slot, out)
         except InvalidTag:
-            # decrypt_into has already written the unverified decryption into ``out``, which may
-            # be the caller's buffer (allgather, bcast): wipe it, so no forged value survives
-            np.frombuffer(out, np.uint8).fill(0)
+            if key.suite.confidential:  # decrypt_into wrote the unverified decryption into the
+                np.frombuffer(out, np.uint8).fill(0)  # private ``out``: do not keep it around
             raise AuthenticationError(
                 peer=peer,
                 op=self.collective,
@@ -205,15 +219,16 @@ class OpRun:
         key = self._protect(group, sender, self.rank)
         suite = key.suite
         consume, n, rank, elems = recv.consume, len(slots), self.rank, recv.elems
+        scratch = self.ws.scratch if consume is None and suite.confidential else None
 
         def job(j):
             slot = slots[j]
             self._fill(slot, suite, group, step, j, n, sender, rank, elems[j])
-            pt = self._open(slot, key, outs[j], src, step, j, n)
-            if consume is None:
-                _copy_out(outs[j], pt)
-            else:
-                consume(j, pt)
+            if consume is not None:  # outs[j]: a private accumulator
+                consume(j, self._open(slot, key, outs[j], src, step, j, n))
+                return
+            tmp = outs[j] if scratch is None else scratch(len(slot.body))
+            _copy_out(outs[j], self._open(slot, key, tmp, src, step, j, n))
 
         pool = self.pool if n > 1 else None
         if pool is None:
@@ -239,8 +254,8 @@ class OpRun:
     def swap(self, peer: int, step: int, piece, elems: int, out, consume) -> None:
         """Exchange one chunk with ``peer`` under direction keys (recursive doubling's small
         messages): the same frames as :meth:`exchange`, with the least work per call.
-        ``piece``/``out``: uint8 views of ``elems`` elements; ``consume(0, pt)`` gets the
-        verified plaintext."""
+        ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace memory
+        (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext."""
         t, ws, frame, rank, op_label = self.t, self.ws, self.frame, self.rank, self.op_label
         nbytes = elems * self.itemsize
         rslot = ws.slots("recv", [nbytes])[0]
@@ -264,7 +279,8 @@ class OpRun:
     ) -> None:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
-        opens it into ``outs[j]``.  Pipelined per chunk (a chain overlaps its hops)."""
+        opens it into private scratch and copies it to ``outs[j]`` (the caller's buffer) once it
+        verified.  Pipelined per chunk (a chain overlaps its hops)."""
         t, timeout, n, op_label = self.t, self.timeout, len(elems), self.op_label
         sreqs, peers = [], []
         if parent is None:
@@ -289,5 +305,6 @@ class OpRun:
                 self.pending.append(r)
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             out = pieces_or_outs[j]
-            _copy_out(out, self._open(slot, key, out, parent, GROUP_STEP, j, n))
+            tmp = self.ws.scratch(len(slot.body)) if key.suite.confidential else out
+            _copy_out(out, self._open(slot, key, tmp, parent, GROUP_STEP, j, n))
         t.wait_sends(sreqs, timeout, peers, op_label)

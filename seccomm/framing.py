@@ -17,6 +17,7 @@ only with a fresh epoch key.  Hence no (key, nonce) pair ever repeats.
 from __future__ import annotations
 
 import struct
+import threading
 
 import numpy as np
 
@@ -81,11 +82,13 @@ def block_offsets(counts: list[int]) -> list[int]:
 
 class Workspace:
     """Grow-only wire buffers, reused across operations (no allocation per chunk or per op).
-    Slot layouts are cached per (buffer, chunk sizes), so a repeated op shape costs a lookup."""
+    Slot layouts are cached per (buffer, chunk sizes), so a repeated op shape costs a lookup.
+    :meth:`scratch` gives each thread its own private plaintext buffer."""
 
     def __init__(self):
         self._bufs: dict[str, np.ndarray] = {}
         self._layouts: dict[tuple, list[Slot]] = {}
+        self._tls = threading.local()  # per thread: the scratch buffer
 
     def get(self, name: str, nbytes: int) -> np.ndarray:
         buf = self._bufs.get(name)
@@ -94,6 +97,16 @@ class Workspace:
             self._bufs[name] = buf
             self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}
         return buf
+
+    def scratch(self, nbytes: int) -> np.ndarray:
+        """A uint8 buffer of ``nbytes`` that only the calling thread uses and that no caller of
+        seccomm ever sees: where the engine decrypts a chunk before its tag is verified (one per
+        thread of the crypto pool, grown to the largest chunk once, then reused: it stays in
+        cache between the decryption and the copy out)."""
+        buf = getattr(self._tls, "buf", None)
+        if buf is None or buf.nbytes < nbytes:
+            buf = self._tls.buf = np.empty(max(nbytes, 64), np.uint8)
+        return buf[:nbytes]
 
     def slots(self, name: str, body_sizes: list[int]) -> list[Slot]:
         """Lay out one slot per chunk body size in buffer ``name``; return their views."""

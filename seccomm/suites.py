@@ -78,8 +78,10 @@ class SuiteKey:
     def open(self, slot: Slot, out):
         """Verify the frame in ``slot`` and return a uint8 view of its plaintext.
 
-        Decrypting suites write into ``out`` (``len == len(slot.body)``) and return it; clear-text
-        suites return ``slot.body`` without copying.  Raises ``cryptography.exceptions.InvalidTag``
+        Decrypting suites write into ``out`` (``len == len(slot.body)``) and return it; they
+        write it before the tag is checked (``decrypt_into``), so ``out`` must be memory no caller
+        sees (the engine's scratch or accumulators).  Clear-text suites verify first and return
+        ``slot.body`` without copying (``out`` untouched).  Raises ``cryptography.exceptions.InvalidTag``
         on a bad tag (the engine turns it into ``AuthenticationError`` with the context).
         """
         raise NotImplementedError

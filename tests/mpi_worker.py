@@ -376,12 +376,15 @@ def tamper(comm, rec):
     for suite in SUITES:
         for where in (0, -1):
             tamper_alltoall(comm, rec, suite, where)
+    for suite in [s for s in SUITES if seccomm.SUITES[s].authenticated]:
+        for coll in _TO_CALLER:
+            for threads in (1, 2):
+                tamper_into_callers_buffer(comm, rec, suite, coll, threads)
 
 
 def tamper_alltoall(comm, rec, suite, where):
     """rank 0's first frame to rank 1 (pairwise step 0) is flipped: rank 1 raises
-    AuthenticationError naming rank 0; recvbufs hold only verified blocks, the caller's NaNs, or
-    zeros where the failed chunk was decrypted in place"""
+    AuthenticationError naming rank 0; recvbufs hold only verified blocks or the caller's NaNs"""
 
     def pick(i, peer, nbytes):
         return where if comm.rank == 0 and i == 0 else None
@@ -398,7 +401,7 @@ def tamper_alltoall(comm, rec, suite, where):
         sc.alltoall(x, y)
     except SecCommError as e:
         err = e
-    clean = bool(np.all((y == ref) | np.isnan(y) | (y == 0)))
+    clean = bool(np.all((y == ref) | np.isnan(y)))
     if suite == "none":
         errs = comm.allgather(err is not None)
         rec(f"tamper alltoall {suite}@{where} passes unnoticed (no authentication)", not any(errs))
@@ -410,6 +413,133 @@ def tamper_alltoall(comm, rec, suite, where):
             f"tamper alltoall {suite}@{where} rank {comm.rank} returned no corrupted value",
             clean and (err is None or isinstance(err, SecCommError)),
         )
+    sc.close()
+    comm.Barrier()
+
+
+class _CheckedKey:
+    """A keyed suite whose every ``open`` records when it wrote into the caller's buffer: an
+    AEAD writes its output before the tag check, so its output must never overlap the caller's
+    buffer; GMAC and none verify first and must leave ``out`` as it was."""
+
+    def __init__(self, inner, caller, hits):
+        self.inner, self.caller, self.hits = inner, caller, hits
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def open(self, slot, out):
+        out = np.frombuffer(out, np.uint8)
+        if not np.shares_memory(out, self.caller.view(np.uint8)):
+            return self.inner.open(slot, out)
+        if self.inner.suite.confidential:
+            self.hits.append(len(out))
+            return self.inner.open(slot, out)
+        was = out.copy()
+        try:
+            return self.inner.open(slot, out)
+        finally:
+            if not np.array_equal(out, was):
+                self.hits.append(len(out))
+
+
+def _check_opens(keys, caller, hits):
+    """Make the key schedule ``keys`` hand out keyed suites checked against ``caller``."""
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: _CheckedKey(direction(e, a, b), caller, hits)
+    keys.group = lambda e: _CheckedKey(group(e), caller, hits)
+
+
+#: collective -> (algorithm, rank whose frame is flipped, its receiver) at p ranks; the receiver
+#: opens that frame into its own recvbuf (no reduction in between)
+_TO_CALLER = {
+    "allgather": lambda p: ("ring", 0, 1),
+    "bcast-binomial": lambda p: ("binomial", 0, 2 if p == 3 else 1),  # the biggest subtree first
+    "bcast-chain": lambda p: ("chain", 0, 1),
+    "alltoall": lambda p: ("pairwise", 0, 1),
+    "allreduce-rd-unfold": lambda p: ("recursive_doubling", 1, 0),  # p = 3: rank 1 returns the sum
+}
+
+
+def tamper_into_callers_buffer(comm, rec, suite, coll, threads):
+    """a flipped frame bound for a caller's buffer: the receiver raises AuthenticationError
+    naming the sender, and unverified bytes never touch its buffer -- with one crypto thread
+    (the failed chunk is the first one opened) every byte it did not write itself before the
+    op's first receive is still the sentinel afterwards (no zeros, no garbage); with a pool,
+    bytes are the sentinel or verified data; and on every rank no AEAD open ever had a caller's
+    buffer as its output (checked call by call, also for successful opens)"""
+    p = comm.size
+    if coll == "allreduce-rd-unfold" and p != 3:
+        return
+    alg, src, dst = _TO_CALLER[coll](p)
+    done = []
+
+    def pick(i, peer, nbytes):
+        if comm.rank == src and peer == dst and not done:
+            done.append(i)
+            return 0
+        return None
+
+    sc = SecureComm(
+        comm,
+        suite,
+        psk=PSK,
+        chunk_bytes=4096,
+        timeout=2,
+        crypto_threads=threads,
+        algorithm="recursive_doubling" if coll.startswith("allreduce") else "auto",
+        bcast_chain_bytes=0 if alg == "chain" else 1 << 30,
+        wrap_transport=lambda t: TamperTransport(t, pick),
+    )
+    m = 3000
+    x = make_data(comm, "int32", m if coll == "allgather" else m * p, salt=9)  # exact sums
+    y = np.empty(m * p, np.int32)
+    y.view(np.uint8).fill(0xA5)  # the sentinel
+    ref, before = np.empty_like(y), y.copy()  # the result; recvbuf just before the first receive
+    mine = slice(comm.rank * m, (comm.rank + 1) * m)  # the own block: copied locally
+    if coll == "allgather":
+        comm.Allgather(x, ref)
+        before[mine] = x
+    elif coll == "alltoall":
+        comm.Alltoall(x, ref)
+        before[mine] = x[mine]
+    elif coll.startswith("bcast"):
+        ref[:] = comm.bcast(x if comm.rank == 0 else None, root=0)
+        if comm.rank == 0:
+            y[:] = before[:] = ref
+    else:
+        comm.Allreduce(x, ref)
+        before[:] = x  # recursive doubling starts from recvbuf = sendbuf
+    hits = []
+    _check_opens(sc._keys, y, hits)
+    err = None
+    try:
+        if coll == "allgather":
+            sc.allgather(x, y)
+        elif coll == "alltoall":
+            sc.alltoall(x, y)
+        elif coll.startswith("bcast"):
+            sc.bcast(y, root=0)
+        else:
+            sc.allreduce(x, y)
+    except SecCommError as e:
+        err = e
+    label = f"{coll} {suite} threads={threads} rank {comm.rank}"
+    rec(f"{label}: no AEAD open wrote into the caller's buffer ({len(hits)} did)", not hits)
+    if comm.rank != dst:
+        return _close_together(comm, sc)
+    ok = isinstance(err, AuthenticationError) and err.peer == src
+    rec(f"{label}: tampered frame from rank {src} detected: {err!s}", ok)
+    bits, old, good = y.view(np.uint32), before.view(np.uint32), ref.view(np.uint32)
+    if threads == 1:  # the failed chunk was the first one opened
+        untouched = np.array_equal(bits, old)
+    else:  # other chunks of the step may have verified (and been copied) concurrently
+        untouched = bool(np.all((bits == old) | (bits == good)))
+    rec(f"{label}: recvbuf holds only its earlier bytes or verified data", untouched)
+    _close_together(comm, sc)
+
+
+def _close_together(comm, sc):
     sc.close()
     comm.Barrier()
 

@@ -99,7 +99,9 @@ def make_deliver(plan):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     plan=st.lists(delivery, min_size=1, max_size=4),
-    coll=st.sampled_from(["allreduce_rd", "allreduce_ring", "reduce_scatter", "allgather", "bcast"]),
+    coll=st.sampled_from(
+        ["allreduce_rd", "allreduce_ring", "reduce_scatter", "allgather", "bcast", "alltoall"]
+    ),
     dtype=st.sampled_from(["float32", "float16", "int64", "uint8"]),
     count=st.integers(2, 300),
     chunk=st.sampled_from([16, 64, 1 << 20]),
@@ -108,9 +110,11 @@ def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count
     peer = FuzzPeer(make_deliver(plan))
     alg = "ring" if coll == "allreduce_ring" else "recursive_doubling"
     sc = SecureComm(peer, suite, psk=PSK, timeout=1, chunk_bytes=chunk, algorithm=alg, crypto_threads=1)
+    count -= count % 2 if coll == "alltoall" else 0  # two blocks of count/2
     x = np.arange(count).astype(dtype)
     sentinel = np.full(count, 7, dtype)
     y = sentinel.copy()
+    _never_into(sc, y)
     with pytest.raises(SecCommError) as ei:
         if coll.startswith("allreduce"):
             sc.allreduce(x, y)
@@ -119,19 +123,48 @@ def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count
             sc.reduce_scatter(x, y)
         elif coll == "allgather":
             sc.allgather(x[: sc.block_counts(count)[0]], y)
+        elif coll == "alltoall":
+            sc.alltoall(x, y)
         else:
             sc.bcast(y, root=1)
     err = ei.value
     assert isinstance(err, (AuthenticationError, FrameError)), repr(err)
     assert err.peer == 1
     if isinstance(err, AuthenticationError):
-        assert err.op in ("allreduce", "reduce_scatter", "allgather", "bcast")
-    if coll in ("bcast", "allgather"):  # no unverified value is left in the caller's buffer:
-        if coll == "allgather":  # only this rank's own block (copied, not received) is data
-            own = sc.block_counts(count)[0]
+        assert err.op in ("allreduce", "reduce_scatter", "allgather", "bcast", "alltoall")
+    if coll in ("bcast", "allgather", "alltoall"):  # no unverified byte ever reached the caller:
+        if coll != "bcast":  # only this rank's own block (copied, not received) is data
+            own = sc.block_counts(count)[0] if coll == "allgather" else count // 2
             assert np.array_equal(y[:own], x[:own])
             y = y[own:]
-        assert np.all((y == 7) | (y == 0)), y  # untouched, or wiped after a failed tag
+        assert np.all(y == 7), y  # untouched: not the forged decryption, not wiped to zeros
+
+
+def _never_into(sc, caller):
+    """Wrap ``sc``'s keyed suites so that every ``open`` asserts it does not write into
+    ``caller`` (an AEAD writes before the tag check; GMAC/none must leave ``out`` alone)."""
+    keys = sc._keys
+    direction, group = keys.direction, keys.group
+
+    class Checked:
+        def __init__(self, inner):
+            self.inner, self.suite = inner, inner.suite
+
+        def open(self, slot, out):
+            out = np.frombuffer(out, np.uint8)
+            shared = np.shares_memory(out, caller.view(np.uint8))
+            assert not (shared and self.suite.confidential), "decrypting into the caller's buffer"
+            was = out.copy()
+            try:
+                return self.inner.open(slot, out)
+            finally:
+                assert not shared or np.array_equal(out, was), "open wrote into the caller's buffer"
+
+        def seal(self, slot, pt):
+            return self.inner.seal(slot, pt)
+
+    keys.direction = lambda e, a, b: Checked(direction(e, a, b))
+    keys.group = lambda e: Checked(group(e))
 
 
 @settings(max_examples=200, deadline=None)

@@ -7,8 +7,15 @@ plaintext live on the device.  The collectives are the same code: they cut the c
 into chunk views, and the consume callbacks reduce with numpy ufuncs, which dispatch to CuPy.
 Per step the host builds the nonces and AAD headers (the same :class:`~seccomm.framing.FrameContext`
 as the CPU engine), uploads them with the step's key, and launches one seal or open for all
-chunks.  A receive opens only after all its chunks arrived (one batched call); an open writes nothing
-for a chunk whose tag fails, and the step raises ``AuthenticationError`` for the first one.
+chunks.  A receive opens only after all its chunks arrived (one batched call), and the step raises
+``AuthenticationError`` for the first chunk whose tag fails.
+
+Unverified bytes never reach a caller's buffer here either, without the CPU engine's scratch: an
+open is two passes on one stream, the MAC pass that sets ``ok[j]`` and then the decrypt (or GMAC
+copy) pass, whose kernels return at once for a chunk with ``ok[j] == 0``
+(``sc_units_*`` in ``cuda/aead.cu``: "OPEN and HOP skip a chunk whose ok[j] is 0"), so a failed
+chunk's output region is not written at all; the fused reduce-scatter hop is gated the same way.
+Only the ``none`` suite copies its (unauthenticated) frames straight out.
 
 A *backend* supplies the array module and the batch AEAD: :class:`CupyBackend` (CuPy and the
 kernels) on GPUs; the tests plug in the same kernel core compiled for the host, over numpy, so
