@@ -217,6 +217,7 @@ class SecureComm:
         )
         if key_exchange == "psk-dhe":
             self._keys.run_dhe(self._transport)
+        self._transport.authenticate_notices(self._keys.notice_key())  # from here on: notices MACed
         self._device_backend, self._auto_backend = device_backend, None
         self._device_ctx: dict = {}  # backend id -> OpContext of the device engine
         self._seq = 0

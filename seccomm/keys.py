@@ -152,6 +152,12 @@ class KeySchedule:
     def confirm_key(self) -> bytes:
         return hkdf(self._secret, self._salt, b"seccomm/1 confirm")
 
+    def notice_key(self) -> bytes:
+        """Key of the give-up/abort notices (:mod:`seccomm.transports.mpi`): HKDF(secret [||
+        group secret in psk-dhe], the session's salt, "seccomm/1 notice"); a session of its own
+        through the salt.  Any rank of the session can derive it."""
+        return hkdf(self._secret + (self._group_secret or b""), self._salt, b"seccomm/1 notice")
+
     def _dhe_auth_key(self) -> bytes:
         return hkdf(self._secret, self._salt, b"seccomm/1 dhe-auth")
 

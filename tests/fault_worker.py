@@ -4,7 +4,14 @@ MODE ``die`` (default): rank DEAD dies in the middle of an allreduce (after send
 frame); the survivors must raise TransportTimeout within the deadline.  MODE ``tamper``: rank
 DEAD flips a bit in its first frame instead; the receiver raises AuthenticationError and the
 other ranks PeerAbortError at once, long before the (30 s) deadline.  Each rank that raises
-prints one line: RESULT <rank> <error> <peer> <seconds> [<blamed>]."""
+prints one line: RESULT <rank> <error> <peer> <seconds> [<blamed>].
+
+Forged notices (give-up notices are MACed under the session's notice key): MODE ``die-forge``:
+before it dies, rank DEAD sends every other rank a give-up notice "rank DEAD gave up waiting on
+rank DEAD+1" whose MAC is under a wrong key (a raw MPI send on the notice tag); believed, it would
+make the survivors blame the innocent rank DEAD+1.  MODE ``tamper-forge``: as ``tamper``, but the
+receiver of the flipped frame first sends a forged abort notice blaming the third rank, then
+its genuine one (blaming DEAD).  Every rank also prints FORGED <rank> <notices that failed authentication>."""
 
 import os
 import sys
@@ -15,11 +22,33 @@ from mpi4py import MPI
 
 from seccomm import SecCommError, SecureComm
 from seccomm.transports import TransportWrapper
+from seccomm.transports.mpi import seal_notice
+
+_WAITED, _ABORT = 0, 1  # the notice kinds of seccomm.transports.mpi
+
+
+def forge_notice(t, blamed, kind):
+    """Send every other rank a notice in this rank's name, MACed under a wrong key."""
+    msg = seal_notice(os.urandom(32), t.rank, blamed, kind)
+    for r in range(t.size):
+        if r != t.rank:
+            t.comm.Send([msg, MPI.BYTE], r, t._notice_tag)
+
+
+class ForgeBeforeAbort(TransportWrapper):
+    """On abort (after detecting a bad frame), first a forged abort notice blaming ``victim``."""
+
+    victim = 0
+
+    def abort(self, blame):
+        forge_notice(self.inner, self.victim, _ABORT)
+        return self.inner.abort(blame)
 
 
 class DieAfterFirstFrame(TransportWrapper):
     armed = False
     tamper = False
+    forge = False
 
     def isend(self, buf, peer):
         if self.armed and self.tamper:
@@ -29,6 +58,8 @@ class DieAfterFirstFrame(TransportWrapper):
             self.keep = buf
         r = self.inner.isend(buf, peer)
         if self.armed:
+            if self.forge:
+                forge_notice(self.inner, (self.rank + 1) % self.size, _WAITED)
             time.sleep(0.05)  # let the frame leave
             os._exit(3)
         return r
@@ -38,21 +69,30 @@ c = MPI.COMM_WORLD
 dead = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 alg = sys.argv[2] if len(sys.argv) > 2 else "ring"
 mode = sys.argv[3] if len(sys.argv) > 3 else "die"
+tamper = mode.startswith("tamper")
+wrap = None
+if c.rank == dead:
+    wrap = DieAfterFirstFrame
+elif mode == "tamper-forge":
+    wrap = ForgeBeforeAbort  # only the rank that detects the flipped frame ever aborts
 sc = SecureComm(
     c,
     "aes-256-gcm",
     psk=bytes(range(32)),
-    timeout=30.0 if mode == "tamper" else 2.0,
+    timeout=30.0 if tamper else 2.0,
     algorithm=alg,
     chunk_bytes=1 << 16,
-    wrap_transport=DieAfterFirstFrame if c.rank == dead else None,
+    wrap_transport=wrap,
 )
 x = np.ones(1 << 20, np.float32)
 y = np.empty_like(x)
 sc.allreduce(x, y)
 if c.rank == dead:
     sc.transport.armed = True
-    sc.transport.tamper = mode == "tamper"
+    sc.transport.tamper = tamper
+    sc.transport.forge = mode == "die-forge"
+elif wrap is ForgeBeforeAbort:
+    sc.transport.victim = next(r for r in range(c.size) if r not in (dead, c.rank))  # innocent
 t0 = time.time()
 try:
     sc.allreduce(x, y)
@@ -63,6 +103,7 @@ except SecCommError as e:
         f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f} "
         f"{getattr(e, 'blamed', '-')}\n".encode(),
     )  # one write: mpiexec interleaves ranks
-if mode == "tamper":
+os.write(1, f"FORGED {c.rank} {sum(sc.transport.forged_notices.values())}\n".encode())
+if tamper:
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

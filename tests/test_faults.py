@@ -25,6 +25,23 @@ def _results(stdout):
     return [list(m) for m in re.findall(r"(RESULT) (\d+) (\w+) (\S+?) (\d+\.\d+) (-|\d+)", stdout)]
 
 
+def _forged(stdout):
+    """rank -> give-up notices that failed authentication there (FORGED records)."""
+    return {int(r): int(n) for r, n in re.findall(r"FORGED (\d+) (\d+)", stdout)}
+
+
+def _run_worker(*args, nolocal=True):
+    env = dict(os.environ, MPIR_CVAR_NOLOCAL="1") if nolocal else dict(os.environ)
+    return subprocess.run(
+        [mpiexec(), "-disable-auto-cleanup", "-n", "3", sys.executable]
+        + [str(Path(__file__).with_name("fault_worker.py")), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     "dead,algorithm", [(2, "ring"), (0, "ring"), (2, "recursive_doubling"), (1, "recursive_doubling")]
@@ -84,3 +101,37 @@ def test_tampered_frame_stops_every_rank_at_once():
         err, peer, secs, blamed = results[r]
         assert (err, peer, blamed) == ("PeerAbortError", "2", "1"), results
         assert float(secs) < 10.0, results
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dead,algorithm", [(2, "ring"), (0, "ring"), (1, "recursive_doubling")])
+def test_forged_give_up_notice_does_not_move_the_blame(dead, algorithm):
+    """Before it dies, the dead rank sends a give-up notice "I gave up waiting on rank dead+1"
+    whose MAC is under a wrong key (a raw MPI send on the notice tag).  Believed, it would make
+    the survivors blame the innocent rank; they ignore it (each counts one forged notice) and
+    still name the dead rank within the deadline, as in the honest run."""
+    out = _run_worker(dead, algorithm, "die-forge")
+    results, forged = _results(out.stdout), _forged(out.stdout)
+    survivors = sorted({0, 1, 2} - {dead})
+    assert sorted(int(r[1]) for r in results) == survivors, out.stdout + out.stderr[-2000:]
+    for _, rank, err, peer, secs, _ in results:
+        assert (err, peer) == ("TransportTimeout", str(dead)), (rank, out.stdout)
+        assert float(secs) < 2.0 * 3
+        assert forged[int(rank)] == 1, out.stdout  # the forgery arrived and was rejected
+
+
+@pytest.mark.mpi
+def test_forged_abort_notice_before_the_genuine_one():
+    """Rank 1 flips a bit in its frame to rank 2; rank 2 first sends a forged abort notice
+    (wrong MAC) blaming rank 0, then its genuine one blaming rank 1.  Ranks 0 and 1 reject the
+    forgery, listen again, and take the genuine notice: PeerAbortError naming rank 2 and blaming
+    rank 1, at once (a lost genuine notice would leave them to the 30 s deadline)."""
+    out = _run_worker(1, "ring", "tamper-forge", nolocal=False)
+    results, forged = {int(r[1]): r[2:] for r in _results(out.stdout)}, _forged(out.stdout)
+    assert sorted(results) == [0, 1, 2], out.stdout + out.stderr[-2000:]
+    assert results[2][:2] == ["AuthenticationError", "1"], results
+    for r in (0, 1):
+        err, peer, secs, blamed = results[r]
+        assert (err, peer, blamed) == ("PeerAbortError", "2", "1"), results
+        assert float(secs) < 10.0, results
+        assert forged[r] == 1, out.stdout

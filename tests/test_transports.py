@@ -107,3 +107,61 @@ def test_securecomm_transport_is_the_wrapped_one():
         assert [k for k, _, _ in sc.transport.frames][:1] == ["bcast"]  # the communicator id
         with pytest.raises(AttributeError):
             sc.transport = None
+
+
+# -- authenticated give-up notices (seccomm.transports.mpi) -------------------------------------
+def test_notice_round_trip_and_every_forgery_rejected():
+    from seccomm.transports.mpi import NOTICE_BYTES, open_notice, seal_notice
+
+    key = bytes(range(32))
+    msg = seal_notice(key, 2, 1, 1)
+    assert msg.dtype == np.uint8 and msg.size == NOTICE_BYTES
+    assert open_notice(key, 2, msg.tobytes(), 3) == (1, 1)
+    assert open_notice(b"\1" * 32, 2, msg.tobytes(), 3) is None  # another session's key
+    assert open_notice(key, 0, msg.tobytes(), 3) is None  # replayed as another rank's notice
+    for i in range(NOTICE_BYTES):  # any bit of blamed rank, kind or MAC
+        bad = msg.copy()
+        bad[i] ^= 1
+        assert open_notice(key, 2, bad.tobytes(), 3) is None, i
+    assert open_notice(key, 2, msg.tobytes()[:-1], 3) is None  # truncated
+    assert open_notice(key, 2, msg.tobytes() + b"\0", 3) is None  # padded
+    assert open_notice(key, 2, seal_notice(key, 2, 5, 1).tobytes(), 3) is None  # no such rank
+    assert open_notice(key, 2, seal_notice(key, 2, 1, 7).tobytes(), 3) is None  # no such kind
+
+
+def test_notice_key_is_per_session_and_handed_to_the_transport():
+    from mpi4py import MPI
+
+    from seccomm.keys import KeySchedule
+    from seccomm.suites import get_suite
+
+    suite = get_suite("aes-256-gcm")
+    a = KeySchedule(PSK, suite, b"j" * 16, b"a" * 16, 0)
+    b = KeySchedule(PSK, suite, b"j" * 16, b"b" * 16, 0)
+    assert a.notice_key() != b.notice_key() and len(a.notice_key()) == 32
+    assert a.notice_key() not in (a.confirm_key(), a.group_key(0), a.direction_key(0, 0, 1))
+    seen = []
+
+    class Spy(TransportWrapper):
+        def authenticate_notices(self, key):
+            seen.append(key)
+            return super().authenticate_notices(key)
+
+    with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK, wrap_transport=Spy) as sc:
+        assert seen == [sc._keys.notice_key()]
+        assert sc.transport.inner._notice_key == seen[0]  # the wrapper handed it on
+
+
+def test_notices_before_the_key_are_neither_sent_nor_read():
+    from mpi4py import MPI
+
+    from seccomm.transports.mpi import MPITransport
+
+    t = MPITransport(MPI.COMM_SELF, timeout=1)
+    t._notify(0)
+    assert t._nsent == [] and t._check_notices() is False
+    t.authenticate_notices(bytes(32))
+    t._notify(0)  # COMM_SELF: nobody else to tell, but the notice is made
+    assert len(t._nsent) == 1 and t._nsent[0].size == 48
+    t.close()
+    assert Transport().authenticate_notices(b"k") is None  # the base: no notices, no-op

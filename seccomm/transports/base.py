@@ -68,6 +68,11 @@ class Transport:
         """This rank stops the current operation after an error in a frame from rank ``blame``:
         tell the ranks waiting on it, so they raise now instead of at their deadline."""
 
+    def authenticate_notices(self, key: bytes) -> None:
+        """Authenticate the give-up/abort notices (failure propagation) under ``key``, the
+        session's notice key (32 bytes, :meth:`~seccomm.keys.KeySchedule.notice_key`), handed
+        over once the session keys exist.  No-op for transports that send no notices."""
+
     def close(self) -> None:
         pass
 
@@ -175,6 +180,9 @@ class TransportWrapper(Transport):
 
     def abort(self, blame):
         return self.inner.abort(blame)
+
+    def authenticate_notices(self, key):
+        return self.inner.authenticate_notices(key)
 
     def close(self):
         return self.inner.close()

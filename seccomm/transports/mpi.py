@@ -5,21 +5,64 @@ they are, else copied through host memory: :class:`_HostCopyRequest`).  Every wa
 request with :func:`~seccomm.transports.base.poll_until` and, while waiting, collects give-up
 notices: a rank whose deadline passed tells the others whom it blames, so every survivor names
 the rank that stopped (failure propagation).
+
+Notices are authenticated (:func:`seal_notice`): 48 bytes, ``blamed rank (int64) | kind (int64)
+| HMAC-SHA256`` under the session's notice key (:meth:`~seccomm.keys.KeySchedule.notice_key`,
+handed over by :meth:`MPITransport.authenticate_notices` once the session keys exist) over
+``"seccomm/1 notice" | sender rank | blamed rank | kind``.  The key is derived with the session's
+salt, so it binds the communicator (session); the MAC binds the sender (the source rank the
+receive was posted for), the blamed rank and the kind.  A notice whose MAC fails, or of the wrong
+size, is ignored, counted in ``forged_notices`` and named in the error this rank raises; the
+receive from that rank is posted again, so a forgery cannot block the genuine notice.  Before the
+key is handed over (during setup) no notice is sent or read: a rank whose setup wait expires
+blames the rank (or, for a setup collective, the collective) it waited on, within its deadline.
+An insider rank holds the key and can forge a notice in another rank's name, as it can forge
+group frames; an on-path attacker can still drop or garble notices, which only leaves the
+survivors to their own deadlines.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 
 import numpy as np
 
 from ..errors import FrameError, PeerAbortError, TransportTimeout
+from ..keys import hmac_sha256, hmac_verify
 from .base import Backoff, Transport, poll_until
 
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
 _NOTICE_EVERY = 256  # polls between two looks at the give-up notices
 _WAITED, _ABORT = 0, 1  # kinds of give-up notice
+_NOTICE = struct.Struct(">qq")  # blamed rank, kind
+_MAC = 32  # HMAC-SHA256
+NOTICE_BYTES = _NOTICE.size + _MAC
+_NOTICE_LABEL = b"seccomm/1 notice"
+
+
+def _notice_mac_input(sender: int, body: bytes) -> bytes:
+    return _NOTICE_LABEL + struct.pack(">I", sender) + body
+
+
+def seal_notice(key: bytes, sender: int, blamed: int, kind: int) -> np.ndarray:
+    """The notice ``sender`` sends: ``blamed | kind | HMAC-SHA256(key, label | sender | blamed |
+    kind)`` (:data:`NOTICE_BYTES` uint8)."""
+    body = _NOTICE.pack(blamed, kind)
+    return np.frombuffer(body + hmac_sha256(key, _notice_mac_input(sender, body)), np.uint8).copy()
+
+
+def open_notice(key: bytes, sender: int, msg: bytes, size: int):
+    """``(blamed, kind)`` of a notice received from rank ``sender``, or ``None`` when it is not
+    authentic (wrong MAC, wrong length) or names no rank of ``size`` / no known kind."""
+    if len(msg) != NOTICE_BYTES:
+        return None
+    body, tag = msg[: _NOTICE.size], msg[_NOTICE.size :]
+    if not hmac_verify(key, _notice_mac_input(sender, body), tag):
+        return None
+    blamed, kind = _NOTICE.unpack(body)
+    return (blamed, kind) if 0 <= blamed < size and kind in (_WAITED, _ABORT) else None
 
 
 class MPITransport(Transport):
@@ -46,16 +89,25 @@ class MPITransport(Transport):
         # neighbour that stalled because of it.  One small receive per peer, posted up front.
         self._notice_tag = tag + 1
         self._grace = 5.0
+        self._notice_key: bytes | None = None  # set by authenticate_notices
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
         self.aborted: set[int] = set()  # ranks that stopped after detecting an error
-        self._nbuf = np.full((max(self.size, 1), 2), -1, np.int64)
-        self._nreqs = [
-            MPI.REQUEST_NULL
-            if r == self.rank
-            else self.comm.Irecv([self._nbuf[r], MPI.INT64_T], r, self._notice_tag)
-            for r in range(self.size)
-        ]
+        self.forged_notices: dict[int, int] = {}  # claimed sender -> notices that failed the MAC
+        self._nstatus = MPI.Status()
+        self._nbuf = np.zeros((max(self.size, 1), NOTICE_BYTES), np.uint8)
+        self._nreqs = [MPI.REQUEST_NULL] * self.size
+        for r in range(self.size):
+            if r != self.rank:
+                self._post_notice(r)
         self._nsent: list = []
+
+    def authenticate_notices(self, key: bytes) -> None:
+        """From now on send and believe only notices MACed under ``key`` (the session's notice
+        key, :meth:`~seccomm.keys.KeySchedule.notice_key`); before this, none are sent or read."""
+        self._notice_key = bytes(key)
+
+    def _post_notice(self, r: int) -> None:
+        self._nreqs[r] = self.comm.Irecv([self._nbuf[r], self._byte], r, self._notice_tag)
 
     def isend(self, buf, peer):
         if hasattr(buf, "__cuda_array_interface__"):
@@ -144,22 +196,44 @@ class MPITransport(Transport):
 
     # -- failure propagation -------------------------------------------------------------------
     def _check_notices(self) -> bool:
-        """Collect give-up notices that arrived; True if any rank has given up."""
-        MPI = self._MPI
+        """Collect authentic give-up notices that arrived (none before
+        :meth:`authenticate_notices`); True if any rank has given up."""
+        MPI, key, st = self._MPI, self._notice_key, self._nstatus
+        if key is None:
+            return False
         for r, req in enumerate(self._nreqs):
             if req == MPI.REQUEST_NULL:
                 continue
             try:
-                done = req.Test()
-            except MPI.Exception:  # the link to r failed: r is gone
-                self._nreqs[r] = MPI.REQUEST_NULL
+                done = req.Test(st)
+            except MPI.Exception as e:
+                if e.Get_error_class() == MPI.ERR_TRUNCATE:  # longer than a notice: not one
+                    self._forged(r)
+                else:  # the link to r failed: r is gone
+                    self._nreqs[r] = MPI.REQUEST_NULL
                 continue
             if done:
-                self.gave_up[r] = int(self._nbuf[r, 0])
-                if self._nbuf[r, 1] == _ABORT:
+                got = open_notice(key, r, self._nbuf[r, : st.Get_count(self._byte)].tobytes(), self.size)
+                if got is None:
+                    self._forged(r)
+                    continue
+                self.gave_up[r] = got[0]
+                if got[1] == _ABORT:
                     self.aborted.add(r)
                 self._nreqs[r] = MPI.REQUEST_NULL
         return bool(self.gave_up)
+
+    def _forged(self, r: int) -> None:
+        """A notice claiming to be from ``r`` failed authentication: count it, never use it, and
+        listen for ``r``'s genuine notice again."""
+        self.forged_notices[r] = self.forged_notices.get(r, 0) + 1
+        self._post_notice(r)
+
+    def _forged_note(self) -> str:
+        if not self.forged_notices:
+            return ""
+        n, who = sum(self.forged_notices.values()), sorted(self.forged_notices)
+        return f" [{n} forged give-up notice(s) claiming rank(s) {who} failed authentication: ignored]"
 
     def _blame(self, peer: int) -> int:
         """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end,
@@ -178,14 +252,14 @@ class MPITransport(Transport):
         each rank names the rank it waited on, and receivers follow the chain), or, with
         ``kind=_ABORT``, that it stopped after detecting an error in a frame from ``peer``."""
         MPI = self._MPI
-        if self._nsent:
+        if self._nsent or self._notice_key is None:  # before setup ends, nobody could verify it
             return
-        msg = np.array([peer, kind], np.int64)
+        msg = seal_notice(self._notice_key, self.rank, peer, kind)
         self._nsent.append(msg)
         for r in range(self.size):
             if r != self.rank:
                 try:
-                    self._nsent.append(self.comm.Isend([msg, MPI.INT64_T], r, self._notice_tag))
+                    self._nsent.append(self.comm.Isend([msg, self._byte], r, self._notice_tag))
                 except MPI.Exception:
                     pass
 
@@ -211,10 +285,11 @@ class MPITransport(Transport):
         ``waited``: this rank's own deadline passed while waiting on ``peer``.  It then waits a
         short grace period (at most ``min(timeout, 5)`` s) for the notice of ``peer`` -- alive
         but itself stuck -- or of every other rank, so the blame lands on the rank that stopped.
-        Otherwise ``peer`` already gave up, and the blame follows its notice.
+        Otherwise ``peer`` already gave up, and the blame follows its notice.  Before
+        :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
         """
         self._notify(peer)
-        if waited:
+        if waited and self._notice_key is not None:
             poll_until(
                 lambda: self._notices_settle(peer),
                 min(timeout, self._grace),
@@ -226,7 +301,8 @@ class MPITransport(Transport):
         if culprit in self.aborted:
             raise PeerAbortError(
                 f"{op_label}: rank {culprit} stopped this operation after it detected an error in a "
-                f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})",
+                f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})"
+                + self._forged_note(),
                 peer=culprit,
                 op=op_label,
                 blamed=self.gave_up[culprit],
@@ -234,7 +310,7 @@ class MPITransport(Transport):
         if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
             raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
                 f"{op_label}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it "
-                f"stalled past the {timeout:g} s deadline",
+                f"stalled past the {timeout:g} s deadline" + self._forged_note(),
                 peer=self.rank,
                 op=op_label,
                 timeout_s=timeout,
@@ -242,7 +318,7 @@ class MPITransport(Transport):
         via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
         raise TransportTimeout(
             f"{op_label}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, "
-            f"died, or the ranks disagree on the call sequence",
+            f"died, or the ranks disagree on the call sequence" + self._forged_note(),
             peer=culprit,
             op=op_label,
             timeout_s=timeout,

@@ -245,6 +245,11 @@ class NCCLTransport(Transport):
     def abort(self, blame):
         return self.control.abort(blame)
 
+    def authenticate_notices(self, key):
+        """The notices go over the control transport (MPI: authenticated from now on); the NCCL
+        waits themselves read none and blame the peer they waited on."""
+        return self.control.authenticate_notices(key)
+
     def close(self):
         if not self._broken:
             try:

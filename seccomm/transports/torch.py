@@ -17,7 +17,10 @@ Under ``nccl`` two things change (both selectable for tests with ``batch_p2p``/`
 
 Every wait has a deadline: gloo's ``Work.wait(timeout)``, or polling ``Work.is_completed()``
 (NCCL completion is a CUDA event query) until the deadline.  A silent peer gives
-``TransportTimeout`` instead of a hang.
+``TransportTimeout`` instead of a hang.  No give-up or abort notices travel here (so there is
+nothing to forge, and ``authenticate_notices`` is the base no-op): a rank that times out names
+the peer it waited on, and ranks waiting on one that stopped after an error wait out their own
+deadline.
 """
 
 from __future__ import annotations
