@@ -74,7 +74,13 @@ class PeerAbortError(SecCommError):
 
 
 class ConfigMismatchError(SecCommError):
-    """Ranks disagree on suite, key, or settings; raised on every rank at construction."""
+    """Ranks disagree on suite, key, or settings, or a setup message failed its checks; raised on
+    every rank at construction.  ``peer``: the rank whose arguments or setup message failed (None
+    when unknown); ``op``: ``"setup"``."""
+
+    def __init__(self, msg, *, peer=None, op="setup"):
+        self.peer, self.op = peer, op
+        super().__init__(msg)
 
 
 class KeyScheduleError(SecCommError):
