@@ -356,7 +356,7 @@ class _Setup:
                 )
             except InvalidTag:
                 detail = "the group secret from rank 0 failed authentication (altered or replayed in transit)"
-                err = AuthenticationError(peer=0, op=OP, seq=0, suite="AES-256-GCM", detail=detail)
+                err = AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
                 return self._fail(err, NO_GROUP_SECRET, 0)
         self.keys.use_group_secret(group)
 
@@ -386,7 +386,7 @@ class _Setup:
             raise AuthenticationError(
                 peer=failed[0],
                 op=OP,
-                seq=0,
+                seq=None,
                 suite="HMAC-SHA256",
                 detail=f"the finished MAC of rank(s) {failed[:8]} does not match the setup transcript of "
                 f"rank {self.rank}: a setup message was altered or replayed in transit (no key of this "
@@ -410,7 +410,7 @@ def _reported(j: int, status: int, blamed: int) -> SecCommError:
     setup, never make it succeed."""
     if status == NO_GROUP_SECRET:
         detail = f"rank {j} could not authenticate the group secret from rank 0 (altered or replayed)"
-        return AuthenticationError(peer=0, op=OP, seq=0, suite="AES-256-GCM", detail=detail)
+        return AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
     whose = "its own arguments" if blamed == j else f"the hello from rank {blamed}"
     return ConfigMismatchError(
         f"setup: rank {j} rejected the setup because of {whose} (see the error raised on rank {j})",
