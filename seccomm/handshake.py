@@ -361,21 +361,28 @@ class _Setup:
         self.keys.use_group_secret(group)
 
     def finished(self, t: Transcript) -> Session:
-        """Message 3: send this rank's verdict and finished MAC, receive every rank's; raise
-        this rank's failure, else a failure another rank reported, else any finished MAC that
-        does not match this rank's transcript."""
+        """Message 3: send this rank's verdict and finished MAC, receive every rank's.  Raises, in
+        this order: this rank's rejection of a hello (or its own arguments); another rank's
+        rejection (rank 0 sends no group secret after one); this rank's failed key delivery;
+        another rank's; a finished MAC that does not match this rank's transcript."""
         mac = bytes(_MAC)
         if self.failure is None:
             mac = hmac_sha256(self.keys.finished_key(), _finished_msg(t.digest(), self.rank))
         mine = np.frombuffer(struct.pack(">II", self.status, self.blamed) + mac, np.uint8)
         rows = np.empty((self.size, FINISHED_BYTES), np.uint8)
         self.tr.allgather(mine, rows, op_label="setup: finished")
-        if self.failure is not None:
+        if self.status == REJECTED:
             raise self.failure
+        reports = []
         for j in range(self.size):
             status, blamed = struct.unpack(">II", rows[j, :8].tobytes())
             if j != self.rank and status != OK:
-                raise _reported(j, status, blamed if blamed < self.size else j)
+                reports.append((j, status, blamed if blamed < self.size else j))
+        for j, status, blamed in sorted(reports, key=lambda r: r[1] != REJECTED):
+            if status == REJECTED or self.failure is None:
+                raise _reported(j, status, blamed)
+        if self.failure is not None:
+            raise self.failure
         key, th = self.keys.finished_key(), t.digest()
         failed = [
             j
