@@ -373,16 +373,26 @@ class _Setup:
         self.tr.allgather(mine, rows, op_label="setup: finished")
         if self.status == REJECTED:
             raise self.failure
+        for j, status, blamed in self._reports(rows):
+            if status == REJECTED or self.failure is None:
+                raise _reported(j, status, blamed)
+        if self.failure is not None:
+            raise self.failure
+        self._check_finished_macs(t, rows)
+        return self.session
+
+    def _reports(self, rows: np.ndarray) -> list[tuple[int, int, int]]:
+        """(rank, status, blamed rank) of every other rank that reports a failure, rejections
+        first; a blamed rank outside this communicator becomes the reporting rank."""
         reports = []
         for j in range(self.size):
             status, blamed = struct.unpack(">II", rows[j, :8].tobytes())
             if j != self.rank and status != OK:
                 reports.append((j, status, blamed if blamed < self.size else j))
-        for j, status, blamed in sorted(reports, key=lambda r: r[1] != REJECTED):
-            if status == REJECTED or self.failure is None:
-                raise _reported(j, status, blamed)
-        if self.failure is not None:
-            raise self.failure
+        return sorted(reports, key=lambda r: r[1] != REJECTED)
+
+    def _check_finished_macs(self, t: Transcript, rows: np.ndarray) -> None:
+        """Every other rank's finished MAC over this rank's transcript hash and that rank."""
         key, th = self.keys.finished_key(), t.digest()
         failed = [
             j
@@ -390,16 +400,12 @@ class _Setup:
             if j != self.rank and not hmac_verify(key, _finished_msg(th, j), rows[j, 8:].tobytes())
         ]
         if failed:
-            raise AuthenticationError(
-                peer=failed[0],
-                op=OP,
-                seq=None,
-                suite="HMAC-SHA256",
-                detail=f"the finished MAC of rank(s) {failed[:8]} does not match the setup transcript of "
-                f"rank {self.rank}: a setup message was altered or replayed in transit (no key of this "
-                f"session was used)",
+            detail = (
+                f"the finished MAC of rank(s) {failed[:8]} does not match the setup transcript of rank "
+                f"{self.rank}: a setup message was altered or replayed in transit (no key of this "
+                f"session was used)"
             )
-        return self.session
+            raise AuthenticationError(peer=failed[0], op=OP, seq=None, suite="HMAC-SHA256", detail=detail)
 
 
 def _delivery_aad(j: int) -> bytes:
