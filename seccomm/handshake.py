@@ -20,10 +20,12 @@ on every rank at the same point (never a hang, never a rank left waiting):
    zeros.
 3. **finished** (allgather, :data:`FINISHED_BYTES` per rank)::
 
-       u32 status | u32 blamed | HMAC-SHA256(K_finished, "seccomm/1 finished" | th | u32 rank)
+       header = u32 status | u32 blamed
+       header | HMAC-SHA256(K_finished, "seccomm/1 finished" | th | u32 rank | header)
 
-   status :data:`OK` when this rank accepted every message so far, else what failed here and
-   whose message (``blamed``).  K_finished comes from the new session's keys.
+   status :data:`OK` when this rank accepted every message so far (blamed 0xFFFFFFFF), else what
+   failed here and whose message (``blamed``; the MAC is then zeros).  K_finished comes from the
+   new session's keys.
 
 Derivation: the transcript is every rank's hello block in rank order (this rank's own as it sent
 it); th = SHA-256("seccomm/1 transcript" | transcript); the session salt is
@@ -365,10 +367,10 @@ class _Setup:
         this order: this rank's rejection of a hello (or its own arguments); another rank's
         rejection (rank 0 sends no group secret after one); this rank's failed key delivery;
         another rank's; a finished MAC that does not match this rank's transcript."""
-        mac = bytes(_MAC)
+        header, mac = struct.pack(">II", self.status, self.blamed), bytes(_MAC)
         if self.failure is None:
-            mac = hmac_sha256(self.keys.finished_key(), _finished_msg(t.digest(), self.rank))
-        mine = np.frombuffer(struct.pack(">II", self.status, self.blamed) + mac, np.uint8)
+            mac = hmac_sha256(self.keys.finished_key(), finished_input(t.digest(), self.rank, header))
+        mine = np.frombuffer(header + mac, np.uint8)
         rows = np.empty((self.size, FINISHED_BYTES), np.uint8)
         self.tr.allgather(mine, rows, op_label="setup: finished")
         if self.status == REJECTED:
@@ -397,7 +399,8 @@ class _Setup:
         failed = [
             j
             for j in range(self.size)
-            if j != self.rank and not hmac_verify(key, _finished_msg(th, j), rows[j, 8:].tobytes())
+            if j != self.rank
+            and not hmac_verify(key, finished_input(th, j, rows[j, :8].tobytes()), rows[j, 8:].tobytes())
         ]
         if failed:
             detail = (
@@ -412,8 +415,11 @@ def _delivery_aad(j: int) -> bytes:
     return b"seccomm/1 key delivery" + struct.pack(">I", j)
 
 
-def _finished_msg(th: bytes, rank: int) -> bytes:
-    return b"seccomm/1 finished" + th + struct.pack(">I", rank)
+def finished_input(th: bytes, rank: int, header: bytes) -> bytes:
+    """What the finished MAC of ``rank`` covers: the label, the transcript hash, the rank and the
+    message's 8-byte header (status, blamed), so no bit of an accepting rank's finished message
+    is left unauthenticated."""
+    return b"seccomm/1 finished" + th + struct.pack(">I", rank) + header
 
 
 def _reported(j: int, status: int, blamed: int) -> SecCommError:

@@ -60,8 +60,8 @@ class PeerSetup:
     def answer_finished(self) -> bytes:
         t = self.transcript
         keys = KeySchedule(PSK, self.suite, t.salt(self.job_id), t.digest(), 1)
-        mac = hmac_sha256(keys.finished_key(), b"seccomm/1 finished" + t.digest() + (1).to_bytes(4, "big"))
-        return bytes(8) + mac
+        header = handshake.OK.to_bytes(4, "big") + b"\xff" * 4
+        return header + hmac_sha256(keys.finished_key(), handshake.finished_input(t.digest(), 1, header))
 
 
 class FuzzPeer(Transport):
