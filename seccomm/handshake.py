@@ -17,7 +17,7 @@ on every rank at the same point (never a hang, never a rank left waiting):
    without the secret can alter another rank's hello or move it into another rank's place.
 2. **key delivery** (scatter from rank 0, :data:`DELIVERY_BYTES` per rank): with psk-dhe, the
    group secret sealed with AES-256-GCM under the wrap key of rank 0 and the receiver; with psk,
-   zeros.
+   zeros (anything else fails).
 3. **finished** (allgather, :data:`FINISHED_BYTES` per rank)::
 
        header = u32 status | u32 blamed
@@ -340,27 +340,35 @@ class _Setup:
         """Message 2: rank 0 sends each rank the group secret sealed under their wrap key
         (psk-dhe); zeros otherwise, and from a rank that already failed."""
         live = self.dhe and self.failure is None
+        group = os.urandom(32) if live and self.rank == 0 else None
         blobs = np.zeros((self.size, DELIVERY_BYTES), np.uint8)
-        group = None
-        if live and self.rank == 0:
-            group = os.urandom(32)
-            for j in range(1, self.size):
-                sealed = AESGCM(self.keys.wrap_key(j)).encrypt(bytes(12), group, _delivery_aad(j))
-                blobs[j] = np.frombuffer(sealed, np.uint8)
+        for j in range(1, self.size) if group is not None else ():
+            sealed = AESGCM(self.keys.wrap_key(j)).encrypt(bytes(12), group, _delivery_aad(j))
+            blobs[j] = np.frombuffer(sealed, np.uint8)
         got = np.zeros(DELIVERY_BYTES, np.uint8)
         self.tr.scatter(blobs, got, root=0, op_label="setup: key delivery")
-        if not live:
-            return
-        if self.rank != 0:
-            try:
-                group = AESGCM(self.keys.wrap_key(self.rank)).decrypt(
-                    bytes(12), got.tobytes(), _delivery_aad(self.rank)
+        if self.failure is None and self.rank != 0:
+            group = self._open_delivery(got.tobytes())
+        if live and self.failure is None:
+            self.keys.use_group_secret(group)
+
+    def _open_delivery(self, blob: bytes) -> bytes | None:
+        """The group secret in rank 0's key delivery (psk-dhe; psk: the delivery must be zeros);
+        a failure is recorded, naming rank 0."""
+        if not self.dhe:
+            if any(blob):
+                self._fail(
+                    _delivery_error("psk mode delivers zeros; these were altered in transit"),
+                    NO_GROUP_SECRET,
+                    0,
                 )
-            except InvalidTag:
-                detail = "the group secret from rank 0 failed authentication (altered or replayed in transit)"
-                err = AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
-                return self._fail(err, NO_GROUP_SECRET, 0)
-        self.keys.use_group_secret(group)
+            return None
+        try:
+            return AESGCM(self.keys.wrap_key(self.rank)).decrypt(bytes(12), blob, _delivery_aad(self.rank))
+        except InvalidTag:
+            detail = "the group secret failed authentication (altered or replayed in transit)"
+            self._fail(_delivery_error(detail), NO_GROUP_SECRET, 0)
+            return None
 
     def finished(self, t: Transcript) -> Session:
         """Message 3: send this rank's verdict and finished MAC, receive every rank's.  Raises, in
@@ -411,6 +419,11 @@ class _Setup:
             raise AuthenticationError(peer=failed[0], op=OP, seq=None, suite="HMAC-SHA256", detail=detail)
 
 
+def _delivery_error(detail: str) -> AuthenticationError:
+    detail = f"key delivery from rank 0: {detail}"
+    return AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
+
+
 def _delivery_aad(j: int) -> bytes:
     return b"seccomm/1 key delivery" + struct.pack(">I", j)
 
@@ -428,7 +441,7 @@ def _reported(j: int, status: int, blamed: int) -> SecCommError:
     rank of this communicator).  Reports are not authenticated: a forged one can only stop the
     setup, never make it succeed."""
     if status == NO_GROUP_SECRET:
-        detail = f"rank {j} could not authenticate the group secret from rank 0 (altered or replayed)"
+        detail = f"rank {j} could not authenticate the key delivery from rank 0 (altered or replayed)"
         return AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
     whose = "its own arguments" if blamed == j else f"the hello from rank {blamed}"
     return ConfigMismatchError(

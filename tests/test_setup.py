@@ -168,6 +168,23 @@ def test_forged_host_key_fails_on_every_rank(kx):
 
 
 @pytest.mark.parametrize("kx", KEY_EXCHANGES)
+def test_altered_key_delivery_fails_on_every_rank(kx):
+    """One bit of rank 0's key delivery to rank 2 flipped (psk-dhe: the sealed group secret; psk:
+    the zeros): every rank raises AuthenticationError naming rank 0, the op "setup"."""
+    world = World(3)
+    trs = world.transports()
+
+    def edit(i, rows):
+        if i == 1:
+            rows[0, 5] ^= 4
+
+    wraps = [None, None, lambda t: Replayer(t, edit=edit)]
+    res = world.run(lambda r: build(trs[r], wraps[r], key_exchange=kx))
+    assert all(isinstance(e, AuthenticationError) and e.peer == 0 and e.op == "setup" for e in res), res
+    assert "key delivery" in str(res[0]) and "key delivery" in str(res[2])
+
+
+@pytest.mark.parametrize("kx", KEY_EXCHANGES)
 def test_replayed_setup_fails_on_every_rank(kx):
     """Finding 2: session A's hello, key delivery and finished of rank 0 replayed to ranks 1..3
     during session B's setup: every rank raises a setup error, none waits out a deadline."""
