@@ -30,7 +30,7 @@ from .framing import (
     Workspace,
     block_counts,
 )
-from .handshake import establish, job_digest, node_ids_digest
+from .handshake import establish, job_digest, job_label, node_ids_digest
 from .keys import KEY_EXCHANGES, load_secret
 from .policy import ENCRYPT_POLICIES, EncryptPolicy
 from .suites import SUITES, get_suite
@@ -74,8 +74,7 @@ class SecureComm:
     - ``chunk_bytes``: frame payload size in bytes (default 1 MiB), >= 16, < 2**31 - 64.
     - ``key_exchange``: ``"psk"`` or ``"psk-dhe"`` (ephemeral X25519, forward secrecy).
     - ``psk``: job secret (bytes or hex); default from ``SECCOMM_PSK_FILE``/``SECCOMM_PSK``.
-    - ``job_id``: label bound into keys and AAD (default ``SECCOMM_JOB_ID``/``SLURM_JOB_ID``;
-      at most 256 characters).
+    - ``job_id``: label bound into keys and AAD (default ``SECCOMM_JOB_ID``/``SLURM_JOB_ID``).
     - ``timeout``: seconds any single wait may block before ``TransportTimeout`` (default 60,
       or ``SECCOMM_TIMEOUT``).
     - ``crypto_threads``: crypto thread-pool size (default: cores per local rank, at most 8;
@@ -159,8 +158,6 @@ class SecureComm:
                     )
             if crypto_threads is not None:
                 _check_int("crypto_threads", crypto_threads, 1, 1024)
-            if len(self.job_id) > 256:
-                raise ValueError(f"job_id must be at most 256 characters, got {len(self.job_id)}")
             if not self.timeout > 0:
                 raise ValueError(f"timeout must be a number of seconds > 0, got {timeout_raw!r}")
             if self.size > MAX_RANKS:
@@ -189,20 +186,22 @@ class SecureComm:
         self.usage_limit = (
             rotate_after_frames if self._limit_forced else self.suite.usage_limit(chunk_bytes, AAD_BYTES)
         )
-        settings = {
+        settings = {  # a rank with bad arguments sends its error instead (the only field read then)
             "protocol": 2,  # the setup of seccomm.handshake; frames keep version 1
             "suite": self.suite.name if local_error is None else suite,
             "algorithm": algorithm,
             "encrypt": encrypt,
             "chunk_bytes": chunk_bytes,
             "key_exchange": key_exchange,
-            "job_id": self.job_id,
+            "job_id": job_label(self.job_id),
             "world_size": self.size,
             "usage_limit": self.usage_limit,
             "small_bytes": small_bytes,
             "bcast_chain_bytes": bcast_chain_bytes,
             "node_ids": None if node_ids is None else node_ids_digest(node_ids),
         }
+        if local_error is not None:
+            settings = {"protocol": 2}
         try:
             session = establish(
                 self._transport,

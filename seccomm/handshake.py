@@ -41,7 +41,7 @@ import hashlib
 import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -68,6 +68,14 @@ _NOBODY = 0xFFFFFFFF
 def job_digest(label: str) -> bytes:
     """The 16-byte job id of the AAD and the salts: SHA-256 of the job label, truncated."""
     return hashlib.sha256(b"seccomm job " + label.encode()).digest()[:16]
+
+
+def job_label(label: str) -> str:
+    """The job label as a hello carries it: itself when it is at most 128 printable ASCII
+    characters, else ``sha256:`` and its hex digest (so every hello fits its block)."""
+    if len(label) <= 128 and label.isascii() and label.isprintable():
+        return label
+    return "sha256:" + hashlib.sha256(label.encode()).hexdigest()
 
 
 def node_ids_digest(node_ids: list[int]) -> str:
@@ -302,6 +310,8 @@ class _Setup:
         if self.failure is not None:
             error = str(self.failure)[:_ERROR_MAX] or type(self.failure).__name__
         hello = Hello(self.rank, os.urandom(NONCE_BYTES), int(host), share, settings, error)
+        while len(hello.body()) > _BODY_MAX and hello.error:  # an error too long for the block
+            hello = replace(hello, error=hello.error[: len(hello.error) // 2])
         mine = encode_hello(hello, self.key)
         rows = np.empty((self.size, HELLO_BYTES), np.uint8)
         self.tr.allgather(mine, rows, op_label="setup: hello")
