@@ -186,22 +186,21 @@ class SecureComm:
         self.usage_limit = (
             rotate_after_frames if self._limit_forced else self.suite.usage_limit(chunk_bytes, AAD_BYTES)
         )
-        settings = {  # a rank with bad arguments sends its error instead (the only field read then)
-            "protocol": 2,  # the setup of seccomm.handshake; frames keep version 1
-            "suite": self.suite.name if local_error is None else suite,
-            "algorithm": algorithm,
-            "encrypt": encrypt,
-            "chunk_bytes": chunk_bytes,
-            "key_exchange": key_exchange,
-            "job_id": job_label(self.job_id),
-            "world_size": self.size,
-            "usage_limit": self.usage_limit,
-            "small_bytes": small_bytes,
-            "bcast_chain_bytes": bcast_chain_bytes,
-            "node_ids": None if node_ids is None else node_ids_digest(node_ids),
-        }
-        if local_error is not None:
-            settings = {"protocol": 2}
+        settings = {"protocol": 2}  # the setup of seccomm.handshake; frames keep version 1
+        if local_error is None:  # a rank with bad arguments sends its error instead
+            settings.update(
+                suite=self.suite.name,
+                algorithm=algorithm,
+                encrypt=encrypt,
+                chunk_bytes=int(chunk_bytes),
+                key_exchange=key_exchange,
+                job_id=job_label(self.job_id),
+                world_size=self.size,
+                usage_limit=int(self.usage_limit),
+                small_bytes=int(small_bytes),
+                bcast_chain_bytes=int(bcast_chain_bytes),
+                node_ids=None if node_ids is None else node_ids_digest(node_ids),
+            )
         try:
             session = establish(
                 self._transport,

@@ -131,6 +131,13 @@ def test_mismatch_and_bad_arguments_raise_on_every_rank():
     assert all(isinstance(e, ConfigMismatchError) and "job secret differs" in str(e) for e in res), res
 
 
+def test_numpy_integers_are_the_same_settings():
+    world = World(2)
+    trs = world.transports()
+    res = world.run(lambda r: build(trs[r], chunk_bytes=[4096, np.int64(4096)][r]).chunk_bytes)
+    assert res == [4096, 4096], res
+
+
 def test_a_rank_that_never_joins_times_out_every_survivor():
     world = World(3)
     trs = world.transports(timeout=0.5)
