@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import hashlib
 import math
 import os
-import secrets
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,8 +30,8 @@ from .framing import (
     Workspace,
     block_counts,
 )
-from .handshake import verify_settings
-from .keys import KEY_EXCHANGES, KeySchedule, load_secret
+from .handshake import establish, job_digest, job_label, node_ids_digest
+from .keys import KEY_EXCHANGES, load_secret
 from .policy import ENCRYPT_POLICIES, EncryptPolicy
 from .suites import SUITES, get_suite
 from .transports import MPITransport, Transport
@@ -69,8 +67,10 @@ class SecureComm:
       ``small_bytes`` bytes — default 64 KiB over MPI, 2 MiB over torch.distributed — or fewer
       elements than ranks, else ring), ``"ring"``,
       ``"recursive_doubling"``.
-    - ``encrypt``: ``"all"`` or ``"inter-node"`` (hops between ranks of one node, found with
-      ``Split_type(COMM_TYPE_SHARED)`` or given as ``node_ids``, use the ``none`` suite).
+    - ``encrypt``: ``"all"`` or ``"inter-node"`` (hops between two ranks of one node use the
+      ``none`` suite; two ranks share a node when the host keys in their authenticated setup
+      hellos are equal and, where ``node_ids`` is given, their node ids too: ``node_ids`` can
+      split a host into nodes, never join two hosts).
     - ``chunk_bytes``: frame payload size in bytes (default 1 MiB), >= 16, < 2**31 - 64.
     - ``key_exchange``: ``"psk"`` or ``"psk-dhe"`` (ephemeral X25519, forward secrecy).
     - ``psk``: job secret (bytes or hex); default from ``SECCOMM_PSK_FILE``/``SECCOMM_PSK``.
@@ -88,9 +88,13 @@ class SecureComm:
       CuPy finds a device and the suite and dtype have kernels; otherwise they are staged through
       pinned host memory (:mod:`seccomm.gpu.staging`).
 
+    Construction runs the setup of :mod:`seccomm.handshake` (hello, key delivery, finished):
+    fresh keys from every rank's nonce, every setting and the node map authenticated.
+
     Raises ``ValueError``/``TypeError`` for bad arguments, ``KeyScheduleError`` for a missing or
-    unsafe secret, ``ConfigMismatchError`` when ranks disagree, ``TransportTimeout`` when a rank
-    never joins.
+    unsafe secret, ``ConfigMismatchError`` when ranks disagree or a hello fails,
+    ``AuthenticationError`` (op ``"setup"``) when a setup message was altered or replayed,
+    ``TransportTimeout`` when a rank never joins: on every rank.
     """
 
     def __init__(
@@ -129,6 +133,12 @@ class SecureComm:
         self._broken: str | None = None
         self._pool = None
         local_error, secret = None, None
+        label = (
+            job_id
+            if job_id is not None
+            else os.environ.get("SECCOMM_JOB_ID", os.environ.get("SLURM_JOB_ID", ""))
+        )
+        self.job_id = str(label)
         try:
             self.suite = get_suite(suite)
             _check_choice("algorithm", algorithm, ALGORITHMS)
@@ -163,7 +173,7 @@ class SecureComm:
                     raise
                 secret, self.secret_source = bytes(32), "none (suite 'none' uses no key)"
         except (ValueError, TypeError, KeyScheduleError) as e:
-            local_error = e
+            local_error, node_ids = e, None
             self.suite = SUITES["none"]
         self.algorithm, self.encrypt, self.chunk_bytes = algorithm, encrypt, chunk_bytes
         self.key_exchange, self.small_bytes, self.bcast_chain_bytes = (
@@ -171,53 +181,47 @@ class SecureComm:
             small_bytes,
             bcast_chain_bytes,
         )
-        label = (
-            job_id
-            if job_id is not None
-            else os.environ.get("SECCOMM_JOB_ID", os.environ.get("SLURM_JOB_ID", ""))
-        )
-        self.job_id = str(label)
-        self._job_id = hashlib.sha256(b"seccomm job " + self.job_id.encode()).digest()[:16]
-        cid = np.frombuffer(secrets.token_bytes(16), np.uint8).copy()
-        self._transport.bcast(cid, 0, op_label="communicator setup")
-        self._comm_id = cid.tobytes()
-        # Every rank makes the same collective calls up to the agreement, whatever its arguments
-        # (a rank with bad ones reports them there): the topology exchange always runs.
-        found, local = transport.node_ids()
-        if node_ids is None or local_error is not None:
-            node_ids = found
-        else:
-            local = sum(1 for x in node_ids if x == node_ids[self.rank])
-        self.node_ids = node_ids
+        self._job_id = job_digest(self.job_id)
         self._limit_forced = rotate_after_frames is not None
         self.usage_limit = (
             rotate_after_frames if self._limit_forced else self.suite.usage_limit(chunk_bytes, AAD_BYTES)
         )
-        settings = {
-            "protocol": 1,
-            "suite": self.suite.name if local_error is None else suite,
-            "algorithm": algorithm,
-            "encrypt": encrypt,
-            "chunk_bytes": chunk_bytes,
-            "key_exchange": key_exchange,
-            "job_id": self.job_id,
-            "comm_id": self._comm_id.hex(),
-            "world_size": self.size,
-            "usage_limit": self.usage_limit,
-            "small_bytes": small_bytes,
-            "bcast_chain_bytes": bcast_chain_bytes,
-            "node_ids": hashlib.sha256(repr(node_ids).encode()).hexdigest()[:16],
-        }
-        self._keys = None
-        if secret is not None:
-            self._keys = KeySchedule(secret, self.suite, self._job_id, self._comm_id, self.rank)
-        del secret
-        verify_settings(
-            self._transport, settings, None if self._keys is None else self._keys.confirm_key(), local_error
-        )
-        if key_exchange == "psk-dhe":
-            self._keys.run_dhe(self._transport)
+        settings = {"protocol": 2}  # the setup of seccomm.handshake; frames keep version 1
+        if local_error is None:  # a rank with bad arguments sends its error instead
+            settings.update(
+                suite=self.suite.name,
+                algorithm=algorithm,
+                encrypt=encrypt,
+                chunk_bytes=int(chunk_bytes),
+                key_exchange=key_exchange,
+                job_id=job_label(self.job_id),
+                world_size=self.size,
+                usage_limit=int(self.usage_limit),
+                small_bytes=int(small_bytes),
+                bcast_chain_bytes=int(bcast_chain_bytes),
+                node_ids=None if node_ids is None else node_ids_digest(node_ids),
+            )
+        try:
+            session = establish(
+                self._transport,
+                settings,
+                secret,
+                self.suite,
+                self._job_id,
+                self._transport.host_key(),
+                node_ids,
+                local_error,
+            )
+        except BaseException:
+            self._broken = "setup failed"
+            if not isinstance(comm, Transport):  # the MPITransport made here: free its communicator
+                self._transport.close()
+            raise
+        finally:
+            del secret
+        self._keys, self._comm_id = session.keys, session.comm_id
         self._transport.authenticate_notices(self._keys.notice_key())  # from here on: notices MACed
+        self.node_ids, local = session.node_ids, session.local
         self._device_backend, self._auto_backend = device_backend, None
         self._device_ctx: dict = {}  # backend id -> OpContext of the device engine
         self._seq = 0
@@ -239,7 +243,7 @@ class SecureComm:
             Workspace(),
             self._keys,
             self._pool,
-            EncryptPolicy(encrypt, node_ids),
+            EncryptPolicy(encrypt, self.node_ids),
             self.suite,
             chunk_bytes,
             self.timeout,

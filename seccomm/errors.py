@@ -14,12 +14,13 @@ class SecCommError(Exception):
 
 
 class AuthenticationError(SecCommError):
-    """A frame failed AEAD verification: tampered, replayed, reordered, misdirected or foreign.
+    """A frame failed AEAD verification: tampered, replayed, reordered, misdirected or foreign;
+    or, with ``op == "setup"``, a setup message failed its MAC or AEAD tag (altered or replayed).
 
     Attributes name where it happened, never what the key was:
     ``peer`` (rank the frame came from), ``op`` (operation kind), ``seq`` (operation sequence
-    number on this communicator), ``step`` (hop index), ``chunk`` and ``chunks`` (chunk index
-    and count), ``epoch`` (key epoch), ``suite``.
+    number on this communicator; None for the setup), ``step`` (hop index), ``chunk`` and
+    ``chunks`` (chunk index and count), ``epoch`` (key epoch), ``suite``.
     """
 
     def __init__(
@@ -27,14 +28,15 @@ class AuthenticationError(SecCommError):
     ):
         self.peer, self.op, self.seq, self.step = peer, op, seq, step
         self.chunk, self.chunks, self.epoch, self.suite = chunk, chunks, epoch, suite
-        where = f"{op} #{seq}"
+        where = op if seq is None else f"{op} #{seq}"
         if step is not None:
             where += f", step {step}"
         if chunk is not None:
             where += f", chunk {chunk}/{chunks}"
         if epoch is not None:
             where += f", epoch {epoch}"
-        msg = f"{suite or 'AEAD'} authentication failed on a frame from rank {peer} ({where})"
+        what = "a setup message" if op == "setup" else "a frame"
+        msg = f"{suite or 'AEAD'} authentication failed on {what} from rank {peer} ({where})"
         msg += (
             f": {detail}"
             if detail
@@ -74,7 +76,13 @@ class PeerAbortError(SecCommError):
 
 
 class ConfigMismatchError(SecCommError):
-    """Ranks disagree on suite, key, or settings; raised on every rank at construction."""
+    """Ranks disagree on suite, key, or settings, or a setup message failed its checks; raised on
+    every rank at construction.  ``peer``: the rank whose arguments or setup message failed (None
+    when unknown); ``op``: ``"setup"``."""
+
+    def __init__(self, msg, *, peer=None, op="setup"):
+        self.peer, self.op = peer, op
+        super().__init__(msg)
 
 
 class KeyScheduleError(SecCommError):

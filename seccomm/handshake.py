@@ -1,97 +1,460 @@
-"""Construction-time agreement: one authenticated exchange proves that every rank runs the same
-suite, settings and job secret, and turns any disagreement into the same clear error on every rank
-(never a hang, never a silent mix of settings).
+"""The setup transcript: how the ranks of a new ``SecureComm`` agree on its settings and derive
+fresh keys, as TLS 1.3 does (RFC 8446 §4.4.4: a Finished MAC over the whole handshake; §4.1.3:
+what the peers offered is authenticated, so nobody can downgrade it).
 
-Each rank contributes a fixed-size block: its settings as canonical JSON, the text of any local
-argument error, and HMAC-SHA256 over the JSON under the key-confirmation key (RFC 2104, via
-``cryptography``).  The blocks are allgathered; every rank evaluates all of them identically.
+Every rank sends the same three messages, whatever its arguments, mode or verdict, so the
+sequence of setup collectives is the same on every rank and a failure anywhere becomes an error
+on every rank at the same point (never a hang, never a rank left waiting):
+
+1. **hello** (allgather, :data:`HELLO_BYTES` per rank)::
+
+       u32 n | body (n bytes, canonical JSON) | zeros | HMAC-SHA256(K_hello, "seccomm/1 hello" | body)
+
+   body = ``{rank, nonce, host, share, settings, error}``: the sender's rank, 32 fresh random
+   bytes, its host key (the node map), its X25519 share (psk-dhe), every setting that shapes
+   security, and its argument error if it has one.  K_hello = HKDF(secret, salt = job id,
+   "seccomm/1 hello") (:func:`seccomm.keys.hello_key`).  The MAC binds the sender's rank: nobody
+   without the secret can alter another rank's hello or move it into another rank's place.
+2. **key delivery** (scatter from rank 0, :data:`DELIVERY_BYTES` per rank): with psk-dhe, the
+   group secret sealed with AES-256-GCM under the wrap key of rank 0 and the receiver; with psk,
+   zeros (anything else fails).
+3. **finished** (allgather, :data:`FINISHED_BYTES` per rank)::
+
+       header = u32 status | u32 blamed
+       header | HMAC-SHA256(K_finished, "seccomm/1 finished" | th | u32 rank | header)
+
+   status :data:`OK` when this rank accepted every message so far (blamed 0xFFFFFFFF), else what
+   failed here and whose message (``blamed``; the MAC is then zeros).  K_finished comes from the
+   new session's keys.
+
+Derivation: the transcript is every rank's hello block in rank order (this rank's own as it sent
+it); th = SHA-256("seccomm/1 transcript" | transcript); the session salt is
+SHA-256("seccomm/1 salt" | job id | nonce_0 | ... | nonce_p-1) (RFC 5869 §3.1); every key's info
+ends with th (:class:`~seccomm.keys.KeySchedule`); the communicator id in the AAD is th[:16].
+A hello altered or replayed on its way to any rank gives that rank another transcript, so other
+keys and a finished MAC no other rank accepts: the setup fails on every rank, before any frame.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import struct
+from dataclasses import dataclass, replace
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .errors import ConfigMismatchError
-from .keys import hmac_sha256, hmac_verify
+from .errors import AuthenticationError, ConfigMismatchError, SecCommError
+from .keys import KeySchedule, hello_key, hmac_sha256, hmac_verify
+from .topology import node_ids_from_keys
 
-BLOCK_BYTES = 2048
+HELLO_BYTES = 2048  #: bytes of one hello block
+NONCE_BYTES = 32  #: fresh random bytes per rank and session
+DELIVERY_BYTES = 48  #: a sealed 32-byte group secret and its 16-byte tag
+FINISHED_BYTES = 40  #: status, blamed rank, MAC
+OK, REJECTED, NO_GROUP_SECRET = 0, 1, 2  #: finished status: accepted, a hello failed, key delivery failed
+OP = "setup"
 _MAC = 32
+_BODY_MAX = HELLO_BYTES - 4 - _MAC
+_ERROR_MAX = 512  # characters of an argument error carried in a hello
+_FIELDS = {"rank", "nonce", "host", "share", "settings", "error"}
+_NOBODY = 0xFFFFFFFF
 
 
-def _encode(settings: dict, local_error: str | None, confirm_key: bytes | None) -> np.ndarray:
-    body = json.dumps(
-        {"settings": settings, "error": local_error, "has_secret": confirm_key is not None}, sort_keys=True
-    ).encode()
-    if len(body) > BLOCK_BYTES - _MAC - 4:
-        raise ValueError("settings too large for the configuration check")
-    buf = np.zeros(BLOCK_BYTES, np.uint8)
-    buf[:4] = np.frombuffer(struct.pack(">I", len(body)), np.uint8)
-    buf[4 : 4 + len(body)] = np.frombuffer(body, np.uint8)
-    if confirm_key is not None:
-        buf[-_MAC:] = np.frombuffer(hmac_sha256(confirm_key, body), np.uint8)
-    return buf
+def job_digest(label: str) -> bytes:
+    """The 16-byte job id of the AAD and the salts: SHA-256 of the job label, truncated."""
+    return hashlib.sha256(b"seccomm job " + label.encode()).digest()[:16]
 
 
-_UNREADABLE = {"settings": {}, "error": "unreadable configuration block", "has_secret": False}
+def job_label(label: str) -> str:
+    """The job label as a hello carries it: itself when it is at most 128 printable ASCII
+    characters, else ``sha256:`` and its hex digest (so every hello fits its block)."""
+    if len(label) <= 128 and label.isascii() and label.isprintable():
+        return label
+    return "sha256:" + hashlib.sha256(label.encode()).hexdigest()
 
 
-def _parse(body: bytes) -> dict:
-    """A peer's block as ``{"settings": dict, "error": str | None, "has_secret": bool}``; any
-    other content (not UTF-8, not JSON, another shape) reads as an unreadable block."""
+def node_ids_digest(node_ids: list[int]) -> str:
+    """The user's node ids as the hello's settings carry them (every rank must give the same)."""
+    return hashlib.sha256(repr([int(x) for x in node_ids]).encode()).hexdigest()[:16]
+
+
+# -- message 1: hello ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello:
+    """One rank's hello.  ``nonce``: 32 bytes; ``host``: 63-bit host key; ``share``: 32-byte
+    X25519 public key (psk-dhe) or None; ``settings``: JSON-able dict; ``error``: text or None."""
+
+    rank: int
+    nonce: bytes
+    host: int
+    share: bytes | None
+    settings: dict
+    error: str | None
+
+    def body(self) -> bytes:
+        """The canonical JSON encoding (sorted keys, no spaces): one body per hello."""
+        d = {
+            "rank": self.rank,
+            "nonce": self.nonce.hex(),
+            "host": self.host,
+            "share": None if self.share is None else self.share.hex(),
+            "settings": self.settings,
+            "error": self.error,
+        }
+        return json.dumps(d, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def encode_hello(hello: Hello, key: bytes | None) -> np.ndarray:
+    """The hello block (uint8, :data:`HELLO_BYTES`), MACed under ``key`` (zeros when None: a rank
+    without a secret, whose hello carries its error).  ``ValueError`` if the body does not fit."""
+    body = hello.body()
+    if len(body) > _BODY_MAX:
+        raise ValueError(f"setup hello of {len(body)} bytes exceeds {_BODY_MAX}")
+    block = bytearray(HELLO_BYTES)
+    block[:4] = struct.pack(">I", len(body))
+    block[4 : 4 + len(body)] = body
+    if key is not None:
+        block[-_MAC:] = hmac_sha256(key, b"seccomm/1 hello" + body)
+    return np.frombuffer(bytes(block), np.uint8).copy()
+
+
+def split_hello(block: bytes) -> tuple[bytes, bytes] | None:
+    """``(body, mac)`` of a hello block, or None unless the length fits and the padding is zero."""
+    n = struct.unpack(">I", block[:4])[0]
+    if n > _BODY_MAX or any(block[4 + n : HELLO_BYTES - _MAC]):
+        return None
+    return block[4 : 4 + n], block[HELLO_BYTES - _MAC :]
+
+
+def decode_hello(block: bytes) -> Hello | None:
+    """The :class:`Hello` in ``block``, or None when it is not one canonically encoded hello."""
+    parts = split_hello(block)
+    if parts is None:
+        return None
     try:
-        d = json.loads(body)
-    except ValueError:  # includes UnicodeDecodeError
-        return _UNREADABLE
-    if (
-        not isinstance(d, dict)
-        or not isinstance(d.get("settings"), dict)
-        or not isinstance(d.get("error"), (str, type(None)))
-        or not isinstance(d.get("has_secret"), bool)
-    ):
-        return _UNREADABLE
-    return d
+        d = json.loads(parts[0])
+        h = Hello(
+            _int(d["rank"]),
+            _hex(d["nonce"]),
+            _int(d["host"]),
+            None if d["share"] is None else _hex(d["share"]),
+            d["settings"],
+            d["error"],
+        )
+        ok = set(d) == _FIELDS and isinstance(h.settings, dict) and isinstance(h.error, (str, type(None)))
+    except (ValueError, TypeError, KeyError):  # ValueError includes UnicodeDecodeError, JSON errors
+        return None
+    return h if ok and h.body() == parts[0] else None
 
 
-def verify_settings(
-    transport, settings: dict, confirm_key: bytes | None, local_error: BaseException | None
-) -> None:
-    """Allgather and compare; raise on every rank if anything differs.
+def _int(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("not an integer")
+    return v
 
-    The rank whose own arguments were bad re-raises its ``local_error`` (a ``ValueError``,
-    ``TypeError`` or ``KeyScheduleError``); the others raise ``ConfigMismatchError`` naming it.
-    """
-    size, rank = transport.size, transport.rank
-    mine = _encode(settings, None if local_error is None else str(local_error), confirm_key)
-    allv = np.empty((size, BLOCK_BYTES), np.uint8)
-    transport.allgather(mine, allv, op_label="configuration check")
-    bodies, parsed = [], []
-    for j in range(size):
-        n = struct.unpack(">I", allv[j, :4].tobytes())[0]
-        body = allv[j, 4 : 4 + min(n, BLOCK_BYTES - _MAC - 4)].tobytes()
-        bodies.append(body)
-        canonical = n <= BLOCK_BYTES - _MAC - 4 and not allv[j, 4 + n : BLOCK_BYTES - _MAC].any()
-        parsed.append(_parse(body) if canonical else _UNREADABLE)  # padding must be zero
-    bad = [(j, d["error"]) for j, d in enumerate(parsed) if d.get("error")]
+
+def _hex(v) -> bytes:
+    b = bytes.fromhex(v)
+    if len(b) != 32:
+        raise ValueError("not 32 bytes")
+    return b
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """Every rank's hello block in rank order, as this rank holds them, and their hellos
+    (None where a block is not a readable hello)."""
+
+    blocks: tuple[bytes, ...]
+    hellos: tuple[Hello | None, ...]
+
+    @classmethod
+    def from_rows(cls, rows: np.ndarray) -> "Transcript":
+        blocks = tuple(bytes(r) for r in rows)
+        return cls(blocks, tuple(decode_hello(b) for b in blocks))
+
+    def digest(self) -> bytes:
+        """th = SHA-256("seccomm/1 transcript" | every block): what every key and finished MAC binds."""
+        return hashlib.sha256(b"seccomm/1 transcript" + b"".join(self.blocks)).digest()
+
+    def salt(self, job_id: bytes) -> bytes:
+        """The session salt, SHA-256("seccomm/1 salt" | job id | every rank's nonce) (RFC 5869
+        §3.1: nonces exchanged and authenticated); only after :func:`check_hellos` passed."""
+        return hashlib.sha256(b"seccomm/1 salt" + job_id + b"".join(h.nonce for h in self.hellos)).digest()
+
+    def node_map(self, user_node_ids, rank: int) -> tuple[list[int], int]:
+        """(node id of every rank, ranks on ``rank``'s node) from the authenticated host keys: two
+        ranks share a node only when their hosts agree and, if ``user_node_ids`` is given, the
+        user's node ids agree too (they can split nodes, never merge hosts)."""
+        keys = [h.host for h in self.hellos]
+        if user_node_ids is not None:
+            keys = list(zip(user_node_ids, keys))
+        return node_ids_from_keys(keys, rank)
+
+
+def check_hellos(t: Transcript, key: bytes | None, rank: int) -> None:
+    """The checks on every hello, in order, each naming the rank whose hello failed (the same
+    error on every rank that holds the same transcript).  Raises ``ConfigMismatchError``."""
+    for j, h in enumerate(t.hellos):
+        if h is not None and h.error:
+            raise ConfigMismatchError(f"setup: rank {j} rejected its SecureComm arguments: {h.error}", peer=j)
+    bad = [j for j, h in enumerate(t.hellos) if h is None]
     if bad:
-        if local_error is not None:
-            raise local_error
-        j, err = bad[0]
-        raise ConfigMismatchError(f"rank {j} rejected its SecureComm arguments: {err}")
-    diffs = []
-    ref = parsed[0]["settings"]
-    for key in sorted(set().union(*(d["settings"].keys() for d in parsed))):
-        vals = {j: d["settings"].get(key) for j, d in enumerate(parsed)}
-        odd = [j for j, v in vals.items() if v != ref.get(key)]
-        if odd:
-            diffs.append(f"{key}: rank 0 {ref.get(key)!r}, rank {odd[0]} {vals[odd[0]]!r}")
-    if diffs:
-        raise ConfigMismatchError("SecureComm settings differ across ranks: " + "; ".join(diffs))
-    failed = [j for j in range(size) if not hmac_verify(confirm_key, bodies[j], allv[j, -_MAC:].tobytes())]
+        raise ConfigMismatchError(
+            f"setup: the hello from rank {bad[0]} is unreadable on rank {rank}: altered in transit, "
+            f"or another seccomm version",
+            peer=bad[0],
+        )
+    failed = [j for j in range(len(t.blocks)) if not _authentic(t, j, key)]
     if failed:
         raise ConfigMismatchError(
-            f"job secret differs across ranks: key confirmation from rank(s) {failed[:8]} failed "
-            f"on rank {rank} (check SECCOMM_PSK_FILE / SECCOMM_PSK on every node)"
+            f"setup: job secret differs across ranks, or a hello was altered in transit: the hello "
+            f"from rank(s) {failed[:8]} failed authentication on rank {rank} (check "
+            f"SECCOMM_PSK_FILE / SECCOMM_PSK on every node)",
+            peer=failed[0],
         )
+    _check_settings(t)
+
+
+def _authentic(t: Transcript, j: int, key: bytes | None) -> bool:
+    """Hello ``j`` carries a valid MAC and was sent as rank ``j`` (not moved from another place)."""
+    body, mac = split_hello(t.blocks[j])
+    return key is not None and t.hellos[j].rank == j and hmac_verify(key, b"seccomm/1 hello" + body, mac)
+
+
+def _check_settings(t: Transcript) -> None:
+    ref = t.hellos[0].settings
+    diffs, peer = [], None
+    for name in sorted(set().union(*(h.settings for h in t.hellos))):
+        vals = [h.settings.get(name) for h in t.hellos]
+        odd = [j for j, v in enumerate(vals) if v != ref.get(name)]
+        if odd:
+            diffs.append(f"{name}: rank 0 {ref.get(name)!r}, rank {odd[0]} {vals[odd[0]]!r}")
+            peer = odd[0] if peer is None else min(peer, odd[0])
+    if diffs:
+        msg = "setup: SecureComm settings differ across ranks: " + "; ".join(diffs)
+        raise ConfigMismatchError(msg, peer=peer)
+    dhe = ref.get("key_exchange") == "psk-dhe"
+    odd = [j for j, h in enumerate(t.hellos) if (h.share is not None) != dhe]
+    if odd:
+        raise ConfigMismatchError(f"setup: the hello from rank {odd[0]} has no X25519 share", peer=odd[0])
+
+
+# -- the run of one rank -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Session:
+    """What a successful setup gives a rank: its key schedule, the communicator id of the AAD,
+    the node map (node id of every rank) and the number of ranks on its node."""
+
+    keys: KeySchedule
+    comm_id: bytes
+    node_ids: list
+    local: int
+
+
+def establish(
+    transport, settings: dict, secret, suite, job_id: bytes, host: int, node_ids, local_error
+) -> Session:
+    """Run the three setup messages on ``transport`` (collective) and return this rank's session.
+
+    ``settings``: the values every rank must share (a JSON-able dict; ``key_exchange`` selects
+    psk-dhe); ``secret``: the job secret (None only with a ``local_error``); ``suite``: a
+    :class:`~seccomm.suites.CipherSuite`; ``job_id``: 16 bytes; ``host``: this rank's host key;
+    ``node_ids``: the user's node ids or None; ``local_error``: this rank's argument error.
+
+    Raises, on every rank: this rank's own ``local_error``; ``ConfigMismatchError`` (peer, op
+    "setup") when arguments, settings or the secret differ, or a hello failed; and
+    ``AuthenticationError`` (op "setup") naming the rank whose key delivery or finished MAC
+    failed, when a message was altered or replayed; ``TransportTimeout`` when a rank never joins.
+    """
+    run = _Setup(transport, secret, suite, job_id, local_error, settings.get("key_exchange") == "psk-dhe")
+    t = run.hello(settings, host)
+    run.check(t, node_ids)
+    run.key_delivery()
+    return run.finished(t)
+
+
+class _Setup:
+    """One rank's run of the setup: one method per message.  ``failure``: the first thing that
+    failed on this rank; it goes out in the finished message and is raised after it."""
+
+    def __init__(self, transport, secret, suite, job_id, local_error, dhe: bool):
+        self.tr, self.rank, self.size = transport, transport.rank, transport.size
+        self.secret, self.suite, self.job_id, self.dhe = secret, suite, job_id, dhe
+        self.key = None if secret is None else hello_key(secret, job_id)
+        self.failure, self.status, self.blamed = None, OK, _NOBODY
+        if local_error is not None:
+            self._fail(local_error, REJECTED, self.rank)
+        self.keys = self.session = self._eph = None
+
+    def _fail(self, error: BaseException, status: int, blamed: int) -> None:
+        if self.failure is None:
+            self.failure, self.status, self.blamed = error, status, blamed
+
+    def hello(self, settings: dict, host: int) -> Transcript:
+        """Message 1: send this rank's hello, receive every rank's; the transcript."""
+        share = None
+        if self.dhe:
+            self._eph = X25519PrivateKey.generate()
+            share = self._eph.public_key().public_bytes_raw()
+        error = None
+        if self.failure is not None:
+            error = str(self.failure)[:_ERROR_MAX] or type(self.failure).__name__
+        hello = Hello(self.rank, os.urandom(NONCE_BYTES), int(host), share, settings, error)
+        while len(hello.body()) > _BODY_MAX and hello.error:  # an error too long for the block
+            hello = replace(hello, error=hello.error[: len(hello.error) // 2])
+        mine = encode_hello(hello, self.key)
+        rows = np.empty((self.size, HELLO_BYTES), np.uint8)
+        self.tr.allgather(mine, rows, op_label="setup: hello")
+        rows[self.rank] = mine  # this rank's own hello as it sent it
+        return Transcript.from_rows(rows)
+
+    def check(self, t: Transcript, user_node_ids) -> None:
+        """Check every hello; derive the session's keys from the transcript (psk-dhe: with the
+        pairwise X25519 secrets, after which the private key is dropped)."""
+        try:
+            if self.failure is None:
+                check_hellos(t, self.key, self.rank)
+                ids, local = t.node_map(user_node_ids, self.rank)
+                keys = KeySchedule(self.secret, self.suite, t.salt(self.job_id), t.digest(), self.rank)
+                if self.dhe:
+                    keys.use_dhe(self._pairwise(t))
+                self.keys, self.session = keys, Session(keys, t.digest()[:16], ids, local)
+        except SecCommError as e:
+            self._fail(e, REJECTED, self.rank if getattr(e, "peer", None) is None else e.peer)
+        finally:
+            self._eph = None  # the ephemeral private key is never used again
+
+    def _pairwise(self, t: Transcript) -> dict[int, bytes]:
+        pair = {}
+        for j, h in enumerate(t.hellos):
+            if j != self.rank:
+                try:
+                    pair[j] = self._eph.exchange(X25519PublicKey.from_public_bytes(h.share))
+                except ValueError:  # a low-order point: no shared secret
+                    raise ConfigMismatchError(
+                        f"setup: the X25519 share of rank {j} gives no shared secret", peer=j
+                    ) from None
+        return pair
+
+    def key_delivery(self) -> None:
+        """Message 2: rank 0 sends each rank the group secret sealed under their wrap key
+        (psk-dhe); zeros otherwise, and from a rank that already failed."""
+        live = self.dhe and self.failure is None
+        group = os.urandom(32) if live and self.rank == 0 else None
+        blobs = np.zeros((self.size, DELIVERY_BYTES), np.uint8)
+        for j in range(1, self.size) if group is not None else ():
+            sealed = AESGCM(self.keys.wrap_key(j)).encrypt(bytes(12), group, _delivery_aad(j))
+            blobs[j] = np.frombuffer(sealed, np.uint8)
+        got = np.zeros(DELIVERY_BYTES, np.uint8)
+        self.tr.scatter(blobs, got, root=0, op_label="setup: key delivery")
+        if self.failure is None and self.rank != 0:
+            group = self._open_delivery(got.tobytes())
+        if live and self.failure is None:
+            self.keys.use_group_secret(group)
+
+    def _open_delivery(self, blob: bytes) -> bytes | None:
+        """The group secret in rank 0's key delivery (psk-dhe; psk: the delivery must be zeros);
+        a failure is recorded, naming rank 0."""
+        if not self.dhe:
+            if any(blob):
+                self._fail(
+                    _delivery_error("psk mode delivers zeros; these were altered in transit"),
+                    NO_GROUP_SECRET,
+                    0,
+                )
+            return None
+        try:
+            return AESGCM(self.keys.wrap_key(self.rank)).decrypt(bytes(12), blob, _delivery_aad(self.rank))
+        except InvalidTag:
+            detail = "the group secret failed authentication (altered or replayed in transit)"
+            self._fail(_delivery_error(detail), NO_GROUP_SECRET, 0)
+            return None
+
+    def finished(self, t: Transcript) -> Session:
+        """Message 3: send this rank's verdict and finished MAC, receive every rank's.  Raises, in
+        this order: this rank's rejection of a hello (or its own arguments); another rank's
+        rejection (rank 0 sends no group secret after one); this rank's failed key delivery;
+        another rank's; a finished MAC that does not match this rank's transcript."""
+        header, mac = struct.pack(">II", self.status, self.blamed), bytes(_MAC)
+        if self.failure is None:
+            mac = hmac_sha256(self.keys.finished_key(), finished_input(t.digest(), self.rank, header))
+        mine = np.frombuffer(header + mac, np.uint8)
+        rows = np.empty((self.size, FINISHED_BYTES), np.uint8)
+        self.tr.allgather(mine, rows, op_label="setup: finished")
+        if self.status == REJECTED:
+            raise self.failure
+        for j, status, blamed in self._reports(rows):
+            if status == REJECTED or self.failure is None:
+                raise _reported(j, status, blamed)
+        if self.failure is not None:
+            raise self.failure
+        self._check_finished_macs(t, rows)
+        return self.session
+
+    def _reports(self, rows: np.ndarray) -> list[tuple[int, int, int]]:
+        """(rank, status, blamed rank) of every other rank that reports a failure, rejections
+        first; a blamed rank outside this communicator becomes the reporting rank."""
+        reports = []
+        for j in range(self.size):
+            status, blamed = struct.unpack(">II", rows[j, :8].tobytes())
+            if j != self.rank and status != OK:
+                reports.append((j, status, blamed if blamed < self.size else j))
+        return sorted(reports, key=lambda r: r[1] != REJECTED)
+
+    def _check_finished_macs(self, t: Transcript, rows: np.ndarray) -> None:
+        """Every other rank's finished MAC over this rank's transcript hash and that rank."""
+        key, th = self.keys.finished_key(), t.digest()
+        failed = [
+            j
+            for j in range(self.size)
+            if j != self.rank
+            and not hmac_verify(key, finished_input(th, j, rows[j, :8].tobytes()), rows[j, 8:].tobytes())
+        ]
+        if failed:
+            detail = (
+                f"the finished MAC of rank(s) {failed[:8]} does not match the setup transcript of rank "
+                f"{self.rank}: a setup message was altered or replayed in transit (no key of this "
+                f"session was used)"
+            )
+            raise AuthenticationError(peer=failed[0], op=OP, seq=None, suite="HMAC-SHA256", detail=detail)
+
+
+def _delivery_error(detail: str) -> AuthenticationError:
+    detail = f"key delivery from rank 0: {detail}"
+    return AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
+
+
+def _delivery_aad(j: int) -> bytes:
+    return b"seccomm/1 key delivery" + struct.pack(">I", j)
+
+
+def finished_input(th: bytes, rank: int, header: bytes) -> bytes:
+    """What the finished MAC of ``rank`` covers: the label, the transcript hash, the rank and the
+    message's 8-byte header (status, blamed), so no bit of an accepting rank's finished message
+    is left unauthenticated."""
+    return b"seccomm/1 finished" + th + struct.pack(">I", rank) + header
+
+
+def _reported(j: int, status: int, blamed: int) -> SecCommError:
+    """The error a rank raises when rank ``j``'s finished message reports a failure there, caused
+    by rank ``blamed``'s message (``j`` itself for its own arguments, or when the report names no
+    rank of this communicator).  Reports are not authenticated: a forged one can only stop the
+    setup, never make it succeed."""
+    if status == NO_GROUP_SECRET:
+        detail = f"rank {j} could not authenticate the key delivery from rank 0 (altered or replayed)"
+        return AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)
+    whose = "its own arguments" if blamed == j else f"the hello from rank {blamed}"
+    return ConfigMismatchError(
+        f"setup: rank {j} rejected the setup because of {whose} (see the error raised on rank {j})",
+        peer=blamed,
+    )

@@ -4,17 +4,22 @@ Secret sources, in order: the ``psk=`` argument, ``SECCOMM_PSK_FILE`` (a file of
 or hex; refused when readable or writable by group or others), ``SECCOMM_PSK`` (hex).  The local
 launcher writes a fresh secret to a 0600 file for each run.
 
-Keys, all 32 bytes, ``HKDF(SHA-256, ikm, salt = job_id || comm_id, info)``::
+Keys, all 32 bytes, ``HKDF(SHA-256, ikm, salt, info)`` with the salt and the transcript hash
+``th`` of the setup (:mod:`seccomm.handshake`: salt = SHA-256 of the job id and every rank's fresh
+nonce, RFC 5869 §3.1; ``th`` = SHA-256 of every rank's hello)::
 
-    direction key (src->dst, epoch e)  info = "seccomm/1 dir"   | suite | e | src | dst
-    group key (epoch e)                info = "seccomm/1 group" | suite | e
-    key confirmation (handshake)       info = "seccomm/1 confirm"
+    hello MAC key (setup, every rank)  HKDF(secret, salt = job id, info = "seccomm/1 hello")
+    direction key (src->dst, epoch e)  info = "seccomm/1 dir|"   suite "|" e src dst "|" th
+    group key (epoch e)                info = "seccomm/1 group|" suite "|" e "|" th
+    finished key (setup)               info = "seccomm/1 finished|" suite "||" th
+    group-secret wrap (0 <-> j)        info = "seccomm/1 group-wrap|" suite "|" j "|" th
 
-In ``psk`` mode ikm is the job secret.  In ``psk-dhe`` mode every rank contributes an ephemeral
-X25519 share, authenticated with an HMAC under a PSK-derived key; direction keys use
-``ikm = secret || X25519(src, dst)`` and the group key a random group secret that rank 0 sends to
-each rank sealed under their pairwise key.  The ephemeral private key is dropped after the
-exchange, so recording the traffic and later learning the PSK does not reveal the keys.
+In ``psk`` mode ikm is the job secret.  In ``psk-dhe`` mode every rank's hello carries an
+ephemeral X25519 share (authenticated by the hello MAC and the finished MAC); direction keys use
+``ikm = secret || X25519(src, dst)``, the group and finished keys ``ikm = secret || group secret``,
+a random group secret that rank 0 sends to each rank sealed under their wrap key.  The ephemeral
+private key is dropped after the exchange, so recording the traffic and later learning the PSK
+does not reveal the keys.
 """
 
 from __future__ import annotations
@@ -23,13 +28,11 @@ import os
 import stat
 import struct
 
-from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, hmac
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .errors import AuthenticationError, KeyScheduleError
+from .errors import KeyScheduleError
 
 MIN_SECRET_BYTES = 32
 KEY_EXCHANGES = ("psk", "psk-dhe")
@@ -120,17 +123,26 @@ def hmac_verify(key: bytes, msg: bytes, tag: bytes) -> bool:
         return False
 
 
+def hello_key(secret: bytes, job_id: bytes) -> bytes:
+    """The key of every rank's hello MAC (:mod:`seccomm.handshake`): from the job secret and the
+    16-byte job id only, since no nonce is known before the hellos."""
+    return hkdf(secret, job_id, b"seccomm/1 hello")
+
+
 class KeySchedule:
     """Derives and caches per-epoch keys, as raw bytes (GPU kernels) and as keyed suites
     (:class:`~seccomm.suites.SuiteKey`, the CPU engine).  Holds secrets; its repr shows none.
 
-    ``suite``: a :class:`~seccomm.suites.CipherSuite`; ``job_id``, ``comm_id``: 16 bytes each.
+    ``suite``: a :class:`~seccomm.suites.CipherSuite`; ``salt``: the session salt (32 bytes:
+    job id and every rank's nonce, :meth:`seccomm.handshake.Transcript.salt`); ``context``: the
+    transcript hash (32 bytes), bound into every key's info as TLS 1.3 binds its transcript
+    (RFC 8446 §7.1); ``rank``: this rank.
     """
 
-    def __init__(self, secret: bytes, suite, job_id: bytes, comm_id: bytes, rank: int):
+    def __init__(self, secret: bytes, suite, salt: bytes, context: bytes, rank: int):
         self._secret = secret
         self.suite, self.rank = suite, rank
-        self._salt = job_id + comm_id
+        self._salt, self._context = salt, context
         self._pair: dict[int, bytes] | None = None  # psk-dhe pairwise secrets
         self._group_secret: bytes | None = None
         self._cache: dict[tuple, object] = {}
@@ -140,26 +152,34 @@ class KeySchedule:
         return f"<KeySchedule suite={self.suite.name} mode={self.mode} rank={self.rank}>"
 
     def _info(self, label: bytes, *fields: int) -> bytes:
-        return (
-            b"seccomm/1 "
-            + label
-            + b"|"
-            + self.suite.name.encode()
-            + b"|"
-            + struct.pack(f">{len(fields)}I", *fields)
-        )
+        head = b"seccomm/1 " + label + b"|" + self.suite.name.encode() + b"|"
+        return head + struct.pack(f">{len(fields)}I", *fields) + b"|" + self._context
 
-    def confirm_key(self) -> bytes:
-        return hkdf(self._secret, self._salt, b"seccomm/1 confirm")
+    def use_dhe(self, pair: dict[int, bytes]) -> None:
+        """psk-dhe: the X25519 secret shared with every other rank (``{rank: 32 bytes}``)."""
+        self._pair, self.mode = dict(pair), "psk-dhe"
+        self._cache.clear()
+
+    def use_group_secret(self, group_secret: bytes) -> None:
+        """psk-dhe: the 32-byte group secret rank 0 drew for this session."""
+        self._group_secret = group_secret
+        self._cache.clear()
+
+    def wrap_key(self, j: int) -> bytes:
+        """psk-dhe: the key that seals the group secret between rank 0 and rank ``j`` (>= 1)."""
+        other = j if self.rank == 0 else 0
+        return hkdf(self._secret + self._pair[other], self._salt, self._info(b"group-wrap", j))
+
+    def finished_key(self) -> bytes:
+        """The key of every rank's finished MAC: from the new session's secrets (psk: the job
+        secret; psk-dhe: with the group secret), the salt and the transcript hash."""
+        return hkdf(self._secret + (self._group_secret or b""), self._salt, self._info(b"finished"))
 
     def notice_key(self) -> bytes:
-        """Key of the give-up/abort notices (:mod:`seccomm.transports.mpi`): HKDF(secret [||
-        group secret in psk-dhe], the session's salt, "seccomm/1 notice"); a session of its own
-        through the salt.  Any rank of the session can derive it."""
-        return hkdf(self._secret + (self._group_secret or b""), self._salt, b"seccomm/1 notice")
-
-    def _dhe_auth_key(self) -> bytes:
-        return hkdf(self._secret, self._salt, b"seccomm/1 dhe-auth")
+        """Key of the give-up/abort notices (:mod:`seccomm.transports.mpi`): from the session's
+        secrets (psk: the job secret; psk-dhe: with the group secret), the salt and the transcript
+        hash, label "notice".  Any rank of the session can derive it."""
+        return hkdf(self._secret + (self._group_secret or b""), self._salt, self._info(b"notice"))
 
     def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
         """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU
@@ -202,48 +222,3 @@ class KeySchedule:
     def forget_before(self, epoch: int) -> None:
         """Drop cached keys of epochs older than ``epoch`` (after a rotation)."""
         self._cache = {k: v for k, v in self._cache.items() if k[1] >= epoch}
-
-    def run_dhe(self, transport) -> None:
-        """psk-dhe: authenticated ephemeral X25519 exchange over ``transport`` (collective).
-
-        Raises ``AuthenticationError`` naming the rank whose share or group secret fails.
-        """
-        import numpy as np
-
-        size, rank = transport.size, self.rank
-        auth = self._dhe_auth_key()
-        eph = X25519PrivateKey.generate()
-        pub = eph.public_key().public_bytes_raw()
-        mine = np.frombuffer(pub + hmac_sha256(auth, b"share" + struct.pack(">I", rank) + pub), np.uint8)
-        allv = np.empty((size, 64), np.uint8)
-        transport.allgather(mine, allv, op_label="key exchange")
-        pair = {}
-        for j in range(size):
-            if j == rank:
-                continue
-            pj = allv[j, :32].tobytes()
-            if not hmac_verify(auth, b"share" + struct.pack(">I", j) + pj, allv[j, 32:].tobytes()):
-                raise AuthenticationError(
-                    peer=j, op="key exchange", seq=0, detail="X25519 share not authenticated by the PSK"
-                )
-            pair[j] = eph.exchange(X25519PublicKey.from_public_bytes(pj))
-        del eph
-        wrap_info = b"seccomm/1 group-wrap"
-        blobs = np.zeros((size, 48), np.uint8)
-        if rank == 0:
-            gsecret = os.urandom(32)
-            for j in range(1, size):
-                k = AESGCM(hkdf(self._secret + pair[j], self._salt, wrap_info))
-                blobs[j] = np.frombuffer(k.encrypt(b"\0" * 12, gsecret, struct.pack(">I", j)), np.uint8)
-        got = np.empty(48, np.uint8)
-        transport.scatter(blobs, got, root=0, op_label="key exchange")
-        if rank != 0:
-            k = AESGCM(hkdf(self._secret + pair[0], self._salt, wrap_info))
-            try:
-                gsecret = k.decrypt(b"\0" * 12, got.tobytes(), struct.pack(">I", rank))
-            except InvalidTag:
-                raise AuthenticationError(
-                    peer=0, op="key exchange", seq=0, detail="group secret not authenticated"
-                ) from None
-        self._pair, self._group_secret, self.mode = pair, gsecret, "psk-dhe"
-        self._cache.clear()

@@ -4,7 +4,9 @@
 two ranks of one node use the ``none`` suite (same framing, no cryptography); frames between
 nodes, and group-key frames whenever the job spans more than one node (they are forwarded across
 the whole ring or tree), use the suite.  The node map is every rank's node id (the lowest rank on
-its host), identical on all ranks.
+its node), from the host keys of the authenticated setup transcript (:mod:`seccomm.handshake`),
+so identical on all ranks: two ranks share a node only when their hosts (and the user's
+``node_ids``, if given) agree.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Which ranks share a node: every rank's host name, exchanged with a non-blocking allgather
-(a deadline applies), and the lowest rank on each host as its node id."""
+"""Which ranks share a node: every rank's host key (a hash of its host name), carried in its
+authenticated setup hello (:mod:`seccomm.handshake`), and the lowest rank on each host as its
+node id."""
 
 from __future__ import annotations
 

@@ -644,6 +644,151 @@ def policy(comm, rec):
     sc.close()
 
 
+def _setup_error(err) -> bool:
+    """A clear setup error: ConfigMismatchError or AuthenticationError of the op "setup", naming a
+    rank (never a timeout)."""
+    return (
+        isinstance(err, (ConfigMismatchError, AuthenticationError))
+        and err.op == "setup"
+        and err.peer in range(MPI.COMM_WORLD.size)
+    )
+
+
+@scenario
+def setup_downgrade(comm, rec):
+    """issue 13 finding 1: ranks on two simulated hosts with encrypt='inter-node'.  Honest: frames
+    between hosts carry no plaintext window, frames inside a host do (the search can fail).  Host
+    keys rewritten in transit so that every rank sees every peer on its own host: a setup error
+    on every rank and no plaintext window on the wire.  node_ids claiming one node for two hosts:
+    still encrypted between the hosts."""
+    from seccomm.compliance.attack import AttackTransport, _SimulatedHost, two_hosts
+    from seccomm.compliance.evidence import find_plaintext, gradients
+    from seccomm.transports import RecordingTransport
+
+    if comm.size < 2:
+        return
+    hosts = two_hosts(comm.size)
+    for kx in ("psk", "psk-dhe"):
+        for case, attack, node_ids in (
+            ("honest", False, None),
+            ("forged host keys", True, None),
+            ("node_ids merging hosts", False, [0] * comm.size),
+        ):
+            made = []
+
+            def wrap(t, attack=attack):
+                made.append(RecordingTransport(_SimulatedHost(t, 0x5EC0 + hosts[comm.rank])))
+                return AttackTransport(made[0], "forge-node-map") if attack else made[0]
+
+            inputs = [gradients(r, 4099, 17) for r in range(comm.size)]
+            y, err = np.zeros(4099, np.float32), None
+            try:
+                sc = SecureComm(
+                    comm,
+                    psk=PSK,
+                    encrypt="inter-node",
+                    algorithm="ring",
+                    key_exchange=kx,
+                    node_ids=node_ids,
+                    timeout=10,
+                    wrap_transport=wrap,
+                )
+                sc.allreduce(inputs[comm.rank], y)
+                sc.close()
+            except SecCommError as e:
+                err = e
+            frames = made[0].frames
+            cross = [f for kind, peer, f in frames if kind == "frame" and hosts[peer] != hosts[comm.rank]]
+            near = [f for kind, peer, f in frames if kind == "frame" and hosts[peer] == hosts[comm.rank]]
+            found = [find_plaintext(fs, inputs + [y])["hits"] for fs in (cross, near)]
+            tag = f"setup_downgrade[{kx}] {case}: {type(err).__name__}: {err}"
+            if attack:  # nothing but setup messages left this rank, and no plaintext among them
+                everything = find_plaintext([f for _, _, f in frames], inputs)["hits"]
+                rec(tag, _setup_error(err) and not cross and not near and everything == 0)
+            else:
+                rec(tag, err is None)
+            tot = np.array([len(cross), found[0], len(near), found[1]], np.int64)
+            comm.Allreduce(MPI.IN_PLACE, tot)
+            if comm.rank == 0 and not attack:  # cross-host hops sealed; same-host ones in the clear
+                clear = tot[2] == 0 or tot[3] > 0 or node_ids is not None
+                rec(
+                    f"{tag}: {tot[0]} cross-host frames, {tot[1]} plaintext windows; {tot[2]} same-host "
+                    f"frames, {tot[3]} plaintext windows",
+                    tot[0] > 0 and tot[1] == 0 and clear,
+                )
+            comm.Barrier()
+
+
+@scenario
+def setup_replay(comm, rec):
+    """issue 13 finding 2: session A is set up and used; session B's setup then receives session
+    A's messages (rank 0's, or every other rank's) on ranks 1..p-1: a setup error on every rank,
+    at once (no rank waits out its deadline); an honest session B on the same communicator and
+    secret seals no (key, nonce) pair that session A sealed"""
+    import time
+
+    from seccomm.compliance.attack import AttackTransport
+
+    if comm.size < 2:
+        return
+    for kx in ("psk", "psk-dhe"):
+        for who in ("rank 0", "every other rank"):
+            seals_a, seals_b = [], []
+            a = SecureComm(comm, psk=PSK, key_exchange=kx, timeout=10, wrap_transport=_recorder)
+            _record_key_seals(a._keys, seals_a)
+            _seal_some(comm, a)
+            senders = {0} if who == "rank 0" else set(range(comm.size)) - {comm.rank}
+
+            def replay(t, senders=senders):
+                return AttackTransport(t, "replay-setup", replay=a.transport.seen, senders=senders)
+
+            t0, err = time.monotonic(), None
+            try:
+                wrap = replay if comm.rank else None
+                SecureComm(comm, psk=PSK, key_exchange=kx, timeout=10, wrap_transport=wrap)
+            except SecCommError as e:
+                err = e
+            secs = time.monotonic() - t0
+            tag = f"setup_replay[{kx}] {who}: {type(err).__name__}: {err} ({secs:.2f} s)"
+            rec(tag, _setup_error(err) and secs < 5)
+            b = SecureComm(comm, psk=PSK, key_exchange=kx, timeout=10)
+            _record_key_seals(b._keys, seals_b)
+            _seal_some(comm, b)
+            both = comm.gather((seals_a, seals_b), root=0)
+            if comm.rank == 0:
+                sa = {s for part in both for s in part[0]}
+                sb = [s for part in both for s in part[1]]
+                rec(
+                    f"setup_replay[{kx}] honest session B: {len(sb)} seals, none of session A's {len(sa)}",
+                    len(sb) >= 4 * comm.size and len(set(sb)) == len(sb) and not sa & set(sb),
+                )
+            b.close()
+            a.close()
+            comm.Barrier()
+
+
+def _recorder(t):
+    from seccomm.compliance.attack import AttackTransport
+
+    return AttackTransport(t, "replay-setup")  # records every setup message received (seen)
+
+
+def _record_key_seals(keys, log):
+    """Like :func:`_record_seals`, logging the key bytes themselves (sessions have other keys)."""
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: _RecordingKey(direction(e, a, b), keys.direction_key(e, a, b), log)
+    keys.group = lambda e: _RecordingKey(group(e), keys.group_key(e), log)
+
+
+def _seal_some(comm, sc):
+    x = make_data(comm, "float32", 3001)
+    y = np.empty_like(x)
+    for alg in ("ring", "recursive_doubling"):
+        sc.algorithm = alg
+        sc.allreduce(x, y)
+    sc.allgather(x[: sc.block_counts(x.size)[comm.rank]], np.empty(x.size, x.dtype))
+
+
 @scenario
 def wire(comm, rec):
     """wire evidence: no 16-byte window of plaintext on the wire under encrypting suites; the

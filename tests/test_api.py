@@ -211,3 +211,13 @@ def test_alltoall_bad_arguments(sc):
         with pytest.raises(exc, match=match):
             fn()
     assert sc._seq == seq
+
+
+def test_long_labels_and_errors_fit_the_setup():
+    """A job label of any length and a bad argument with a huge repr still give one setup hello
+    each (a label too long for it travels as its digest; an error is cut), never a failure on
+    one rank alone."""
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, job_id="\u00e9x" * 5000) as s:
+        assert s.job_id == "\u00e9x" * 5000
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        SecureComm(self_comm(), "aes-256-gcm", psk=PSK, algorithm="\u0001" * 100000)

@@ -1,4 +1,5 @@
-"""The attacker harness on real ranks: every attack class is detected, none silently accepted."""
+"""The attacker harness on real ranks: every attack class is detected, none silently accepted,
+the setup classes (forged node map, replayed setup, forged configuration) included."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def test_seccomm_attack_detects_every_class():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("  ")]
     classes = {r[0] for r in rows}
-    assert classes == {"flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop"}
+    ops = {"flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop"}
+    assert classes == ops | {"forge-node-map", "replay-setup", "forge-config"}
     for r in rows:
         trials, detected, silent = int(r[1]), int(r[2]), int(r[3])
         assert trials == 12 and detected == 12 and silent == 0, r
-    assert "# OK: 96 attacks, 0 silently accepted" in out.stdout
+    assert "# OK: 132 attacks, 0 silently accepted" in out.stdout

@@ -23,6 +23,8 @@ MIN_CASES = {
     "policy": 4,
     "call_mismatch": 3,
     "wire": 4,
+    "setup_downgrade": 7,
+    "setup_replay": 4,
     "soak": 2000,
     "device_engine": 400,
     "device_kernels": 20,

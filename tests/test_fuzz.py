@@ -5,8 +5,10 @@ answers the setup exchange and then delivers hypothesis-chosen bytes in place of
 random bytes of random lengths (shorter, equal, longer than the frame), or rank 0's own frames
 reflected back, with or without flipped bits.  None of these is an authentic frame from rank 1,
 so every collective must raise ``AuthenticationError`` or ``FrameError`` naming rank 1 and the
-operation -- never another exception, a crash, or a returned value.  The configuration block of
-the setup exchange is fuzzed the same way: it must end in ``ConfigMismatchError``.
+operation -- never another exception, a crash, or a returned value.  Rank 1's setup hello and
+finished message (:mod:`seccomm.handshake`) are fuzzed the same way: a fuzzed hello must end in
+``ConfigMismatchError``, a fuzzed finished message in ``ConfigMismatchError`` or
+``AuthenticationError`` naming rank 1 (or the rank its status blames).
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ from hypothesis import strategies as st
 
 from seccomm import SecCommError, SecureComm
 from seccomm.errors import AuthenticationError, ConfigMismatchError, FrameError
-from seccomm.handshake import BLOCK_BYTES
+from seccomm import handshake
+from seccomm.handshake import FINISHED_BYTES, HELLO_BYTES
+from seccomm.keys import KeySchedule, hello_key, hmac_sha256
+from seccomm.suites import get_suite
 from seccomm.transports import Transport
+
+BLOCK_BYTES = HELLO_BYTES
 
 PSK = bytes(range(32))
 SUITES = ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
@@ -32,24 +39,56 @@ class _Req:
         self.buf = buf
 
 
+class PeerSetup:
+    """Rank 1's side of the setup (psk mode), built from :mod:`seccomm.handshake`'s pieces: its
+    hello answers rank 0's with the same settings, its finished MAC covers the transcript."""
+
+    def __init__(self):
+        self.hello = None
+
+    def answer_hello(self, theirs: bytes) -> bytes:
+        h0 = handshake.decode_hello(theirs)
+        self.job_id = handshake.job_digest(h0.settings["job_id"])
+        self.suite = get_suite(h0.settings["suite"])
+        mine = handshake.Hello(1, np.random.bytes(32), 1, None, h0.settings, None)
+        self.hello = handshake.encode_hello(mine, hello_key(PSK, self.job_id)).tobytes()
+        self.transcript = handshake.Transcript.from_rows(
+            np.frombuffer(theirs + self.hello, np.uint8).reshape(2, -1)
+        )
+        return self.hello
+
+    def answer_finished(self) -> bytes:
+        t = self.transcript
+        keys = KeySchedule(PSK, self.suite, t.salt(self.job_id), t.digest(), 1)
+        header = handshake.OK.to_bytes(4, "big") + b"\xff" * 4
+        return header + hmac_sha256(keys.finished_key(), handshake.finished_input(t.digest(), 1, header))
+
+
 class FuzzPeer(Transport):
     """Rank 0 of 2; rank 1 is this object.  ``deliver(k, frame_len, sent) -> bytes`` makes the
-    k-th incoming frame; ``block(mine) -> bytes`` makes rank 1's configuration block."""
+    k-th incoming frame; ``block(honest) -> bytes`` makes rank 1's hello from the one an honest
+    rank 1 would send, ``finished(honest) -> bytes`` its finished message."""
 
-    def __init__(self, deliver, block=None):
+    def __init__(self, deliver, block=None, finished=None):
         self.rank, self.size = 0, 2
-        self.deliver, self.block = deliver, block
+        self.deliver, self.block, self.finished = deliver, block, finished
+        self.peer = PeerSetup()
         self.sent: list[bytes] = []
         self.k = 0
 
-    def bcast(self, buf, root, op_label, timeout=None):
-        pass  # rank 0 is the root of the setup broadcast
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
+        np.copyto(recvbuf, np.asarray(sendbuf)[0])  # rank 0 is the root of the key delivery
 
     def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         n = len(sendbuf)
         out = np.frombuffer(recvbuf, np.uint8).reshape(-1)
         out[:n] = np.frombuffer(sendbuf, np.uint8)
-        theirs = bytes(sendbuf) if self.block is None else self.block(bytes(sendbuf))
+        if n == HELLO_BYTES:
+            theirs = self.peer.answer_hello(bytes(sendbuf))
+            theirs = theirs if self.block is None else self.block(theirs)
+        else:
+            honest = self.peer.answer_finished()
+            theirs = honest if self.finished is None else self.finished(honest)
         out[n : 2 * n] = np.frombuffer(theirs[:n].ljust(n, b"\0"), np.uint8)
 
     def isend(self, buf, peer):
@@ -178,20 +217,53 @@ def _never_into(sc, caller):
         max_leaves=6,
     ),
 )
-def test_fuzzed_configuration_block_raises_config_mismatch(kind, data, flips, value):
+def test_fuzzed_hello_raises_config_mismatch(kind, data, flips, value):
     import json
     import struct
 
-    def block(mine: bytes) -> bytes:
+    def block(honest: bytes) -> bytes:
         if kind == "random":
             return data
         if kind == "json":  # well-formed length and JSON of any shape
             body = json.dumps(value).encode()[: BLOCK_BYTES - 36]
             return struct.pack(">I", len(body)) + body
-        b = bytearray(mine)  # rank 0's own block with bits flipped (MAC or body)
+        b = bytearray(honest)  # rank 1's honest hello with bits flipped (length, body, padding or MAC)
         for f in flips:
             b[f // 8] ^= 1 << (f % 8)
         return bytes(b)
 
-    with pytest.raises(ConfigMismatchError):
+    with pytest.raises(ConfigMismatchError) as ei:
         SecureComm(FuzzPeer(make_deliver([("random", b"")]), block), "aes-256-gcm", psk=PSK, timeout=1)
+    assert ei.value.peer == 1 and "setup" in str(ei.value)
+
+
+def test_fuzz_peer_answers_the_setup_honestly():
+    """Without fuzzing, the simulated rank 1 completes the setup: the fuzz tests start from a
+    setup that works, so what fails is what they fuzz."""
+    SecureComm(FuzzPeer(make_deliver([("random", b"")])), "aes-256-gcm", psk=PSK, timeout=1).close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kind=st.sampled_from(["random", "mutated", "status"]),
+    data=st.binary(min_size=FINISHED_BYTES, max_size=FINISHED_BYTES),
+    flips=st.lists(st.integers(0, FINISHED_BYTES * 8 - 1), min_size=1, max_size=4, unique=True),
+    status=st.tuples(st.integers(1, 2**32 - 1), st.integers(0, 2**32 - 1)),
+)
+def test_fuzzed_finished_raises_a_setup_error(kind, data, flips, status):
+    import struct
+
+    def finished(honest: bytes) -> bytes:
+        if kind == "random":
+            return data
+        if kind == "status":  # a failure reported by rank 1 (unauthenticated: it can only stop the setup)
+            return struct.pack(">II", *status) + honest[8:]
+        b = bytearray(honest)
+        for f in flips:
+            b[f // 8] ^= 1 << (f % 8)
+        return bytes(b)
+
+    peer = FuzzPeer(make_deliver([("random", b"")]), finished=finished)
+    with pytest.raises((ConfigMismatchError, AuthenticationError)) as ei:
+        SecureComm(peer, "aes-256-gcm", psk=PSK, timeout=1)
+    assert "setup" in str(ei.value) and ei.value.peer in (0, 1)  # a blamed rank outside 0..1 is not named

@@ -8,7 +8,7 @@ import pytest
 
 from seccomm.errors import KeyScheduleError
 from seccomm.framing import Workspace
-from seccomm.keys import KeySchedule, hkdf, load_secret, new_secret_file
+from seccomm.keys import KeySchedule, hello_key, hkdf, load_secret, new_secret_file
 from seccomm.suites import get_suite
 
 
@@ -50,8 +50,8 @@ def test_secret_sources(tmp_path, monkeypatch):
 def test_keys_distinct_and_hidden():
     secret = os.urandom(32)
     suite = get_suite("aes-256-gcm")
-    ks = KeySchedule(secret, suite, b"j" * 16, b"c" * 16, rank=0)
-    other = KeySchedule(secret, suite, b"j" * 16, b"d" * 16, rank=0)  # another communicator
+    ks = KeySchedule(secret, suite, b"s" * 32, b"t" * 32, rank=0)
+    other = KeySchedule(secret, suite, b"s" * 32, b"u" * 32, rank=0)  # another setup transcript
     pt = b"same plaintext!!"
     (slot,) = Workspace().slots("w", [len(pt)])
     slot.nonce[:] = bytes(len(slot.nonce))
@@ -73,3 +73,20 @@ def test_keys_distinct_and_hidden():
     assert secret.hex() not in repr(ks) and "secret" not in repr(ks).lower()
     ks.forget_before(1)
     assert all(k[1] >= 1 for k in ks._cache)
+
+
+def test_setup_keys_bind_salt_and_transcript():
+    """The finished key and every frame key change with the session salt (every rank's nonce)
+    and with the transcript hash; the hello key depends on the secret and job id only."""
+    secret, suite = os.urandom(32), get_suite("aes-256-gcm")
+    base = KeySchedule(secret, suite, b"s" * 32, b"t" * 32, rank=0)
+    for other in (
+        KeySchedule(secret, suite, b"S" * 32, b"t" * 32, rank=0),  # another nonce somewhere
+        KeySchedule(secret, suite, b"s" * 32, b"T" * 32, rank=0),  # another transcript
+        KeySchedule(os.urandom(32), suite, b"s" * 32, b"t" * 32, rank=0),  # another secret
+    ):
+        assert other.finished_key() != base.finished_key()
+        assert other.direction_key(0, 0, 1) != base.direction_key(0, 0, 1)
+        assert other.group_key(0) != base.group_key(0)
+    assert hello_key(secret, b"j" * 16) == hello_key(secret, b"j" * 16) != hello_key(secret, b"k" * 16)
+    assert base.finished_key() not in (base.direction_key(0, 0, 1), base.group_key(0))

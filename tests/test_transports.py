@@ -104,7 +104,8 @@ def test_securecomm_transport_is_the_wrapped_one():
 
     with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK, wrap_transport=RecordingTransport) as sc:
         assert isinstance(sc.transport, RecordingTransport)
-        assert [k for k, _, _ in sc.transport.frames][:1] == ["bcast"]  # the communicator id
+        # the setup's hello, key delivery (recorded on its root) and finished
+        assert [k for k, _, _ in sc.transport.frames][:3] == ["allgather", "scatter", "allgather"]
         with pytest.raises(AttributeError):
             sc.transport = None
 
@@ -139,7 +140,7 @@ def test_notice_key_is_per_session_and_handed_to_the_transport():
     a = KeySchedule(PSK, suite, b"j" * 16, b"a" * 16, 0)
     b = KeySchedule(PSK, suite, b"j" * 16, b"b" * 16, 0)
     assert a.notice_key() != b.notice_key() and len(a.notice_key()) == 32
-    assert a.notice_key() not in (a.confirm_key(), a.group_key(0), a.direction_key(0, 0, 1))
+    assert a.notice_key() not in (a.finished_key(), a.group_key(0), a.direction_key(0, 0, 1))
     seen = []
 
     class Spy(TransportWrapper):

@@ -1,7 +1,8 @@
 """On-path attacker harness (``seccomm attack``): a transport wrapper between ``SecureComm`` and
-the real MPI transport that, on a seeded schedule, alters what one rank puts on the wire.
+the real MPI transport that, on a seeded schedule, alters what one rank puts on the wire or, in
+the setup classes, the setup messages a rank receives.
 
-Attack classes (each trial is one fresh ``SecureComm`` and one allreduce on real ranks):
+Operation classes (each trial is one fresh ``SecureComm`` and one allreduce on real ranks):
 
 - ``flip-payload``, ``flip-tag``: one bit of a frame's body or tag;
 - ``replay``: a frame from the previous operation (same size) instead of the current one;
@@ -14,19 +15,41 @@ Attack classes (each trial is one fresh ``SecureComm`` and one allreduce on real
 A trial counts as *detected* when the receiving rank raises ``AuthenticationError`` naming the
 attacking peer and the operation (``TransportTimeout`` naming it for drops), and as *silently
 accepted* when any rank returns a value that differs from the honest result.
+
+Setup classes (each trial is one ``SecureComm`` construction on all ranks, psk and psk-dhe in
+turn; :mod:`seccomm.handshake`):
+
+- ``forge-node-map``: ranks on two simulated hosts with ``encrypt="inter-node"``; on its way to
+  every rank, every other rank's hello is rewritten to claim this rank's host (the downgrade of
+  finding 1: every hop would go in the clear);
+- ``replay-setup``: session A is set up and used; the setup of session B then gets session A's
+  messages (rank 0's, or every other rank's) in place of B's on ranks 1..p-1 (finding 2: forced
+  key and nonce re-use);
+- ``forge-config``: one settings field of one rank's hello altered on its way to one rank, or
+  to all others (a downgrade of the suite, policy, chunk size, limits...).
+
+A setup trial counts as *detected* when every rank raises ``ConfigMismatchError`` or
+``AuthenticationError`` of the op ``"setup"`` naming a rank, and as *silently accepted* when any
+rank finishes the construction (then, for ``forge-node-map``, the plaintext windows in frames to
+the other host are counted; for ``replay-setup``, the keys shared with session A).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
-from ..errors import AuthenticationError, SecCommError, TransportTimeout
-from ..transports import TransportWrapper, host_bytes
+from ..errors import AuthenticationError, ConfigMismatchError, SecCommError, TransportTimeout
+from ..handshake import HELLO_BYTES, decode_hello, encode_hello
+from ..keys import KEY_EXCHANGES
+from ..transports import RecordingTransport, TransportWrapper, host_bytes
 
-CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
+OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
+SETUP_CLASSES = ("forge-node-map", "replay-setup", "forge-config")
+CLASSES = OP_CLASSES + SETUP_CLASSES
 
 
 class _Done:
@@ -37,15 +60,50 @@ class _Done:
 
 
 class AttackTransport(TransportWrapper):
-    """Once ``armed``, alters the ``target``-th frame this rank sends (0-based).  Frames sent
-    before (the trial's first, honest operation) are kept as replay and redirect material."""
+    """Operation classes: once ``armed``, alters the ``target``-th frame this rank sends
+    (0-based).  Frames sent before (the trial's first, honest operation) are kept as replay and
+    redirect material.
 
-    def __init__(self, inner, cls: str, target: int, rng: np.random.Generator):
+    Setup classes alter the setup messages this rank receives (``seen``: every one received, as
+    it arrived): ``forge-node-map`` rewrites the host key of every other rank's hello to this
+    rank's; ``replay-setup`` puts the messages of ``senders`` recorded in an earlier session
+    (``replay``: that session's ``seen``) in place of this session's; ``forge-config``
+    (``forge = (sender, field index)``) alters one settings field of ``sender``'s hello.  Forged
+    hellos keep their MAC: the attacker has no key."""
+
+    def __init__(self, inner, cls: str, target: int = 0, rng=None, *, replay=None, senders=(), forge=None):
         super().__init__(inner)
         self.cls, self.target, self.rng = cls, target, rng
         self.armed, self.sent, self.fired, self.victim = False, 0, False, None
         self.history: dict = {}  # (peer, nbytes) -> [frames], in sending order
         self._held = None
+        self.replay, self.senders, self.forge = replay, set(senders), forge
+        self.seen: list[np.ndarray] = []
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        self._received(np.asarray(recvbuf).reshape(self.size, -1), None)
+
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
+        self.inner.scatter(sendbuf, recvbuf, root, op_label, timeout)
+        self._received(np.asarray(recvbuf).reshape(1, -1), root)
+
+    def _received(self, rows: np.ndarray, root) -> None:
+        """Record, then alter (in place) the setup message just received: ``rows`` holds one row
+        per sender (allgather) or the one row from ``root`` (scatter)."""
+        i = len(self.seen)
+        self.seen.append(rows.copy())
+        hello = rows.shape[1] == HELLO_BYTES and root is None
+        if self.cls == "replay-setup" and self.replay is not None and i < len(self.replay):
+            for j in self.senders if root is None else ({0} if root in self.senders else ()):
+                rows[j] = self.replay[i][j]
+        elif self.cls == "forge-node-map" and hello:
+            for j in range(self.size):
+                if j != self.rank:
+                    rows[j] = forge_hello(rows[j], lambda h: replace(h, host=self.host_key()))
+        elif self.cls == "forge-config" and hello and self.forge is not None:
+            sender, k = self.forge
+            rows[sender] = forge_hello(rows[sender], lambda h: _alter_setting(h, k))
 
     def isend(self, buf, peer):
         frame = host_bytes(buf)
@@ -85,6 +143,187 @@ class AttackTransport(TransportWrapper):
         elif self.cls == "drop":
             return _Done()
         return self.send_own(out, peer)
+
+
+def forge_hello(block: np.ndarray, edit) -> np.ndarray:
+    """An on-path forgery of a hello block (uint8): its hello changed by ``edit(Hello) -> Hello``,
+    re-encoded, with the original MAC (an attacker without the secret cannot make a new one)."""
+    hello = decode_hello(block.tobytes())
+    if hello is None:
+        return block
+    forged = encode_hello(edit(hello), None)
+    forged[-32:] = block[-32:]
+    return forged
+
+
+#: what a forger puts in place of a setting (the first value that differs from the honest one)
+_ALTERNATIVES = {
+    "suite": ("none", "aes-256-gmac", "chacha20-poly1305"),
+    "encrypt": ("inter-node", "all"),
+    "key_exchange": ("psk", "psk-dhe"),
+    "algorithm": ("ring", "recursive_doubling"),
+}
+
+
+def _alter_setting(hello, k: int):
+    """``hello`` with its ``k``-th settings field (modulo their number, sorted) changed."""
+    settings = dict(hello.settings)
+    name = sorted(settings)[k % len(settings)]
+    v = settings[name]
+    if name in _ALTERNATIVES:
+        v = next(a for a in _ALTERNATIVES[name] if a != v)
+    elif isinstance(v, int):
+        v = v + 1 if v < 1 << 40 else v // 2
+    else:  # a label, a digest, or None
+        v = f"{v}-forged"
+    settings[name] = v
+    return replace(hello, settings=settings)
+
+
+class _SimulatedHost(TransportWrapper):
+    """The honest layout of a two-host job on one machine: this rank reports host key ``host``."""
+
+    def __init__(self, inner, host: int):
+        super().__init__(inner)
+        self.host = host
+
+    def host_key(self):
+        return self.host
+
+
+def two_hosts(size: int) -> list[int]:
+    """The simulated host of every rank: the first half of the ranks on host 0, the rest on 1."""
+    return [0 if r < (size + 1) // 2 else 1 for r in range(size)]
+
+
+def _setup_attempt(comm, kx: str, psk: bytes, suite: str, timeout: float, wrap, **kw):
+    """(SecureComm, None) when the construction succeeds, else (None, the error)."""
+    from ..comm import SecureComm
+
+    try:
+        sc = SecureComm(comm, suite, psk=psk, key_exchange=kx, timeout=timeout, wrap_transport=wrap, **kw)
+        return sc, None
+    except SecCommError as e:
+        return None, e
+
+
+def _trial_forge_node_map(comm, rng, t, kx, psk, suite, timeout):
+    """(error, leaks): the forged node map must fail the setup; if it does not, the plaintext
+    windows of an allreduce found in frames this rank sent to the other host."""
+    from .evidence import find_plaintext, gradients
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    hosts = two_hosts(size)
+    layout = 0x5EC0 + 1000 * t  # simulated host keys of this trial
+
+    def wrap(tr):
+        return AttackTransport(RecordingTransport(_SimulatedHost(tr, layout + hosts[rank])), "forge-node-map")
+
+    sc, err = _setup_attempt(comm, kx, psk, suite, timeout, wrap, encrypt="inter-node", algorithm="ring")
+    if sc is None:
+        return err, 0
+    x = gradients(rank, 4096, t)
+    y = np.empty_like(x)
+    try:
+        sc.allreduce(x, y)
+    except SecCommError:
+        pass
+    recorded = sc.transport.inner.frames
+    sent = [f for kind, peer, f in recorded if kind == "frame" and hosts[peer] != hosts[rank]]
+    leaks = find_plaintext(sent, [gradients(r, 4096, t) for r in range(size)] + [y])["hits"]
+    sc.close()
+    return None, leaks
+
+
+def _trial_replay_setup(comm, rng, t, kx, psk, suite, timeout):
+    """(error, leaks): session B, fed session A's setup messages on ranks 1..p-1, must fail; if it
+    does not, how many of this rank's keys (group key, direction keys) equal session A's."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    every_other = bool(rng.integers(0, 2))  # the same draw on every rank: rank 0's messages, or all
+    a, _ = _setup_attempt(comm, kx, psk, suite, timeout, lambda tr: AttackTransport(tr, "replay-setup"))
+    x = np.arange(1024, dtype=np.float32) + rank
+    a.allreduce(x, np.empty_like(x))  # session A's keys in use
+    senders = set(range(size)) - {rank} if every_other else {0}
+
+    def wrap(tr):
+        return AttackTransport(tr, "replay-setup", replay=a.transport.seen, senders=senders)
+
+    b, err = _setup_attempt(comm, kx, psk, suite, timeout, wrap if rank != 0 else None)
+    leaks = 0
+    if b is not None:
+        pairs = [(0, rank, j) for j in range(size) if j != rank]
+        leaks = int(b._keys.group_key(0) == a._keys.group_key(0))
+        leaks += sum(b._keys.direction_key(*p) == a._keys.direction_key(*p) for p in pairs)
+        b.close()
+    a.close()
+    return err, leaks
+
+
+def _trial_forge_config(comm, rng, t, kx, psk, suite, timeout):
+    """(error, 0): one settings field of one rank's hello altered on its way to one rank, or to
+    every other rank; the setup must fail on every rank."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    sender, victim = (int(v) for v in rng.choice(size, 2, replace=False))
+    to_all, k = bool(rng.integers(0, 2)), int(rng.integers(0, 64))
+    hit = rank != sender if to_all else rank == victim
+    wrap = (lambda tr: AttackTransport(tr, "forge-config", forge=(sender, k))) if hit else None
+    sc, err = _setup_attempt(comm, kx, psk, suite, timeout, wrap)
+    if sc is not None:
+        sc.close()
+    return err, 0
+
+
+_SETUP_TRIALS = {
+    "forge-node-map": _trial_forge_node_map,
+    "replay-setup": _trial_replay_setup,
+    "forge-config": _trial_forge_config,
+}
+
+
+def run_setup_class(
+    comm,
+    cls: str,
+    trials: int,
+    seed: int = 0,
+    timeout: float = 5.0,
+    psk: bytes | None = None,
+    suite: str = "aes-256-gcm",
+) -> dict:
+    """Run ``trials`` setup attacks of class ``cls`` (collective over ``comm``, >= 2 ranks), psk
+    and psk-dhe in turn.  Returns, identical on every rank: trials, detected, silently_accepted,
+    leaks (plaintext windows to the other host, or keys shared with session A, on ranks where a
+    setup was accepted), example."""
+    from mpi4py import MPI
+
+    size = comm.Get_size()
+    psk = psk or bytes(range(32))
+    rng = np.random.default_rng(seed + 7919 * CLASSES.index(cls))  # the same draws on every rank
+    detected = silent = leaks = 0
+    examples: list[str] = []
+    for t in range(trials):
+        err, leaked = _SETUP_TRIALS[cls](comm, rng, t, KEY_EXCHANGES[t % 2], psk, suite, timeout)
+        named = getattr(err, "peer", None) in range(size) and getattr(err, "op", None) == "setup"
+        ok_here = isinstance(err, (ConfigMismatchError, AuthenticationError)) and named
+        if err is not None and not examples:
+            examples.append(f"{type(err).__name__}: {err}")
+        flags = np.array([0 if ok_here else 1, 1 if err is None else 0, leaked], np.int64)
+        comm.Allreduce(MPI.IN_PLACE, flags, MPI.SUM)
+        detected += int(flags[0] == 0)
+        silent += int(flags[1] > 0)
+        leaks += int(flags[2])
+        comm.Barrier()
+    ex = next((e for part in comm.allgather(examples) for e in part), "")
+    if leaks:
+        what = "plaintext windows crossed hosts" if cls == "forge-node-map" else "keys equal to session A's"
+        ex = f"{leaks} {what}; {ex}"
+    return {
+        "class": cls,
+        "trials": trials,
+        "detected": detected,
+        "silently_accepted": silent,
+        "leaks": leaks,
+        "example": ex,
+    }
 
 
 def run_class(
@@ -184,7 +423,7 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
     if rank == 0:
         log(
             f"# seccomm attack: {comm.Get_size()} ranks, {suite}, {trials} trials per class, seed {seed}; "
-            f"every class on ranks 0-1 except redirect (all ranks)"
+            f"every class on ranks 0-1 except redirect and the setup classes (all ranks)"
         )
         log(
             f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} "
@@ -195,7 +434,9 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
     for cls in classes:
         tc = time.time()
-        if cls == "redirect":
+        if cls in SETUP_CLASSES:
+            r = run_setup_class(comm, cls, trials, seed, suite=suite)
+        elif cls == "redirect":
             if comm.Get_size() < 3:  # reported as a class with 0 of 0 detected: the run fails
                 r = {
                     "class": cls,

@@ -56,9 +56,12 @@ class Transport:
     def cancel(self, reqs: list) -> None:
         """Best-effort cancel of pending requests after an error (buffers stay referenced)."""
 
-    def node_ids(self) -> tuple[list[int], int]:
-        """(node id of every rank, ranks on this rank's node); collective."""
-        return list(range(self.size)), 1
+    def host_key(self) -> int:
+        """A 63-bit key of this rank's host: ranks with equal keys share a node.  Local (no
+        traffic); each rank sends it in its authenticated setup hello (:mod:`seccomm.handshake`),
+        which makes the node map.  Default: a key of its own per rank (no two ranks share a node,
+        so ``encrypt="inter-node"`` encrypts every hop)."""
+        return self.rank
 
     def quiesce(self, timeout: float) -> bool:
         """Collective: let every rank's outstanding transfers finish (at most ``timeout`` s)."""
@@ -172,8 +175,8 @@ class TransportWrapper(Transport):
     def cancel(self, reqs):
         return self.inner.cancel(reqs)
 
-    def node_ids(self):
-        return self.inner.node_ids()
+    def host_key(self):
+        return self.inner.host_key()
 
     def quiesce(self, timeout):
         return self.inner.quiesce(timeout)

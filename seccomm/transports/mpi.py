@@ -350,14 +350,10 @@ class MPITransport(Transport):
         # the SecureComm refuses further operations, and close() frees the duplicate.
         pass
 
-    def node_ids(self):
-        from ..topology import host_key, node_ids_from_keys
+    def host_key(self):
+        from ..topology import host_key
 
-        keys = np.empty(self.size, np.int64)
-        self.allgather(
-            np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology"
-        )
-        return node_ids_from_keys(keys.tolist(), self.rank)
+        return host_key()
 
     def abort(self, blame) -> None:
         if isinstance(blame, (int, np.integer)) and self.comm is not None:

@@ -26,9 +26,9 @@ Design (NCCL >= 2.7 point-to-point; CuPy's ``NcclCommunicator.send``/``recv``):
   that sends another size leaves the transfer stuck, which ends in ``TransportTimeout``.  Frames
   are still authenticated, so no altered content passes.
 
-Setup messages (configuration check, key exchange, topology) are small host buffers; they go over
-a control :class:`~seccomm.transports.base.Transport` (MPI by default), which also bootstraps NCCL by
-broadcasting its unique id.
+Setup messages (hello, key delivery, finished: :mod:`seccomm.handshake`) are small host buffers;
+they go over a control :class:`~seccomm.transports.base.Transport` (MPI by default), which also
+bootstraps NCCL by broadcasting its unique id.
 
 Needs CuPy with NCCL and a GPU per rank; nothing here is imported by ``import seccomm``.
 """
@@ -227,8 +227,8 @@ class NCCLTransport(Transport):
     def bcast(self, buf, root, op_label, timeout=None):
         return self.control.bcast(buf, root, op_label, timeout)
 
-    def node_ids(self):
-        return self.control.node_ids()
+    def host_key(self):
+        return self.control.host_key()
 
     def quiesce(self, timeout):
         """Let launched transfers finish (at most ``timeout`` s), then the control quiesce."""

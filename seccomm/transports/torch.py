@@ -200,14 +200,10 @@ class TorchTransport(Transport):
         self.bcast(rows, root, op_label, timeout)
         np.copyto(np.asarray(recvbuf).view(np.uint8).reshape(-1), rows[self.rank].view(np.uint8))
 
-    def node_ids(self):
-        from ..topology import host_key, node_ids_from_keys
+    def host_key(self):
+        from ..topology import host_key
 
-        keys = np.empty(self.size, np.int64)
-        self.allgather(
-            np.array([host_key()], np.int64).view(np.uint8), keys.view(np.uint8), op_label="topology"
-        )
-        return node_ids_from_keys(keys.tolist(), self.rank)
+        return host_key()
 
     def cancel(self, reqs):
         self._pending = []  # held operations of a failed step are never launched

@@ -1,0 +1,257 @@
+"""The setup transcript (seccomm.handshake) on an in-process world of threads (tests/threadworld.py):
+fresh keys per session, every setup message authenticated, failures on every rank at once, and
+the property of issue 13: no (key, nonce) pair sealed in a second session built with the same
+secret repeats one of the first session's, whatever setup messages of the first an attacker
+replays into the second (the second then refuses to start, on every rank).
+
+The same attacks on real ranks: tests/mpi_worker.py ``setup_downgrade`` and ``setup_replay``, and
+``seccomm attack`` (tests/test_attack.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm, TransportTimeout
+from seccomm.compliance.attack import forge_hello
+from seccomm.keys import KEY_EXCHANGES
+from seccomm.transports import TransportWrapper
+from threadworld import World
+
+PSK = bytes(range(32))
+SETUP_ERRORS = (ConfigMismatchError, AuthenticationError)
+
+
+class Replayer(TransportWrapper):
+    """Records every setup message this rank receives (``seen``); with ``replay`` (an earlier
+    session's ``seen``) and ``plan`` (a set of (message index, sender)), puts the earlier
+    session's row of that sender in place of this session's.  ``changed``: the indices of the
+    messages where a replayed row differed from the one it replaced.  ``edit(index, rows)`` may
+    alter any received message in place."""
+
+    def __init__(self, inner, replay=None, plan=(), edit=None):
+        super().__init__(inner)
+        self.replay, self.plan, self.edit = replay, set(plan), edit
+        self.seen, self.changed = [], set()
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        self._got(np.asarray(recvbuf).reshape(self.size, -1), range(self.size))
+
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
+        self.inner.scatter(sendbuf, recvbuf, root, op_label, timeout)
+        self._got(np.asarray(recvbuf).reshape(1, -1), [root])
+
+    def _got(self, rows, senders):
+        i = len(self.seen)
+        self.seen.append(rows.copy())
+        for row, sender in enumerate(senders):
+            if self.replay is not None and (i, sender) in self.plan and sender != self.rank:
+                old = self.replay[i][row]
+                if not np.array_equal(old, rows[row]):
+                    self.changed.add(i)
+                rows[row] = old
+        if self.edit is not None:
+            self.edit(i, rows)
+
+
+def build(tr, wrap=None, **kw):
+    kw = {"psk": PSK, "timeout": 5, "crypto_threads": 1, **kw}
+    return SecureComm(tr, kw.pop("suite", "aes-256-gcm"), wrap_transport=wrap, **kw)
+
+
+def record_seals(sc, log):
+    """Log (key bytes, nonce) of every frame ``sc`` seals from now on."""
+    keys = sc._keys
+
+    class Logged:
+        def __init__(self, inner, key):
+            self.inner, self.key = inner, key
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def seal(self, slot, pt):
+            log.append((self.key, bytes(slot.nonce)))
+            return self.inner.seal(slot, pt)
+
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: Logged(direction(e, a, b), keys.direction_key(e, a, b))
+    keys.group = lambda e: Logged(group(e), keys.group_key(e))
+
+
+def some_ops(sc):
+    """Direction-key and group-key frames: ring and recursive-doubling allreduce, allgather."""
+    x = np.arange(1000, dtype=np.float32) + sc.rank
+    y = np.empty_like(x)
+    for alg in ("ring", "recursive_doubling"):
+        sc.algorithm = alg
+        sc.allreduce(x, y)
+    z = np.empty(sum(sc.block_counts(1000)), np.float32)
+    sc.allgather(x[: sc.block_counts(1000)[sc.rank]], z)
+    return y
+
+
+@pytest.mark.parametrize("kx", KEY_EXCHANGES)
+def test_honest_setup_fresh_per_session(kx):
+    world = World(3)
+    trs = world.transports()
+
+    def session(r):
+        sc = build(trs[r], key_exchange=kx)
+        y = some_ops(sc)
+        sc.close()
+        return sc._comm_id, y
+
+    a, b = world.run(session), world.run(session)
+    assert all(not isinstance(v, BaseException) for v in a + b), a + b
+    assert len({cid for cid, _ in a}) == 1 and len({cid for cid, _ in b}) == 1  # one transcript each
+    assert a[0][0] != b[0][0]  # every rank's fresh nonce: another session, other keys
+    assert np.array_equal(a[0][1], np.arange(1000, dtype=np.float32) * 3 + 3)
+
+
+def test_mismatch_and_bad_arguments_raise_on_every_rank():
+    world = World(3)
+    trs = world.transports()
+    res = world.run(lambda r: build(trs[r], chunk_bytes=4096 if r == 2 else 1 << 20))
+    assert all(isinstance(e, ConfigMismatchError) and "chunk_bytes" in str(e) for e in res), res
+    world = World(3)
+    trs = world.transports()
+    res = world.run(lambda r: build(trs[r], algorithm="tree" if r == 1 else "auto"))
+    assert isinstance(res[1], ValueError) and "unknown algorithm" in str(res[1])
+    assert all(isinstance(e, ConfigMismatchError) and "rank 1 rejected" in str(e) for e in res[::2]), res
+    world = World(3)
+    trs = world.transports()
+    res = world.run(lambda r: build(trs[r], psk=bytes(32) if r == 0 else PSK))
+    assert all(isinstance(e, ConfigMismatchError) and "job secret differs" in str(e) for e in res), res
+
+
+def test_numpy_integers_are_the_same_settings():
+    world = World(2)
+    trs = world.transports()
+    res = world.run(lambda r: build(trs[r], chunk_bytes=[4096, np.int64(4096)][r]).chunk_bytes)
+    assert res == [4096, 4096], res
+
+
+def test_a_rank_that_never_joins_times_out_every_survivor():
+    world = World(3)
+    trs = world.transports(timeout=0.5)
+    t0 = time.monotonic()
+    res = world.run(lambda r: build(trs[r], timeout=0.5), ranks=[0, 1])
+    assert all(isinstance(e, TransportTimeout) for e in res) and time.monotonic() - t0 < 5, res
+
+
+def test_node_map_from_authenticated_hosts_and_node_ids():
+    """node_ids can split a host into nodes, never join two hosts."""
+    for hosts, user, want in (
+        ([1, 1, 2, 2], None, [0, 0, 2, 2]),
+        ([1, 1, 2, 2], [0, 0, 0, 0], [0, 0, 2, 2]),  # the user's claim of one node: not trusted
+        ([1, 1, 1, 1], [0, 0, 1, 1], [0, 0, 2, 2]),  # one host split in two nodes
+    ):
+        world = World(4, hosts)
+        trs = world.transports()
+        res = world.run(lambda r: build(trs[r], encrypt="inter-node", node_ids=user).node_ids)
+        assert res == [want] * 4, (hosts, user, res)
+
+
+@pytest.mark.parametrize("kx", KEY_EXCHANGES)
+def test_forged_host_key_fails_on_every_rank(kx):
+    """Finding 1: rank 3's host key rewritten on its way to rank 0 only."""
+    world = World(4, [1, 1, 2, 2])
+    trs = world.transports()
+
+    def edit(i, rows):
+        if i == 0:
+            rows[3] = forge_hello(rows[3], lambda h: replace(h, host=1))
+
+    wraps = [lambda t: Replayer(t, edit=edit), None, None, None]
+    res = world.run(lambda r: build(trs[r], wraps[r], key_exchange=kx))
+    assert all(isinstance(e, ConfigMismatchError) and e.peer == 3 and "setup" in str(e) for e in res), res
+
+
+@pytest.mark.parametrize("kx", KEY_EXCHANGES)
+def test_altered_key_delivery_fails_on_every_rank(kx):
+    """One bit of rank 0's key delivery to rank 2 flipped (psk-dhe: the sealed group secret; psk:
+    the zeros): every rank raises AuthenticationError naming rank 0, the op "setup"."""
+    world = World(3)
+    trs = world.transports()
+
+    def edit(i, rows):
+        if i == 1:
+            rows[0, 5] ^= 4
+
+    wraps = [None, None, lambda t: Replayer(t, edit=edit)]
+    res = world.run(lambda r: build(trs[r], wraps[r], key_exchange=kx))
+    assert all(isinstance(e, AuthenticationError) and e.peer == 0 and e.op == "setup" for e in res), res
+    assert "key delivery" in str(res[0]) and "key delivery" in str(res[2])
+
+
+@pytest.mark.parametrize("kx", KEY_EXCHANGES)
+def test_replayed_setup_fails_on_every_rank(kx):
+    """Finding 2: session A's hello, key delivery and finished of rank 0 replayed to ranks 1..3
+    during session B's setup: every rank raises a setup error, none waits out a deadline."""
+    world = World(4)
+    trs = world.transports()
+    rec = [Replayer(t) for t in trs]
+    a = world.run(lambda r: build(trs[r], lambda t: rec[r], key_exchange=kx))
+    plan = {(i, 0) for i in range(3)}
+    t0 = time.monotonic()
+    res = world.run(
+        lambda r: build(trs[r], (lambda t: Replayer(t, rec[r].seen, plan)) if r else None, key_exchange=kx)
+    )
+    assert all(isinstance(e, SETUP_ERRORS) and e.op == "setup" for e in res), res
+    assert time.monotonic() - t0 < 4
+    assert all(isinstance(s, SecureComm) for s in a)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size=st.integers(2, 4),
+    kx=st.sampled_from(KEY_EXCHANGES),
+    suite=st.sampled_from(["aes-256-gcm", "chacha20-poly1305"]),
+    plan=st.sets(st.tuples(st.integers(1, 3), st.integers(0, 2), st.integers(0, 3)), max_size=8),
+)
+def test_no_key_nonce_pair_repeats_across_sessions_with_replayed_setup(size, kx, suite, plan):
+    """Two SecureComms on one world with the same secret; ``plan``: (receiving rank, setup
+    message index, sender) of session A replayed into session B's setup.  No (key, nonce) pair
+    sealed in session B was sealed in session A.  A replay that changes a hello or key delivery
+    makes every rank refuse session B.  A replayed finished message (the last message: no rank
+    can learn that another rejected it, as in any protocol) makes the ranks that receive it refuse;
+    the others, whose transcript every rank matched, then fail in their first operation with
+    the refusing rank (here ``TransportTimeout``) instead of returning a result."""
+    world = World(size)
+    trs = world.transports()
+    rec = [Replayer(t) for t in trs]
+
+    def session(r, wrap, timeout):
+        sc, log = build(trs[r], lambda t: wrap, suite=suite, key_exchange=kx, timeout=timeout), []
+        record_seals(sc, log)
+        try:
+            some_ops(sc)
+        except SecCommError as e:
+            return log, e
+        return log, None
+
+    logs_a = world.run(lambda r: session(r, rec[r], 5)[0])
+    assert all(isinstance(v, list) for v in logs_a), logs_a
+    mine = {r: {(i, s) for (rr, i, s) in plan if rr == r and s < size} for r in range(size)}
+    wraps = [Replayer(trs[r], rec[r].seen, mine[r]) for r in range(size)]
+    res = world.run(lambda r: session(r, wraps[r], 1))
+    refused = [isinstance(v, BaseException) for v in res]
+    for r, v in enumerate(res):
+        if refused[r]:
+            assert isinstance(v, SETUP_ERRORS) and v.op == "setup", res
+        elif any(refused):  # accepted while another rank refused: its first operation fails
+            assert isinstance(v[1], SecCommError), res
+    changed = set().union(*(w.changed for w in wraps))
+    assert all(refused) or not changed or changed == {2}, (changed, res)  # only finished: partial
+    assert any(refused) == bool(changed), (changed, res)  # a replay of what B sent anyway is harmless
+    seals_a = {s for log in logs_a for s in log}
+    seals_b = [s for v in res if not isinstance(v, BaseException) for s in v[0]]
+    assert len(set(seals_b)) == len(seals_b) and not seals_a & set(seals_b)
+    assert any(refused) or (seals_b and not changed)

@@ -1,0 +1,131 @@
+"""An in-process world of ``size`` ranks, one thread each, for setup tests without mpiexec.
+
+:class:`ThreadTransport` keeps MPI's matching rules: collectives match in call order (a rank
+calling another collective than the others raises ``FrameError``), point-to-point messages match
+in posting order per (sender, receiver) pair; every wait has a deadline (``TransportTimeout``).
+Host keys come from the world (``hosts``), so a test can lay ranks out on simulated hosts.
+Messages an operation left unreceived (after an error) stay queued: build a new world after one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import numpy as np
+
+from seccomm.errors import FrameError, TransportTimeout
+from seccomm.transports import Transport, host_bytes
+
+
+class World:
+    """Shared state of the ranks: collective contributions by call index, mailboxes per pair."""
+
+    def __init__(self, size: int, hosts=None):
+        self.size = size
+        self.hosts = list(hosts) if hosts is not None else [7] * size
+        self.cv = threading.Condition()
+        self.colls: dict[int, list] = {}
+        self.mail: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+
+    def transports(self, timeout: float = 5.0) -> list["ThreadTransport"]:
+        return [ThreadTransport(self, r, timeout) for r in range(self.size)]
+
+    def run(self, fn, ranks=None) -> list:
+        """``fn(rank)`` on one thread per rank (``ranks``: default all); each rank's return value,
+        or the exception it raised."""
+        ranks = range(self.size) if ranks is None else ranks
+        out: dict[int, object] = {}
+
+        def body(r):
+            try:
+                out[r] = fn(r)
+            except BaseException as e:  # noqa: BLE001 - reported to the test
+                out[r] = e
+
+        threads = [threading.Thread(target=body, args=(r,)) for r in ranks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return [out.get(r) for r in ranks]
+
+
+class _Recv:
+    __slots__ = ("buf", "index")
+
+    def __init__(self, buf, index):
+        self.buf, self.index = buf, index
+
+
+class ThreadTransport(Transport):
+    """Rank ``rank`` of ``world``; ``timeout``: seconds for the setup collectives."""
+
+    def __init__(self, world: World, rank: int, timeout: float = 5.0):
+        self.world, self.rank, self.size, self.timeout = world, rank, world.size, timeout
+        self.calls = 0
+        self.posted: dict[int, int] = defaultdict(int)
+
+    def host_key(self):
+        return self.world.hosts[self.rank]
+
+    def _collective(self, kind, data, op_label, timeout) -> list:
+        w, i = self.world, self.calls
+        self.calls += 1
+        timeout = self.timeout if timeout is None else timeout
+        with w.cv:
+            slot = w.colls.setdefault(i, [None] * w.size)
+            slot[self.rank] = (kind, data)
+            w.cv.notify_all()
+            if not w.cv.wait_for(lambda: all(c is not None for c in slot), timeout):
+                msg = f"{op_label}: no progress within {timeout:g} s"
+                raise TransportTimeout(msg, peer="any", op=op_label, timeout_s=timeout)
+        if len({c[0] for c in slot}) > 1:
+            raise FrameError(f"{op_label}: the ranks called different collectives", peer="any")
+        return [c[1] for c in slot]
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        rows = self._collective("allgather", bytes(host_bytes(sendbuf)), op_label, timeout)
+        np.asarray(recvbuf).reshape(-1).view(np.uint8)[:] = np.frombuffer(b"".join(rows), np.uint8)
+
+    def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
+        data = bytes(host_bytes(sendbuf)) if self.rank == root else None
+        whole = self._collective(("scatter", root), data, op_label, timeout)[root]
+        out = np.asarray(recvbuf).reshape(-1).view(np.uint8)
+        out[:] = np.frombuffer(whole[self.rank * out.size : (self.rank + 1) * out.size], np.uint8)
+
+    def bcast(self, buf, root, op_label, timeout=None):
+        data = bytes(host_bytes(buf)) if self.rank == root else None
+        whole = self._collective(("bcast", root), data, op_label, timeout)[root]
+        np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(whole, np.uint8)
+
+    def isend(self, buf, peer):
+        w = self.world
+        with w.cv:
+            w.mail[(self.rank, peer)].append(bytes(host_bytes(buf)))
+            w.cv.notify_all()
+
+    def irecv(self, buf, peer):
+        req = _Recv(buf, self.posted[peer])
+        self.posted[peer] += 1
+        return req
+
+    def wait_recv(self, req, timeout, peer, op_label):
+        w, box = self.world, self.world.mail[(peer, self.rank)]
+        with w.cv:
+            if not w.cv.wait_for(lambda: len(box) > req.index, timeout):
+                raise TransportTimeout(
+                    f"{op_label}: rank {peer} made no progress within {timeout:g} s",
+                    peer=peer,
+                    op=op_label,
+                    timeout_s=timeout,
+                )
+            data = box[req.index]
+        dest = np.frombuffer(req.buf, np.uint8)
+        if len(data) > dest.size:
+            raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
+        dest[: len(data)] = np.frombuffer(data, np.uint8)
+        return len(data)
+
+    def wait_sends(self, reqs, timeout, peers, op_label):
+        pass
