@@ -21,7 +21,8 @@ from seccomm.errors import AuthenticationError, ConfigMismatchError, FrameError
 from seccomm.handshake import BLOCK_BYTES
 from seccomm.transports import Transport
 
-PSK = bytes(range(32))
+# a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 SUITES = ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
 
 

@@ -104,7 +104,6 @@ def run_class(
     from ..comm import SecureComm
 
     size, rank = comm.Get_size(), comm.Get_rank()
-    psk = psk or bytes(range(32))
     rng = np.random.default_rng(seed + 7919 * CLASSES.index(cls))
     detected = silent = 0
     examples: list[str] = []

@@ -155,7 +155,6 @@ def wire_check(
 
     from ..comm import SecureComm
 
-    psk = psk or bytes(range(32))
     rows = []
     for si, suite in enumerate(suites):
         plaintexts, recorded = [], []
