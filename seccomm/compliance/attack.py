@@ -11,6 +11,10 @@ Attack classes (each trial is one fresh ``SecureComm`` and one allreduce on real
 - ``redirect``: a frame this rank sealed for another peer delivered in place of this peer's;
 - ``drop``: the frame never arrives (detected as a timeout naming the peer).
 
+Every trial runs under one configuration (:class:`~seccomm.compliance.config.ReviewConfig`: suite,
+key exchange, chunk size, rotation point, encrypt policy; the report's own), and each class's row
+records what it ran with (:func:`class_setup`).
+
 A trial counts as *detected* when the receiving rank raises ``AuthenticationError`` naming the
 attacking peer and the operation (``TransportTimeout`` naming it for drops), and as *silently
 accepted* when any rank returns a value that differs from the honest result.
@@ -25,6 +29,7 @@ import numpy as np
 
 from ..errors import AuthenticationError, SecCommError, TransportTimeout
 from ..transports import TransportWrapper, host_bytes
+from .config import ReviewConfig
 
 CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
 
@@ -87,6 +92,31 @@ class AttackTransport(TransportWrapper):
         return self.send_own(out, peer)
 
 
+#: largest payload [B] the swap class sizes for the configured chunk (2 full chunks per hop)
+SWAP_MAX_BYTES = 64 << 20
+
+
+def class_setup(cls: str, config: ReviewConfig, count: int) -> tuple[int, str, dict]:
+    """(elements per rank, algorithm, what the row records) for class ``cls`` under ``config``.
+
+    Every class runs under the configured suite, key exchange, chunk size, rotation point and
+    encrypt policy; the algorithm is the class's own (``redirect`` needs recursive doubling,
+    ``swap`` a ring).  ``swap`` needs two full chunks per hop of a 2-rank ring (``count`` =
+    ``chunk_bytes`` float32 elements: 4 * ``chunk_bytes`` bytes), up to :data:`SWAP_MAX_BYTES`;
+    past that it runs at a smaller chunk size and its record says so (``note``)."""
+    alg = "recursive_doubling" if cls == "redirect" else "ring" if cls == "swap" else "auto"
+    if cls != "swap":
+        return count, alg, config.record()
+    if 4 * config.chunk_bytes <= SWAP_MAX_BYTES:
+        return max(count, 4 * (config.chunk_bytes // 4)), alg, config.record()
+    chunk = SWAP_MAX_BYTES // 4
+    note = (
+        f"swap ran at chunk_bytes {chunk:,}: two full chunks per hop at the configured "
+        f"{config.chunk_bytes:,} would need {4 * config.chunk_bytes:,}-byte payloads"
+    )
+    return chunk, alg, config.record(chunk_bytes=chunk, note=note)
+
+
 def run_class(
     comm,
     cls: str,
@@ -96,22 +126,27 @@ def run_class(
     timeout: float = 2.0,
     psk: bytes | None = None,
     suite: str = "aes-256-gcm",
+    config: ReviewConfig | None = None,
 ) -> dict:
     """Run ``trials`` attacks of class ``cls`` (collective over ``comm``, >= 2 ranks; ``redirect``
-    needs >= 3).  Returns, identical on every rank: trials, detected, silently_accepted, examples."""
+    needs >= 3) under ``config`` (default: ``suite`` with default settings), ``count`` float32
+    elements per rank (see :func:`class_setup`), the job secret or ``psk``.  Returns, identical
+    on every rank: class, trials, detected, silently_accepted, example, config (what it ran
+    with; ``trials`` 0 and the reason as example when the configuration cannot run it)."""
     from mpi4py import MPI
 
     from ..comm import SecureComm
 
+    config = config or ReviewConfig(suite=suite)
     size, rank = comm.Get_size(), comm.Get_rank()
     rng = np.random.default_rng(seed + 7919 * CLASSES.index(cls))
     detected = silent = 0
     examples: list[str] = []
+    count, alg, record = class_setup(cls, config, count)
+    settings = {k: record[k] for k in ("key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt")}
     x = np.arange(count, dtype=np.float32) + rank
     honest = np.empty_like(x)
     comm.Allreduce(x, honest)
-    chunk = 1024 if cls == "swap" else 1 << 20  # swap needs >= 2 chunks per hop
-    alg = "recursive_doubling" if cls == "redirect" else "ring" if cls == "swap" else "auto"
     for t in range(trials):
         # redirect: rank 1 is the rank that seals frames of one size for two peers (recursive
         # doubling's fold on 3 ranks, or its two partners on 4); elsewhere any rank attacks
@@ -127,10 +162,14 @@ def run_class(
         # short deadlines where a rank is left waiting by design (drop; swap's allgather phase)
         wait = 0.15 if cls == "drop" else 0.3 if cls == "swap" else timeout
         sc = SecureComm(
-            comm, suite, psk=psk, timeout=wait, chunk_bytes=chunk, algorithm=alg, wrap_transport=wrap
+            comm, config.suite, psk=psk, timeout=wait, algorithm=alg, wrap_transport=wrap, **settings
         )
         y = np.empty_like(x)
-        sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
+        try:
+            sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
+        except ValueError as e:  # on every rank, before any traffic: the configuration cannot run it
+            sc.close()
+            return _row(cls, 0, 0, 0, f"not run: {e}", record)
         if rank == attacker:
             sc.transport.armed = True
         y.fill(np.nan)
@@ -158,12 +197,18 @@ def run_class(
         silent += int(flags[1] > 0)
         comm.Barrier()
     ex = comm.allgather(examples)
+    return _row(cls, trials, detected, silent, next((e for part in ex for e in part), ""), record)
+
+
+def _row(cls: str, trials: int, detected: int, silent: int, example: str, record: dict) -> dict:
+    """One class's result row (identical on every rank)."""
     return {
         "class": cls,
         "trials": trials,
         "detected": detected,
         "silently_accepted": silent,
-        "example": next((e for part in ex for e in part), ""),
+        "example": example,
+        "config": record,
     }
 
 
@@ -173,17 +218,27 @@ def _polite_barrier(comm) -> None:
         time.sleep(0.002)
 
 
-def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "aes-256-gcm") -> list[dict]:
-    """Run every attack class in ``classes`` (collective over ``comm``); ``log(line)`` is called
-    on rank 0 with the header and one table row per class.  Returns the rows on every rank."""
+def run_classes(
+    comm,
+    classes,
+    trials: int,
+    seed: int,
+    log=print,
+    suite: str = "aes-256-gcm",
+    config: ReviewConfig | None = None,
+) -> list[dict]:
+    """Run every attack class in ``classes`` (collective over ``comm``) under ``config`` (default:
+    ``suite`` with default settings); ``log(line)`` is called on rank 0 with the header and one
+    table row per class.  Returns the rows (:func:`run_class`) on every rank."""
     from mpi4py import MPI
 
+    config = config or ReviewConfig(suite=suite)
     rank = comm.Get_rank()
     rows = []
     if rank == 0:
         log(
-            f"# seccomm attack: {comm.Get_size()} ranks, {suite}, {trials} trials per class, seed {seed}; "
-            f"every class on ranks 0-1 except redirect (all ranks)"
+            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trials per class, seed {seed}; "
+            f"every class on ranks 0-1 except redirect (all ranks); {config.describe()}"
         )
         log(
             f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} "
@@ -196,21 +251,14 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
         tc = time.time()
         if cls == "redirect":
             if comm.Get_size() < 3:  # reported as a class with 0 of 0 detected: the run fails
-                r = {
-                    "class": cls,
-                    "trials": 0,
-                    "detected": 0,
-                    "silently_accepted": 0,
-                    "seconds": 0.0,
-                    "example": "not run: needs >= 3 ranks",
-                }
-                rows.append(r)
+                r = _row(cls, 0, 0, 0, "not run: needs >= 3 ranks", config.record())
+                rows.append({**r, "seconds": 0.0})
                 if rank == 0:
                     log(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
                 continue
-            r = run_class(comm, cls, trials, seed, suite=suite)
+            r = run_class(comm, cls, trials, seed, config=config)
         else:
-            r = run_class(pair, cls, trials, seed, suite=suite) if pair != MPI.COMM_NULL else None
+            r = run_class(pair, cls, trials, seed, config=config) if pair != MPI.COMM_NULL else None
             _polite_barrier(comm)  # idle ranks must not spin on the cores the pair is using
             r = comm.bcast(r, root=0)
         r["seconds"] = round(time.time() - tc, 1)
