@@ -13,6 +13,9 @@ timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 
 ``SECCOMM_BENCH_ALL_RANKS=1`` to see them).  Options: ``--seccomm-sizes`` (e.g. ``4K,1M,64M``),
 ``--seccomm-suites``, ``--seccomm-rounds``, ``--seccomm-warmup``; suites in ``benchmarks/`` read
 them through ``pytest_generate_tests``.  Nothing here imports mpi4py until a fixture is used.
+The fixtures use the ranks' job secret (:mod:`seccomm.bench.secret`): with none on any rank the
+session stops with exit status 2, unless every rank opts in to a clear-text benchmark secret
+with ``SECCOMM_INSECURE_BENCH_SECRET=1``.
 """
 
 from __future__ import annotations

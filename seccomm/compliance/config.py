@@ -130,7 +130,7 @@ def evidence_deviations(cfg: ReviewConfig, ev: dict) -> tuple[list[str], list[st
     if rot is not None and rot.get("ran"):
         rec = dict(rot.get("config") or {})
         if rot.get("scaled"):
-            rec["note"] = f"rotation check ran at a test-sized point of {rot['run_point']:,} frames per key"
+            rec["note"] = f"ran at a test-sized point of {rot['run_point']:,} frames per key"
         elif rec.get("rotate_after_frames") == cfg.rotation_point() and not cfg.rotate_after_frames:
             rec["rotate_after_frames"] = None  # the suite's limit, set explicitly: as configured
         rows.append(("rotation check", rec, None))
