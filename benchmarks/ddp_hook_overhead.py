@@ -23,6 +23,9 @@ from seccomm.launch import rank_and_size
 from seccomm.torch import SecureHookState, secure_allreduce_hook
 from seccomm.torch.train import digits, model, timed_step
 
+# the same job secret on every rank: random, since keys.load_secret refuses patterned ones
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 rank, world = rank_and_size()
 dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -35,9 +38,7 @@ for name in ("default", "py_allreduce_hook", "secure_none", "secure_gcm"):
     if name == "py_allreduce_hook":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     elif name.startswith("secure"):
-        state = SecureHookState(
-            None, "none" if name == "secure_none" else "aes-256-gcm", psk=bytes(range(32))
-        )
+        state = SecureHookState(None, "none" if name == "secure_none" else "aes-256-gcm", psk=PSK)
         ddp.register_comm_hook(state, secure_allreduce_hook)
     models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05))
 times = {k: [] for k in models}

@@ -1,8 +1,9 @@
 """Job secret and key schedule (HKDF-SHA256, RFC 5869; X25519, RFC 7748).
 
 Secret sources, in order: the ``psk=`` argument, ``SECCOMM_PSK_FILE`` (a file of >= 32 raw bytes
-or hex; refused when readable or writable by group or others), ``SECCOMM_PSK`` (hex).  The local
-launcher writes a fresh secret to a 0600 file for each run.
+or hex; refused when a symbolic link, another user's, or open to group or others), ``SECCOMM_PSK``
+(hex); any secret is refused when short or guessable (:func:`load_secret`).  The local launcher
+writes a fresh secret to a 0600 file for each run.
 
 Keys, all 32 bytes, ``HKDF(SHA-256, ikm, salt, info)`` with the salt and the transcript hash
 ``th`` of the setup (:mod:`seccomm.handshake`: salt = SHA-256 of the job id and every rank's fresh
@@ -24,7 +25,9 @@ does not reveal the keys.
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
 import stat
 import struct
 
@@ -32,6 +35,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from .entropy import MIN_SECRET_BITS, estimate_bits
 from .errors import KeyScheduleError
 
 MIN_SECRET_BYTES = 32
@@ -39,39 +43,94 @@ KEY_EXCHANGES = ("psk", "psk-dhe")
 
 
 def load_secret(psk: bytes | str | None = None) -> tuple[bytes, str]:
-    """Return ``(secret, source)``; ``KeyScheduleError`` when missing, short or unsafe.
+    """Return ``(secret, source)`` from the first source set: the ``psk`` argument (bytes, or a
+    hex string), ``SECCOMM_PSK_FILE`` (:func:`read_secret_file`), ``SECCOMM_PSK`` (hex).
 
-    ``psk`` may be bytes or a hex string.  The error message names the source, never the value.
+    Every secret must hold at least :data:`MIN_SECRET_BYTES` bytes and pass the entropy estimate
+    of :mod:`seccomm.entropy` (at least 128 bits: an observer of the setup can test guesses of the
+    secret offline against its MACs).  Raises ``KeyScheduleError`` when no source is set, or when
+    the one set is unreadable, unsafe, short or guessable; the message names the source and what
+    to do, never the value.
     """
     if psk is not None:
-        return _check_len(_as_bytes(psk, "psk argument"), "psk argument"), "argument"
+        return check_secret(_as_bytes(psk, "psk argument"), "psk argument"), "argument"
     path = os.environ.get("SECCOMM_PSK_FILE")
     if path:
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            raise KeyScheduleError(f"SECCOMM_PSK_FILE {path!r} cannot be read: {e.strerror}") from None
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyScheduleError(
-                f"SECCOMM_PSK_FILE {path!r} is accessible by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):o}); run: chmod 600 {path}"
-            )
-        with open(path, "rb") as f:
-            raw = f.read()
-        data = raw.strip()
-        try:
-            data = bytes.fromhex(data.decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
-            data = raw  # raw binary secret
-        return _check_len(data, "SECCOMM_PSK_FILE"), "SECCOMM_PSK_FILE"
+        return check_secret(read_secret_file(path), f"SECCOMM_PSK_FILE {path!r}"), "SECCOMM_PSK_FILE"
     env = os.environ.get("SECCOMM_PSK")
     if env:
-        return _check_len(_as_bytes(env, "SECCOMM_PSK"), "SECCOMM_PSK"), "SECCOMM_PSK"
+        return check_secret(_as_bytes(env, "SECCOMM_PSK"), "SECCOMM_PSK"), "SECCOMM_PSK"
     raise KeyScheduleError(
-        "no job secret: set SECCOMM_PSK_FILE (a 0600 file of >= 32 bytes) or SECCOMM_PSK "
-        "(>= 64 hex digits) on every rank, or pass psk= (`seccomm bench`/`train` make one for "
-        "the ranks they start)"
+        "no job secret: set SECCOMM_PSK_FILE (a 0600 file of >= 32 random bytes, e.g. "
+        "openssl rand -hex 32) or SECCOMM_PSK (>= 64 hex digits) on every rank, or pass psk= "
+        "(`seccomm bench`/`train` make one for the ranks they start)"
     )
+
+
+#: larger than any secret file could sensibly be [B]
+MAX_SECRET_FILE_BYTES = 1 << 16
+
+
+def _make_one(path: str) -> str:
+    """The shell command that writes a good secret file at ``path``."""
+    q = shlex.quote(path)
+    return f"(umask 077 && openssl rand -hex 32 > {q})"
+
+
+def read_secret_file(path: str) -> bytes:
+    """The secret in the file ``path``: its hex digits decoded when it holds nothing else (and
+    whitespace), else its raw bytes.  The file is opened with ``O_NOFOLLOW`` (a symbolic link is
+    refused) and checked on the open descriptor (``fstat``, so what is checked is what is read):
+    a regular file owned by this process's effective user, with no permission bits for group or
+    others.
+
+    Raises ``KeyScheduleError`` naming the file and the fix, never the content.
+    """
+    what = f"SECCOMM_PSK_FILE {path!r}"
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise KeyScheduleError(
+                f"{what} is a symbolic link, refused (it could point anywhere): point "
+                f"SECCOMM_PSK_FILE at the file itself"
+            ) from None
+        raise KeyScheduleError(
+            f"{what} cannot be opened: {e.strerror}; make one with: {_make_one(path)}"
+        ) from None
+    try:
+        _check_file(os.fstat(fd), what, path)
+        raw = b""
+        while len(raw) <= MAX_SECRET_FILE_BYTES and (part := os.read(fd, 1 << 16)):
+            raw += part
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_SECRET_FILE_BYTES:
+        raise KeyScheduleError(f"{what} is larger than {MAX_SECRET_FILE_BYTES} bytes: not a secret file")
+    text = raw.strip()
+    if text and not text.translate(None, b"0123456789abcdefABCDEF \t\r\n"):  # meant as hex
+        try:
+            return bytes.fromhex(text.decode("ascii"))
+        except ValueError:
+            raise KeyScheduleError(f"{what} is not valid hex (an odd number of digits?)") from None
+    return raw  # a raw binary (or text) secret
+
+
+def _check_file(st: os.stat_result, what: str, path: str) -> None:
+    """Regular file, owned by the effective user, no group/other bits; else ``KeyScheduleError``."""
+    if not stat.S_ISREG(st.st_mode):
+        raise KeyScheduleError(f"{what} is not a regular file; make one with: {_make_one(path)}")
+    if st.st_uid != os.geteuid():
+        raise KeyScheduleError(
+            f"{what} is owned by uid {st.st_uid}, not by this process's user (uid {os.geteuid()}): "
+            f"another user could read or replace it; use a file of your own (chmod 600)"
+        )
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyScheduleError(
+            f"{what} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"run: chmod 600 {path}"
+        )
 
 
 def _as_bytes(v, what):
@@ -85,19 +144,39 @@ def _as_bytes(v, what):
     raise KeyScheduleError(f"{what} must be bytes or a hex string, got {type(v).__name__}")
 
 
-def _check_len(data, what):
+def check_secret(data: bytes, what: str) -> bytes:
+    """``data`` when it holds >= :data:`MIN_SECRET_BYTES` bytes and the estimate of
+    :func:`seccomm.entropy.estimate_bits` reaches :data:`~seccomm.entropy.MIN_SECRET_BITS`;
+    else ``KeyScheduleError`` naming ``what`` (the source) and the fix, never the value."""
     if len(data) < MIN_SECRET_BYTES:
         raise KeyScheduleError(f"{what} holds {len(data)} bytes; at least {MIN_SECRET_BYTES} needed")
+    est = estimate_bits(data)
+    if est.bits < MIN_SECRET_BITS:
+        raise KeyScheduleError(
+            f"{what} is too easy to guess offline: estimated {est.bits:.0f} bits ({est.kind}, "
+            f"judged by its {est.view}), at least {MIN_SECRET_BITS} needed; use 32 random bytes, "
+            f"e.g. openssl rand -hex 32 (see docs/threat-model.md, 'Job secret')"
+        )
     return data
 
 
+def random_secret() -> bytes:
+    """32 random bytes (``os.urandom``) that pass :func:`check_secret`: a draw the entropy
+    estimate would refuse (probability below 2**-44, :mod:`seccomm.entropy`) is drawn again."""
+    secret = os.urandom(32)
+    while estimate_bits(secret).bits < MIN_SECRET_BITS:
+        secret = os.urandom(32)
+    return secret
+
+
 def new_secret_file(directory: str | None = None) -> str:
-    """Write 32 random bytes (hex) to a new 0600 file and return its path (local launcher)."""
+    """Write :func:`random_secret` (64 hex digits) to a new 0600 file and return its path (the
+    local launcher)."""
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix="seccomm-psk-", dir=directory)
+    fd, path = tempfile.mkstemp(prefix="seccomm-psk-", dir=directory)  # O_EXCL, mode 0600
     with os.fdopen(fd, "w") as f:
-        f.write(os.urandom(32).hex())
+        f.write(random_secret().hex())
     os.chmod(path, 0o600)
     return path
 

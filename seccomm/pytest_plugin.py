@@ -13,6 +13,9 @@ timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 
 ``SECCOMM_BENCH_ALL_RANKS=1`` to see them).  Options: ``--seccomm-sizes`` (e.g. ``4K,1M,64M``),
 ``--seccomm-suites``, ``--seccomm-rounds``, ``--seccomm-warmup``; suites in ``benchmarks/`` read
 them through ``pytest_generate_tests``.  Nothing here imports mpi4py until a fixture is used.
+The fixtures use the ranks' job secret (:mod:`seccomm.bench.secret`): with none on any rank the
+session stops with exit status 2, unless every rank opts in to a clear-text benchmark secret
+with ``SECCOMM_INSECURE_BENCH_SECRET=1``.
 """
 
 from __future__ import annotations
@@ -91,12 +94,25 @@ def seccomm_world():
     return MPI.COMM_WORLD
 
 
+def _uncaptured(config):
+    """A context in which standard error reaches the terminal (the warning of a clear-text
+    secret must not sit in a test's captured output)."""
+    import contextlib
+
+    capman = config.pluginmanager.getplugin("capturemanager")
+    return capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+
+
 @pytest.fixture(scope="session")
-def secure_comm(seccomm_world):
-    from .bench.runner import bench_secret
+def secure_comm(seccomm_world, request):
+    from .bench.secret import BenchSecretError, bench_secret
     from .comm import SecureComm
 
-    secret = bench_secret(seccomm_world)[0]
+    try:
+        with _uncaptured(request.config):
+            secret = bench_secret(seccomm_world)[0]
+    except BenchSecretError as e:  # every rank stops; the rank that knows why says it
+        pytest.exit(f"seccomm: {e}" if e.speaker else "seccomm: no usable job secret", returncode=2)
     cache = {}
 
     def get(suite="aes-256-gcm", **kw):

@@ -134,8 +134,10 @@ class CipherSuite:
     """A named protection level for frames.
 
     ``name``: registry name; ``suite_id``: byte bound into the AAD; ``confidential``: payload is
-    encrypted; ``authenticated``: frames carry a verified tag; ``fips_140_3``: approval status;
-    ``limit_source``: where the usage limit comes from.
+    encrypted; ``authenticated``: frames carry a verified tag; ``fips_140_3``: the FIPS 140-3
+    status of the *algorithm* only (approved or not, NIST SP 800-140C) — whether the module that
+    runs it is validated is another matter (:mod:`seccomm.compliance.status`); ``limit_source``:
+    where the usage limit comes from.
     """
 
     name: str
@@ -216,14 +218,14 @@ def get_suite(name: str) -> CipherSuite:
         raise ValueError(f"unknown suite {name!r}; allowed: {', '.join(SUITES)}") from None
 
 
-register(NoneSuite("none", 0, False, False, "not applicable (no protection)", "none: no key is used"))
+register(NoneSuite("none", 0, False, False, "not applicable (no cryptography)", "none: no key is used"))
 register(
     AESGCMSuite(
         "aes-256-gcm",
         1,
         True,
         True,
-        "approved (NIST SP 800-38D; FIPS 140-3 IG C.H deterministic IV)",
+        "approved algorithm (NIST SP 800-38D)",
         "CFRG draft-irtf-cfrg-aead-limits §5.1, p=2^-50; SP 800-38D §8.3 cap 2^32",
     )
 )
@@ -233,7 +235,7 @@ register(
         2,
         True,
         True,
-        "not approved (not a NIST algorithm)",
+        "not approved (ChaCha20-Poly1305 is not a NIST-approved algorithm)",
         "CFRG draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit; cap 2^48",
     )
 )
@@ -243,7 +245,7 @@ register(
         3,
         False,
         True,
-        "approved (GMAC, NIST SP 800-38D)",
+        "approved algorithm (GMAC, NIST SP 800-38D)",
         "CFRG draft-irtf-cfrg-aead-limits §5.1 over AAD blocks, p=2^-50; cap 2^32",
     )
 )

@@ -78,7 +78,7 @@ elif mode == "tamper-forge":
 sc = SecureComm(
     c,
     "aes-256-gcm",
-    psk=bytes(range(32)),
+    psk=bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"),
     timeout=30.0 if tamper else 2.0,
     algorithm=alg,
     chunk_bytes=1 << 16,

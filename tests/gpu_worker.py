@@ -18,7 +18,8 @@ from seccomm.transports import TamperTransport
 
 c = MPI.COMM_WORLD
 mode = sys.argv[1]
-PSK = bytes(range(32))
+# a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 fails = []
 
 

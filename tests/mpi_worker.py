@@ -19,7 +19,8 @@ import seccomm
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
 from seccomm.transports import TamperTransport, TransportWrapper
 
-PSK = bytes(range(32))
+# a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 SUITES = list(seccomm.SUITES)
 DTYPES = ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"]
 COUNTS = [0, 1, 7, 1001, 2**20 + 3]
@@ -552,7 +553,7 @@ def mismatch(comm, rec):
     last = comm.size - 1
     cases = [
         ("suite", dict(suite="aes-256-gcm"), dict(suite="chacha20-poly1305"), ConfigMismatchError),
-        ("psk", dict(psk=PSK), dict(psk=bytes(32)), ConfigMismatchError),
+        ("psk", dict(psk=PSK), dict(psk=PSK[::-1]), ConfigMismatchError),
         ("chunk", dict(chunk_bytes=4096), dict(chunk_bytes=8192), ConfigMismatchError),
         ("bad suite", dict(suite="aes-256-gcm"), dict(suite="rot13"), ValueError),
         ("bad node_ids", dict(), dict(node_ids=[0]), ValueError),  # once hung in Split_type
@@ -795,7 +796,7 @@ def wire(comm, rec):
     plaintext is found under aes-256-gmac and none (the check can fail)"""
     from seccomm.compliance.evidence import wire_check
 
-    for row in wire_check(comm, count=4096 + 3):
+    for row in wire_check(comm, count=4096 + 3, psk=PSK):
         rec(
             f"wire {row}",
             row["ok"]

@@ -14,11 +14,13 @@ import pytest
 
 from seccomm import cli, launch
 from seccomm.collectives import COLLECTIVES
+from seccomm.keys import new_secret_file
 from seccomm.units import parse_size
 
 from conftest import mpiexec
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
+GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()
 
 
 def test_parse_size():
@@ -113,8 +115,9 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     ]
     if how == "own launcher":
         cmd = [*SECCOMM, *args, "--np", str(nranks)]
-    else:
+    else:  # the user's launcher: the user gives the job secret
         cmd = [mpiexec(), "-n", str(nranks), *SECCOMM, *args]
+        env["SECCOMM_PSK_FILE"] = new_secret_file(str(tmp_path))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
@@ -230,7 +233,7 @@ def test_bench_wrong_results_fail_the_run():
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, SECCOMM_PSK="ab" * 32),
+        env=dict(os.environ, SECCOMM_PSK=GOOD_HEX),
     )
     assert out.returncode != 0
     assert "FAILED" in out.stdout
@@ -238,3 +241,78 @@ def test_bench_wrong_results_fail_the_run():
     assert bad and all(int(ln.split()[-1]) > 0 for ln in bad)
     good = [ln for ln in out.stdout.splitlines() if " none " in ln and ln.strip()[0].isdigit()]
     assert good and all(int(ln.split()[-1]) == 0 for ln in good)
+
+
+def test_bench_secret_decision():
+    """Every rank takes the same branch: own secrets, the clear-text secret (only with every
+    rank's opt-in and no secret anywhere), or an error that one rank explains."""
+    from seccomm.bench.secret import BAD, NONE, NO_SECRET, OK, BenchSecretError, LocalSecret, decide
+
+    ok, none = LocalSecret(OK, b"s", "SECCOMM_PSK"), LocalSecret(NONE)
+    assert decide(1, ok, [OK, OK], [0, 0]) is False
+    assert decide(0, none, [NONE, NONE], [1, 1]) is True
+    for rank in (0, 1):
+        with pytest.raises(BenchSecretError) as e:
+            decide(rank, none, [NONE, NONE], [1, 0])  # one rank did not opt in
+        assert str(e.value) == NO_SECRET and e.value.speaker == (rank == 0)
+        with pytest.raises(BenchSecretError, match=r"rank\(s\) \[1\] have no job secret") as e:
+            decide(rank, [ok, none][rank], [OK, NONE], [1, 1])  # never replaced, even opted in
+        bad = LocalSecret(BAD, text="SECCOMM_PSK_FILE '/x' is accessible by group or others")
+        with pytest.raises(BenchSecretError) as e:
+            decide(rank, [ok, bad][rank], [OK, BAD], [1, 1])
+        assert e.value.speaker == (rank == 1)
+        assert str(e.value) == (
+            "rank 1: SECCOMM_PSK_FILE '/x' is accessible by group or others"
+            if rank == 1
+            else "rank 1 has an unusable job secret"
+        )
+
+
+def _bench_under_mpiexec(tmp_path, **env_extra):
+    """``mpiexec -n 2 seccomm bench`` (one tiny size) with the given secret settings."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SECCOMM_PSK", "SECCOMM_PSK_FILE")}
+    env.pop("SECCOMM_INSECURE_BENCH_SECRET", None)
+    env.update(env_extra)
+    cmd = [mpiexec(), "-n", "2", *SECCOMM, "bench", "-b", "8", "-e", "8", "-n", "1", "-w", "0"]
+    cmd += ["--suites", "aes-256-gcm"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+
+
+@pytest.mark.mpi
+def test_bench_under_a_launcher_needs_a_secret_or_the_opt_in(tmp_path):
+    out = _bench_under_mpiexec(tmp_path)
+    err = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert len(err) == 1 and err[0].startswith("seccomm bench: error: no job secret on any rank"), err
+    assert "SECCOMM_PSK_FILE" in err[0] and "SECCOMM_INSECURE_BENCH_SECRET=1" in err[0]
+    assert "# Result" not in out.stdout
+    out = _bench_under_mpiexec(tmp_path, SECCOMM_INSECURE_BENCH_SECRET="1")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    warned = [ln for ln in out.stderr.splitlines() if "WARNING" in ln]
+    assert sorted(ln.split()[3] for ln in warned) == ["0", "1"], out.stderr  # every rank, once
+    assert all("broadcast in the clear" in ln and "synthetic data only" in ln for ln in warned)
+    assert "# Result: OK" in out.stdout and "broadcast in the clear" in out.stdout  # the header says so
+    out = _bench_under_mpiexec(tmp_path, SECCOMM_PSK=GOOD_HEX)
+    assert out.returncode == 0 and "WARNING" not in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.mpi
+def test_bench_never_replaces_a_secret_that_is_set_but_wrong(tmp_path):
+    """A secret that is set but unusable ends the run with the library's message (exit 2), even
+    with the opt-in: it is never silently replaced by the clear-text one."""
+    loose = tmp_path / "loose"
+    loose.write_text(GOOD_HEX)
+    os.chmod(loose, 0o644)
+    cases = [
+        (dict(SECCOMM_PSK_FILE=str(loose)), "is accessible by group or others (mode 644)"),
+        (dict(SECCOMM_PSK_FILE=str(tmp_path / "missing")), "cannot be opened: No such file"),
+        (dict(SECCOMM_PSK="ab" * 8), "holds 8 bytes; at least 32 needed"),
+        (dict(SECCOMM_PSK="xyz"), "SECCOMM_PSK is not valid hex"),
+        (dict(SECCOMM_PSK="ab" * 32), "too easy to guess offline"),
+    ]
+    for env, msg in cases:
+        out = _bench_under_mpiexec(tmp_path, SECCOMM_INSECURE_BENCH_SECRET="1", **env)
+        err = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert out.returncode == 2, (env, out.stderr[-2000:])
+        assert len(err) == 1 and err[0].startswith("seccomm bench: error: rank 0: ") and msg in err[0], err
+        assert "WARNING" not in out.stderr and "Traceback" not in out.stderr

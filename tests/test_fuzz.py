@@ -28,7 +28,8 @@ from seccomm.transports import Transport
 
 BLOCK_BYTES = HELLO_BYTES
 
-PSK = bytes(range(32))
+# a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 SUITES = ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"]
 
 

@@ -17,7 +17,10 @@ from conftest import mpiexec
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_bench(tmp_path, *extra):
+GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()
+
+
+def run_bench(tmp_path, *extra, env=None):
     cmd = [
         mpiexec(),
         "-n",
@@ -42,7 +45,7 @@ def run_bench(tmp_path, *extra):
         text=True,
         timeout=300,
         cwd=tmp_path,
-        env={**__import__("os").environ, "SECCOMM_PSK": "cd" * 32},
+        env={**__import__("os").environ, "SECCOMM_PSK": GOOD_HEX} if env is None else env,
     )
 
 
@@ -64,3 +67,21 @@ def test_plugin_under_mpiexec(tmp_path):
     again = run_bench(tmp_path, "--benchmark-compare", "--benchmark-compare-fail=median:100000%")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "0001" in again.stdout
+
+
+@pytest.mark.mpi
+def test_plugin_without_a_secret_stops_with_the_fix(tmp_path):
+    """No secret on any rank and no opt-in: the session stops (exit 2) and says how to give one;
+    with SECCOMM_INSECURE_BENCH_SECRET=1 the fixtures run, and every rank warns."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("SECCOMM_PSK", "SECCOMM_PSK_FILE")}
+    env.pop("SECCOMM_INSECURE_BENCH_SECRET", None)
+    out = run_bench(tmp_path, "-k", "allreduce and 1024 and none", env=env)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "no job secret on any rank" in out.stdout + out.stderr
+    assert "SECCOMM_INSECURE_BENCH_SECRET=1" in out.stdout + out.stderr
+    env["SECCOMM_INSECURE_BENCH_SECRET"] = "1"
+    out = run_bench(tmp_path, "-k", "allreduce and 1024 and none", env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stderr.count("WARNING: rank") == 2 and "broadcast in the clear" in out.stderr

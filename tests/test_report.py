@@ -13,6 +13,7 @@ import html5lib
 import pytest
 
 from seccomm import launch
+from seccomm.compliance.config import ReviewConfig
 from seccomm.compliance.doc import to_html, to_markdown
 from seccomm.compliance.report import build
 
@@ -35,13 +36,38 @@ CFG = {
     "chunk_bytes": 1 << 20,
     "rotate_after_frames": None,
     "key_exchange": "psk",
+    "encrypt": "all",
     "trials": 5,
     "seed": 0,
     "command": "seccomm report --compliance",
 }
+MODULE = {"openssl": "OpenSSL 3.x", "cryptography": "46", "fips_provider": False}
 
 
-def evidence(silent=0, wire_hits_gcm=0):
+def rotation_row(cfg=CFG, ok=True):
+    config = ReviewConfig.from_dict(cfg)
+    return {
+        "configured": config.rotation_point(),
+        "limit": config.limit(),
+        "bound": 28,
+        "refusal": None,
+        "run_point": 224,
+        "scaled": True,
+        "ops": 17,
+        "ran": True,
+        "epochs_ok": ok,
+        "results_ok": True,
+        "keys_differ": True,
+        "replay_refused": True,
+        "epochs_seen": 3,
+        "ok": ok,
+        "detail": "ran at a test-sized point of 224 frames per key",
+        "config": config.record(rotate_after_frames=224),
+    }
+
+
+def evidence(silent=0, wire_hits_gcm=0, cfg=CFG):
+    config = ReviewConfig.from_dict(cfg)
     attacks = [
         {
             "class": c,
@@ -49,6 +75,7 @@ def evidence(silent=0, wire_hits_gcm=0):
             "detected": 5,
             "silently_accepted": 0,
             "example": "AuthenticationError: <x>",
+            "config": config.record(),
         }
         for c in ("flip-payload", "replay", "drop")
     ]
@@ -61,14 +88,17 @@ def evidence(silent=0, wire_hits_gcm=0):
             "hits": h,
             "expect": e,
             "ok": (h == 0) == (e == "absent"),
+            "config": config.record(s),
         }
         for s, h, e in (("aes-256-gcm", wire_hits_gcm, "absent"), ("none", 400, "present"))
     ]
     return {
         "attacks": attacks,
         "wire": wire,
+        "rotation": rotation_row(cfg),
         "world_size": 3,
         "machine": MACHINE,
+        "module": MODULE,
         "capture": {"rows": None, "reason": "--no-capture"},
     }
 
@@ -83,17 +113,28 @@ def test_verdicts_follow_the_evidence():
     _, ok = build(evidence(), CFG, None, None)
     assert ok
     doc, ok = build(evidence(silent=1), CFG, None, None)
-    assert not ok and "FAIL: see the summary" in to_markdown(doc)
+    assert not ok and "| overall | FAIL: attacker harness (live) |" in to_markdown(doc)
     _, ok = build(evidence(wire_hits_gcm=3), CFG, None, None)
     assert not ok  # plaintext found under an encrypting suite
-    for cfg in (
-        dict(CFG, suite="none"),
-        dict(CFG, suite="aes-256-gmac"),
-        dict(CFG, rotate_after_frames=2**40),
-    ):  # no encryption; rotation past the limit
-        doc, ok = build(evidence(), cfg, None, None)
-        assert not ok and "FAIL" in to_markdown(doc), cfg
-    assert build(evidence(), dict(CFG, suite="chacha20-poly1305"), None, None)[1]
+    for cfg, why in (
+        (dict(CFG, suite="none"), "suite under review protects confidentiality and integrity"),
+        (dict(CFG, suite="aes-256-gmac"), "suite under review protects confidentiality and integrity"),
+        (dict(CFG, rotate_after_frames=2**40), "key rotation within the usage limit"),
+        (dict(CFG, encrypt="inter-node"), "encrypt policy protects every hop"),
+    ):  # no encryption; rotation past the limit; hops in the clear by policy
+        doc, ok = build(evidence(cfg=cfg), cfg, None, None)
+        md = to_markdown(doc)
+        assert not ok and f"| overall | FAIL: {why}" in md, (cfg, md[:1500])
+    inter = dict(CFG, encrypt="inter-node")
+    md = to_markdown(build(evidence(cfg=inter), inter, None, None)[0])
+    assert "encrypt=inter-node: hops between ranks that share a node travel in the clear" in md
+    chacha = dict(CFG, suite="chacha20-poly1305")
+    assert build(evidence(cfg=chacha), chacha, None, None)[1]
+    ev = evidence()
+    ev["rotation"] = rotation_row(ok=False)  # the live rotation check failed
+    assert not build(ev, CFG, None, None)[1]
+    del ev["rotation"]  # or never ran
+    assert not build(ev, CFG, None, None)[1]
 
 
 def test_html_is_one_strict_self_contained_file_and_escapes_text():
@@ -105,20 +146,29 @@ def test_html_is_one_strict_self_contained_file_and_escapes_text():
     assert "<script" not in text and "&lt;script&gt;" in text
     assert not re.search(r"<(link|img|iframe|object)\b|\bsrc=|href=", text)  # nothing external
     cells = [td.text for td in tree.iter("td")]
-    assert "PASS" in cells and "approved (NIST SP 800-38D; FIPS 140-3 IG C.H deterministic IV)" in cells
+    assert (
+        "PASS" in cells
+        and (
+            "approved algorithm (NIST SP 800-38D); module: not validated: OpenSSL 3.x in the cryptography 46 "
+            "package, no FIPS provider active"
+        )
+        in cells
+    )
     with pytest.raises(Exception):
         strict_parse(text.replace("</table>", "", 1))  # the parser does catch broken markup
 
 
 def test_markdown_sections_and_rotation_point():
     cfg = dict(CFG, rotate_after_frames=1000, chunk_bytes=65536)
-    md = to_markdown(build(evidence(), cfg, None, None)[0])
+    md = to_markdown(build(evidence(cfg=cfg), cfg, None, None)[0])
     for section in (
         "## Summary",
         "## Cipher suites and FIPS 140-3 status",
         "## Key derivation",
         "## Nonce construction",
         "## Usage limits per key and rotation",
+        "## GPU path: seccomm's own kernels",
+        "## Evidence: key rotation",
         "## Software in use",
         "## Evidence: attacker harness",
         "## Evidence: no plaintext on the wire",
@@ -130,6 +180,107 @@ def test_markdown_sections_and_rotation_point():
     assert "Configured rotation point: 1,000 frames per key (aes-256-gcm, 65,536-byte frames)" in md
     assert "| chacha20-poly1305 | yes | yes | not approved" in md
     assert "HKDF" in md and "RFC 5869" in md and "SP 800-38D" in md and "draft-irtf-cfrg-aead-limits" in md
+
+
+def test_module_status_is_stated_apart_from_the_algorithm(monkeypatch):
+    """'approved' is an algorithm status; the module is 'not validated' unless a FIPS provider is
+    active, which the report reads at run time (simulated here both ways)."""
+    from seccomm.compliance import status
+
+    md = to_markdown(build(evidence(), CFG, None, None)[0])
+    gcm = next(ln for ln in md.splitlines() if ln.startswith("| aes-256-gcm | yes | yes |"))
+    assert (
+        "approved algorithm (NIST SP 800-38D); module: not validated: OpenSSL 3.x in the cryptography "
+        "46 package, no FIPS provider active" in gcm
+    )
+    assert "| FIPS 140-3 status (information) | approved algorithm, module not validated |" in md
+    assert not re.search(r"\| approved \|", md)  # never "approved" alone as a claim
+    assert "generated outside any cryptographic module" in md and "IG C.H" in md  # the nonce
+    assert "T-tables" in md and "GHASH" in md and "cache/bank-timing exposure" in md  # the GPU path
+    ev = evidence()
+    ev["module"] = dict(MODULE, fips_provider=True)
+    md = to_markdown(build(ev, CFG, None, None)[0])
+    assert "module: a FIPS provider is active in OpenSSL 3.x" in md and "not validated" not in md
+    assert "approved algorithm, FIPS provider active (validation: see its certificate)" in md
+    assert status.fips_provider_active() is False  # this machine: the wheel's OpenSSL, no provider
+    from cryptography.hazmat.bindings._rust import openssl as rust_openssl
+
+    monkeypatch.setattr(rust_openssl, "is_fips_enabled", lambda: True)
+    mod = status.crypto_module()
+    assert mod["fips_provider"] is True and "a FIPS provider is active" in status.module_status(mod)
+
+
+def test_evidence_that_ran_under_other_settings_fails_the_report():
+    ev = evidence()
+    ev["wire"][0]["config"] = dict(ev["wire"][0]["config"], chunk_bytes=65536)
+    doc, ok = build(ev, CFG, None, None)
+    md = to_markdown(doc)
+    assert not ok and "wire check aes-256-gcm: chunk_bytes 65536 (configured 1048576)" in md
+    assert "NOT as configured: chunk_bytes 65536" in md
+    ev["wire"][0]["config"]["note"] = "ran smaller frames on purpose"  # declared: stated, not failed
+    md = to_markdown(build(ev, CFG, None, None)[0])
+    assert build(ev, CFG, None, None)[1] and "declared exceptions: wire check aes-256-gcm" in md
+    del ev["attacks"][0]["config"]  # a row that records nothing proves nothing
+    assert not build(ev, CFG, None, None)[1]
+
+
+class _Built(Exception):
+    pass
+
+
+def test_every_evidence_run_constructs_its_securecomm_with_the_configuration(monkeypatch):
+    """The attacker harness, the wire check, the rotation check and the capture job hand
+    SecureComm the configured key exchange, chunk size, rotation point and encrypt policy (caught
+    at construction, in process)."""
+    from mpi4py import MPI
+
+    import seccomm.comm
+    from seccomm.compliance import attack, capture, evidence as wire, rotation
+
+    seen = []
+
+    def fake(comm, suite, **kw):
+        seen.append((suite, kw))
+        raise _Built
+
+    monkeypatch.setattr(seccomm.comm, "SecureComm", fake)
+    config = ReviewConfig("chacha20-poly1305", "psk-dhe", 4096, 500, "inter-node")
+    want = {
+        "key_exchange": "psk-dhe",
+        "chunk_bytes": 4096,
+        "rotate_after_frames": 500,
+        "encrypt": "inter-node",
+    }
+    for run in (
+        lambda: wire.wire_check(MPI.COMM_SELF, suites=["chacha20-poly1305"], config=config),
+        lambda: attack.run_class(MPI.COMM_SELF, "swap", 1, config=config),
+        lambda: rotation.rotation_check(MPI.COMM_SELF, config),
+        lambda: capture._capture_job("chacha20-poly1305", 64, 0, config.settings()),
+    ):
+        with pytest.raises(_Built):
+            run()
+    assert len(seen) == 4
+    for suite, kw in seen:
+        assert suite == "chacha20-poly1305"
+        assert {k: kw[k] for k in want} == want, kw
+    seen.clear()
+    with pytest.raises(_Built):  # a control suite gets the point lowered to its own limit only
+        wire.wire_check(MPI.COMM_SELF, suites=["none"], config=ReviewConfig(rotate_after_frames=2**70))
+    assert seen[0][1]["rotate_after_frames"] == 2**63
+
+
+def test_rotation_schedule_and_plan():
+    from seccomm.compliance.rotation import MAX_CHECK_OPS, TEST_OPS_PER_EPOCH, plan, predicted_epochs
+
+    assert predicted_epochs(100, 28, 8) == [0, 0, 0, 1, 1, 1, 2, 2]
+    assert predicted_epochs(28, 28, 3) == [0, 1, 2]
+    p = plan(ReviewConfig(rotate_after_frames=1000, chunk_bytes=65536), 3)
+    assert not p["scaled"] and p["run_point"] == 1000 and p["ops"] == 2 * (1000 // p["bound"]) + 1
+    p = plan(ReviewConfig(), 3)  # 11,862,016 frames per key: out of reach, so test-sized
+    assert p["scaled"] and p["run_point"] == TEST_OPS_PER_EPOCH * p["bound"] and p["ops"] <= MAX_CHECK_OPS
+    p = plan(ReviewConfig(rotate_after_frames=2**40), 3)
+    assert "is above aes-256-gcm's usage limit of 11,862,016 frames per key" in p["refusal"]
+    assert "below the" in plan(ReviewConfig(rotate_after_frames=3), 3)["refusal"]
 
 
 def test_usage_errors_exit_2(tmp_path):
@@ -244,7 +395,7 @@ def test_report_end_to_end_html_with_bench(tmp_path):
     wire = {
         r[0]: r
         for r in rows
-        if r and len(r) == 6 and r[0] in ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac", "none")
+        if r and len(r) == 7 and r[0] in ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac", "none")
     }
     assert wire["aes-256-gcm"][3] == "0" and wire["chacha20-poly1305"][3] == "0"
     assert int(wire["none"][3].replace(",", "")) > 0 and int(wire["aes-256-gmac"][3].replace(",", "")) > 0
@@ -258,6 +409,75 @@ def test_report_end_to_end_html_with_bench(tmp_path):
     assert capture[1] in ("PASS", "not run"), capture  # it runs where a packet socket may be opened
     if capture[1] == "PASS":
         assert (tmp_path / "pcap" / "none.pcap").stat().st_size > 24
+
+
+def _report(tmp_path, *args):
+    """``seccomm report --compliance --no-capture -o report.md ARGS`` on 3 local ranks; (process,
+    the Markdown written)."""
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    out = tmp_path / "report.md"
+    cmd = [sys.executable, "-m", "seccomm", "report", "--compliance", "--no-capture", "-o", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    return proc, out.read_text() if out.exists() else ""
+
+
+def _table_rows(md: str) -> list[list[str]]:
+    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in md.splitlines() if ln.startswith("| ")]
+
+
+@pytest.mark.mpi
+def test_report_evidence_follows_the_configuration_on_real_ranks(tmp_path):
+    """--chunk-bytes 4096 --key-exchange psk-dhe --rotate-after-frames 500: every evidence row
+    ran with exactly that, and the rotation check ran at the configured point."""
+    proc, md = _report(
+        tmp_path,
+        "--trials",
+        "1",
+        "--chunk-bytes",
+        "4096",
+        "--key-exchange",
+        "psk-dhe",
+        "--rotate-after-frames",
+        "500",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    want = "aes-256-gcm, key exchange psk-dhe, chunk_bytes 4,096 B, rotation point 500 frames per key"
+    want += ", encrypt all"
+    assert f"| configuration under review | {want} |" in md
+    rows = _table_rows(md)
+    attacks = [r for r in rows if r[0] in ("flip-payload", "swap", "replay", "redirect", "drop")]
+    wire = [
+        r
+        for r in rows
+        if len(r) == 7 and r[0] in ("none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac")
+    ]
+    assert len(attacks) == 5 and len(wire) == 4
+    assert all(r[5] == "as configured" for r in attacks) and all(r[6] == "as configured" for r in wire)
+    assert (
+        "| every evidence run used the configuration under review | PASS | every SecureComm of the evidence: "
+        + want
+        in md
+    )
+    assert "| ran at | 500 frames per key |" in md and "| epochs as the schedule predicts | yes |" in md
+    assert "| cross-epoch replay refused | yes |" in md and "| keys differ between epochs | yes |" in md
+
+
+@pytest.mark.mpi
+def test_report_with_a_rotation_point_above_the_limit_fails(tmp_path):
+    proc, md = _report(
+        tmp_path, "--trials", "1", "--suite", "aes-256-gcm", "--rotate-after-frames", str(2**40)
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (
+        "| overall | FAIL: key rotation within the usage limit, run on real ranks |" in md
+    )  # the only failure
+    assert "| key rotation within the usage limit, run on real ranks | FAIL |" in md
+    assert "is above aes-256-gcm's usage limit of 11,862,016 frames per key" in md
+    assert "| result | FAIL |" in md and "| attacker harness (live) | PASS |" in md
+    # the other evidence ran at the suite's limit, and says so in every row
+    lowered = "rotation point lowered to aes-256-gcm's usage limit, 11,862,016 frames per key"
+    assert md.count(lowered) >= 9
+    assert "| every evidence run used the configuration under review | PASS |" in md
 
 
 def _png_size_and_drawn_bytes(png: bytes):

@@ -23,7 +23,8 @@ from seccomm.keys import KEY_EXCHANGES
 from seccomm.transports import TransportWrapper
 from threadworld import World
 
-PSK = bytes(range(32))
+# a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 SETUP_ERRORS = (ConfigMismatchError, AuthenticationError)
 
 
@@ -127,7 +128,7 @@ def test_mismatch_and_bad_arguments_raise_on_every_rank():
     assert all(isinstance(e, ConfigMismatchError) and "rank 1 rejected" in str(e) for e in res[::2]), res
     world = World(3)
     trs = world.transports()
-    res = world.run(lambda r: build(trs[r], psk=bytes(32) if r == 0 else PSK))
+    res = world.run(lambda r: build(trs[r], psk=PSK[::-1] if r == 0 else PSK))
     assert all(isinstance(e, ConfigMismatchError) and "job secret differs" in str(e) for e in res), res
 
 

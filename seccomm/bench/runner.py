@@ -9,7 +9,6 @@ element, with the native result on integer-valued seeded data (exact in every dt
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -17,30 +16,10 @@ import numpy as np
 from ..collectives import get_collective
 from ..dtypes import DTYPES
 from ..errors import SecCommError
-from ..keys import load_secret
 from .rows import NATIVE, result_row
+from .secret import BenchSecretError, bench_secret
 from .table import Report
 from .timing import measure
-
-
-def bench_secret(comm) -> tuple[bytes, str]:
-    """(secret, where it came from): the job secret; under a launcher without one, a
-    benchmark-only secret that rank 0 draws and broadcasts in the clear (synthetic data only —
-    never for real traffic).  Collective: every rank takes the same branch."""
-    from mpi4py import MPI
-
-    try:
-        secret, source = load_secret()
-        ok = 1
-    except SecCommError:
-        secret, source, ok = b"", "", 0
-    flags = np.array([ok], np.int32)
-    comm.Allreduce(MPI.IN_PLACE, flags, MPI.MIN)
-    if flags[0]:
-        return secret, source
-    buf = np.frombuffer(os.urandom(32), np.uint8).copy()
-    comm.Bcast(buf, root=0)
-    return buf.tobytes(), "ephemeral benchmark secret (broadcast in the clear; synthetic data only)"
 
 
 def main_ranks(cfg) -> int:
@@ -58,7 +37,12 @@ def main_ranks(cfg) -> int:
                 flush=True,
             )
         return 2
-    secret, source = bench_secret(comm)
+    try:
+        secret, source = bench_secret(comm)
+    except BenchSecretError as e:  # every rank: no usable common secret; one rank says why
+        if e.speaker:
+            print(f"seccomm bench: error: {e}", file=sys.stderr, flush=True)
+        return 2
     report = Report(cfg, comm) if rank == 0 else None
     comms = {
         s: SecureComm(

@@ -10,6 +10,7 @@ import shlex
 import sys
 import tempfile
 
+from ..compliance.config import ReviewConfig
 from ..compliance.report import DEFAULT_CHUNK_BYTES, load_bench
 from ..suites import SUITES
 from .usage import UsageError
@@ -28,8 +29,20 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--suite", default="aes-256-gcm", help="the suite under review (default aes-256-gcm)")
     p.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="frame payload in bytes")
-    p.add_argument("--rotate-after-frames", type=int, default=None, help="configured rotation point")
-    p.add_argument("--key-exchange", choices=("psk", "psk-dhe"), default="psk")
+    p.add_argument(
+        "--rotate-after-frames",
+        type=int,
+        default=None,
+        help="configured rotation point [frames per key] (default: the suite's usage limit; "
+        "a point above it fails the report)",
+    )
+    p.add_argument("--key-exchange", choices=("psk", "psk-dhe"), default="psk", help="default psk")
+    p.add_argument(
+        "--encrypt",
+        choices=("all", "inter-node"),
+        default="all",
+        help="encrypt policy under review (default all; inter-node leaves hops inside a node in the clear)",
+    )
     p.add_argument("--no-capture", action="store_true", help="skip the loopback packet capture")
     p.add_argument("--pcap", metavar="DIR", help="also write the captured packets as DIR/<suite>.pcap")
 
@@ -102,7 +115,19 @@ def _capture(args) -> dict:
 
     if args.no_capture:
         return {"rows": None, "reason": "--no-capture"}
-    return capture_evidence(args.pcap, log=lambda s: print(s, file=sys.stderr, flush=True))
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    return capture_evidence(args.pcap, log=log, config=review_config(args))
+
+
+def review_config(args) -> ReviewConfig:
+    """The configuration under review, from the command's options."""
+    return ReviewConfig(
+        suite=args.suite,
+        key_exchange=args.key_exchange,
+        chunk_bytes=args.chunk_bytes,
+        rotate_after_frames=args.rotate_after_frames,
+        encrypt=args.encrypt,
+    )
 
 
 def _ranks(args, argv) -> int:
@@ -116,15 +141,13 @@ def _ranks(args, argv) -> int:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if rank == 0 else (lambda s: None)
-    ev = gather_evidence(comm, args.trials, args.seed, log, suite=args.suite)
+    config = review_config(args)
+    ev = gather_evidence(comm, args.trials, args.seed, log, config=config)
     if rank != 0:
         return 0
     ev["capture"] = _capture_result()
     cfg = {
-        "suite": args.suite,
-        "chunk_bytes": args.chunk_bytes,
-        "rotate_after_frames": args.rotate_after_frames,
-        "key_exchange": args.key_exchange,
+        **config.as_dict(),
         "trials": args.trials,
         "seed": args.seed,
         "command": os.environ.get("SECCOMM_REPORT_COMMAND") or "seccomm " + shlex.join(argv),

@@ -12,6 +12,10 @@ Operation classes (each trial is one fresh ``SecureComm`` and one allreduce on r
 - ``redirect``: a frame this rank sealed for another peer delivered in place of this peer's;
 - ``drop``: the frame never arrives (detected as a timeout naming the peer).
 
+Every trial runs under one configuration (:class:`~seccomm.compliance.config.ReviewConfig`: suite,
+key exchange, chunk size, rotation point, encrypt policy; the report's own), and each class's row
+records what it ran with (:func:`class_setup`).
+
 A trial counts as *detected* when the receiving rank raises ``AuthenticationError`` naming the
 attacking peer and the operation (``TransportTimeout`` naming it for drops), and as *silently
 accepted* when any rank returns a value that differs from the honest result.
@@ -46,6 +50,7 @@ from ..errors import AuthenticationError, ConfigMismatchError, SecCommError, Tra
 from ..handshake import HELLO_BYTES, decode_hello, encode_hello
 from ..keys import KEY_EXCHANGES
 from ..transports import RecordingTransport, TransportWrapper, host_bytes
+from .config import ReviewConfig
 
 OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
 SETUP_CLASSES = ("forge-node-map", "replay-setup", "forge-config")
@@ -196,18 +201,23 @@ def two_hosts(size: int) -> list[int]:
     return [0 if r < (size + 1) // 2 else 1 for r in range(size)]
 
 
-def _setup_attempt(comm, kx: str, psk: bytes, suite: str, timeout: float, wrap, **kw):
-    """(SecureComm, None) when the construction succeeds, else (None, the error)."""
+def _setup_attempt(comm, kx: str, psk: bytes | None, conf: dict, timeout: float, wrap, **kw):
+    """(SecureComm, None) when the construction succeeds, else (None, the error).  ``conf``: the
+    suite and settings under review (:func:`_setup_settings`); ``kw`` overrides them."""
     from ..comm import SecureComm
 
+    settings = {**conf, **kw}
+    suite = settings.pop("suite")
     try:
-        sc = SecureComm(comm, suite, psk=psk, key_exchange=kx, timeout=timeout, wrap_transport=wrap, **kw)
+        sc = SecureComm(
+            comm, suite, psk=psk, key_exchange=kx, timeout=timeout, wrap_transport=wrap, **settings
+        )
         return sc, None
     except SecCommError as e:
         return None, e
 
 
-def _trial_forge_node_map(comm, rng, t, kx, psk, suite, timeout):
+def _trial_forge_node_map(comm, rng, t, kx, psk, conf, timeout):
     """(error, leaks): the forged node map must fail the setup; if it does not, the plaintext
     windows of an allreduce found in frames this rank sent to the other host."""
     from .evidence import find_plaintext, gradients
@@ -219,7 +229,7 @@ def _trial_forge_node_map(comm, rng, t, kx, psk, suite, timeout):
     def wrap(tr):
         return AttackTransport(RecordingTransport(_SimulatedHost(tr, layout + hosts[rank])), "forge-node-map")
 
-    sc, err = _setup_attempt(comm, kx, psk, suite, timeout, wrap, encrypt="inter-node", algorithm="ring")
+    sc, err = _setup_attempt(comm, kx, psk, conf, timeout, wrap, encrypt="inter-node", algorithm="ring")
     if sc is None:
         return err, 0
     x = gradients(rank, 4096, t)
@@ -235,12 +245,12 @@ def _trial_forge_node_map(comm, rng, t, kx, psk, suite, timeout):
     return None, leaks
 
 
-def _trial_replay_setup(comm, rng, t, kx, psk, suite, timeout):
+def _trial_replay_setup(comm, rng, t, kx, psk, conf, timeout):
     """(error, leaks): session B, fed session A's setup messages on ranks 1..p-1, must fail; if it
     does not, how many of this rank's keys (group key, direction keys) equal session A's."""
     rank, size = comm.Get_rank(), comm.Get_size()
     every_other = bool(rng.integers(0, 2))  # the same draw on every rank: rank 0's messages, or all
-    a, _ = _setup_attempt(comm, kx, psk, suite, timeout, lambda tr: AttackTransport(tr, "replay-setup"))
+    a, _ = _setup_attempt(comm, kx, psk, conf, timeout, lambda tr: AttackTransport(tr, "replay-setup"))
     x = np.arange(1024, dtype=np.float32) + rank
     a.allreduce(x, np.empty_like(x))  # session A's keys in use
     senders = set(range(size)) - {rank} if every_other else {0}
@@ -248,7 +258,7 @@ def _trial_replay_setup(comm, rng, t, kx, psk, suite, timeout):
     def wrap(tr):
         return AttackTransport(tr, "replay-setup", replay=a.transport.seen, senders=senders)
 
-    b, err = _setup_attempt(comm, kx, psk, suite, timeout, wrap if rank != 0 else None)
+    b, err = _setup_attempt(comm, kx, psk, conf, timeout, wrap if rank != 0 else None)
     leaks = 0
     if b is not None:
         pairs = [(0, rank, j) for j in range(size) if j != rank]
@@ -259,7 +269,7 @@ def _trial_replay_setup(comm, rng, t, kx, psk, suite, timeout):
     return err, leaks
 
 
-def _trial_forge_config(comm, rng, t, kx, psk, suite, timeout):
+def _trial_forge_config(comm, rng, t, kx, psk, conf, timeout):
     """(error, 0): one settings field of one rank's hello altered on its way to one rank, or to
     every other rank; the setup must fail on every rank."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -267,7 +277,7 @@ def _trial_forge_config(comm, rng, t, kx, psk, suite, timeout):
     to_all, k = bool(rng.integers(0, 2)), int(rng.integers(0, 64))
     hit = rank != sender if to_all else rank == victim
     wrap = (lambda tr: AttackTransport(tr, "forge-config", forge=(sender, k))) if hit else None
-    sc, err = _setup_attempt(comm, kx, psk, suite, timeout, wrap)
+    sc, err = _setup_attempt(comm, kx, psk, conf, timeout, wrap)
     if sc is not None:
         sc.close()
     return err, 0
@@ -280,6 +290,21 @@ _SETUP_TRIALS = {
 }
 
 
+def _setup_settings(cls: str, config: ReviewConfig) -> tuple[dict, dict]:
+    """(SecureComm settings, evidence record) of setup class ``cls`` under ``config``: the
+    configured suite, chunk size, rotation point and encrypt policy, except what the class must
+    set itself (declared in the record): both key exchanges in turn, and ``forge-node-map``'s
+    ``encrypt="inter-node"`` (the policy its forgery attacks)."""
+    conf = {"suite": config.suite, **config.settings()}
+    conf.pop("key_exchange")
+    dev = {"key_exchange": "psk and psk-dhe in turn"}
+    notes = ["a setup class runs both key exchanges in turn"]
+    if cls == "forge-node-map":
+        conf["encrypt"] = dev["encrypt"] = "inter-node"
+        notes.append("forge-node-map attacks the inter-node policy's node map")
+    return conf, config.record(note="; ".join(notes), **dev)
+
+
 def run_setup_class(
     comm,
     cls: str,
@@ -288,20 +313,22 @@ def run_setup_class(
     timeout: float = 5.0,
     psk: bytes | None = None,
     suite: str = "aes-256-gcm",
+    config: ReviewConfig | None = None,
 ) -> dict:
-    """Run ``trials`` setup attacks of class ``cls`` (collective over ``comm``, >= 2 ranks), psk
-    and psk-dhe in turn.  Returns, identical on every rank: trials, detected, silently_accepted,
-    leaks (plaintext windows to the other host, or keys shared with session A, on ranks where a
-    setup was accepted), example."""
+    """Run ``trials`` setup attacks of class ``cls`` (collective over ``comm``, >= 2 ranks) under
+    ``config`` (default: ``suite`` with default settings; see :func:`_setup_settings`), psk and
+    psk-dhe in turn, with the job secret or ``psk``.  Returns, identical on every rank: trials,
+    detected, silently_accepted, leaks (plaintext windows to the other host, or keys shared with
+    session A, on ranks where a setup was accepted), example, config."""
     from mpi4py import MPI
 
     size = comm.Get_size()
-    psk = psk or bytes(range(32))
+    conf, record = _setup_settings(cls, config or ReviewConfig(suite=suite))
     rng = np.random.default_rng(seed + 7919 * CLASSES.index(cls))  # the same draws on every rank
     detected = silent = leaks = 0
     examples: list[str] = []
     for t in range(trials):
-        err, leaked = _SETUP_TRIALS[cls](comm, rng, t, KEY_EXCHANGES[t % 2], psk, suite, timeout)
+        err, leaked = _SETUP_TRIALS[cls](comm, rng, t, KEY_EXCHANGES[t % 2], psk, conf, timeout)
         named = getattr(err, "peer", None) in range(size) and getattr(err, "op", None) == "setup"
         ok_here = isinstance(err, (ConfigMismatchError, AuthenticationError)) and named
         if err is not None and not examples:
@@ -316,14 +343,32 @@ def run_setup_class(
     if leaks:
         what = "plaintext windows crossed hosts" if cls == "forge-node-map" else "keys equal to session A's"
         ex = f"{leaks} {what}; {ex}"
-    return {
-        "class": cls,
-        "trials": trials,
-        "detected": detected,
-        "silently_accepted": silent,
-        "leaks": leaks,
-        "example": ex,
-    }
+    return {**_row(cls, trials, detected, silent, ex, record), "leaks": leaks}
+
+
+#: largest payload [B] the swap class sizes for the configured chunk (2 full chunks per hop)
+SWAP_MAX_BYTES = 64 << 20
+
+
+def class_setup(cls: str, config: ReviewConfig, count: int) -> tuple[int, str, dict]:
+    """(elements per rank, algorithm, what the row records) for class ``cls`` under ``config``.
+
+    Every class runs under the configured suite, key exchange, chunk size, rotation point and
+    encrypt policy; the algorithm is the class's own (``redirect`` needs recursive doubling,
+    ``swap`` a ring).  ``swap`` needs two full chunks per hop of a 2-rank ring (``count`` =
+    ``chunk_bytes`` float32 elements: 4 * ``chunk_bytes`` bytes), up to :data:`SWAP_MAX_BYTES`;
+    past that it runs at a smaller chunk size and its record says so (``note``)."""
+    alg = "recursive_doubling" if cls == "redirect" else "ring" if cls == "swap" else "auto"
+    if cls != "swap":
+        return count, alg, config.record()
+    if 4 * config.chunk_bytes <= SWAP_MAX_BYTES:
+        return max(count, 4 * (config.chunk_bytes // 4)), alg, config.record()
+    chunk = SWAP_MAX_BYTES // 4
+    note = (
+        f"swap ran at chunk_bytes {chunk:,}: two full chunks per hop at the configured "
+        f"{config.chunk_bytes:,} would need {4 * config.chunk_bytes:,}-byte payloads"
+    )
+    return chunk, alg, config.record(chunk_bytes=chunk, note=note)
 
 
 def run_class(
@@ -335,23 +380,27 @@ def run_class(
     timeout: float = 2.0,
     psk: bytes | None = None,
     suite: str = "aes-256-gcm",
+    config: ReviewConfig | None = None,
 ) -> dict:
     """Run ``trials`` attacks of class ``cls`` (collective over ``comm``, >= 2 ranks; ``redirect``
-    needs >= 3).  Returns, identical on every rank: trials, detected, silently_accepted, examples."""
+    needs >= 3) under ``config`` (default: ``suite`` with default settings), ``count`` float32
+    elements per rank (see :func:`class_setup`), the job secret or ``psk``.  Returns, identical
+    on every rank: class, trials, detected, silently_accepted, example, config (what it ran
+    with; ``trials`` 0 and the reason as example when the configuration cannot run it)."""
     from mpi4py import MPI
 
     from ..comm import SecureComm
 
+    config = config or ReviewConfig(suite=suite)
     size, rank = comm.Get_size(), comm.Get_rank()
-    psk = psk or bytes(range(32))
     rng = np.random.default_rng(seed + 7919 * CLASSES.index(cls))
     detected = silent = 0
     examples: list[str] = []
+    count, alg, record = class_setup(cls, config, count)
+    settings = {k: record[k] for k in ("key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt")}
     x = np.arange(count, dtype=np.float32) + rank
     honest = np.empty_like(x)
     comm.Allreduce(x, honest)
-    chunk = 1024 if cls == "swap" else 1 << 20  # swap needs >= 2 chunks per hop
-    alg = "recursive_doubling" if cls == "redirect" else "ring" if cls == "swap" else "auto"
     for t in range(trials):
         # redirect: rank 1 is the rank that seals frames of one size for two peers (recursive
         # doubling's fold on 3 ranks, or its two partners on 4); elsewhere any rank attacks
@@ -367,10 +416,14 @@ def run_class(
         # short deadlines where a rank is left waiting by design (drop; swap's allgather phase)
         wait = 0.15 if cls == "drop" else 0.3 if cls == "swap" else timeout
         sc = SecureComm(
-            comm, suite, psk=psk, timeout=wait, chunk_bytes=chunk, algorithm=alg, wrap_transport=wrap
+            comm, config.suite, psk=psk, timeout=wait, algorithm=alg, wrap_transport=wrap, **settings
         )
         y = np.empty_like(x)
-        sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
+        try:
+            sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
+        except ValueError as e:  # on every rank, before any traffic: the configuration cannot run it
+            sc.close()
+            return _row(cls, 0, 0, 0, f"not run: {e}", record)
         if rank == attacker:
             sc.transport.armed = True
         y.fill(np.nan)
@@ -398,12 +451,18 @@ def run_class(
         silent += int(flags[1] > 0)
         comm.Barrier()
     ex = comm.allgather(examples)
+    return _row(cls, trials, detected, silent, next((e for part in ex for e in part), ""), record)
+
+
+def _row(cls: str, trials: int, detected: int, silent: int, example: str, record: dict) -> dict:
+    """One class's result row (identical on every rank)."""
     return {
         "class": cls,
         "trials": trials,
         "detected": detected,
         "silently_accepted": silent,
-        "example": next((e for part in ex for e in part), ""),
+        "example": example,
+        "config": record,
     }
 
 
@@ -413,17 +472,28 @@ def _polite_barrier(comm) -> None:
         time.sleep(0.002)
 
 
-def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "aes-256-gcm") -> list[dict]:
-    """Run every attack class in ``classes`` (collective over ``comm``); ``log(line)`` is called
-    on rank 0 with the header and one table row per class.  Returns the rows on every rank."""
+def run_classes(
+    comm,
+    classes,
+    trials: int,
+    seed: int,
+    log=print,
+    suite: str = "aes-256-gcm",
+    config: ReviewConfig | None = None,
+) -> list[dict]:
+    """Run every attack class in ``classes`` (collective over ``comm``) under ``config`` (default:
+    ``suite`` with default settings); ``log(line)`` is called on rank 0 with the header and one
+    table row per class.  Returns the rows (:func:`run_class`) on every rank."""
     from mpi4py import MPI
 
+    config = config or ReviewConfig(suite=suite)
     rank = comm.Get_rank()
     rows = []
     if rank == 0:
         log(
-            f"# seccomm attack: {comm.Get_size()} ranks, {suite}, {trials} trials per class, seed {seed}; "
-            f"every class on ranks 0-1 except redirect and the setup classes (all ranks)"
+            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trials per class, seed {seed}; "
+            f"every class on ranks 0-1 except redirect and the setup classes (all ranks); "
+            f"{config.describe()}"
         )
         log(
             f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} "
@@ -435,24 +505,17 @@ def run_classes(comm, classes, trials: int, seed: int, log=print, suite: str = "
     for cls in classes:
         tc = time.time()
         if cls in SETUP_CLASSES:
-            r = run_setup_class(comm, cls, trials, seed, suite=suite)
+            r = run_setup_class(comm, cls, trials, seed, config=config)
         elif cls == "redirect":
             if comm.Get_size() < 3:  # reported as a class with 0 of 0 detected: the run fails
-                r = {
-                    "class": cls,
-                    "trials": 0,
-                    "detected": 0,
-                    "silently_accepted": 0,
-                    "seconds": 0.0,
-                    "example": "not run: needs >= 3 ranks",
-                }
-                rows.append(r)
+                r = _row(cls, 0, 0, 0, "not run: needs >= 3 ranks", config.record())
+                rows.append({**r, "seconds": 0.0})
                 if rank == 0:
                     log(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
                 continue
-            r = run_class(comm, cls, trials, seed, suite=suite)
+            r = run_class(comm, cls, trials, seed, config=config)
         else:
-            r = run_class(pair, cls, trials, seed, suite=suite) if pair != MPI.COMM_NULL else None
+            r = run_class(pair, cls, trials, seed, config=config) if pair != MPI.COMM_NULL else None
             _polite_barrier(comm)  # idle ranks must not spin on the cores the pair is using
             r = comm.bcast(r, root=0)
         r["seconds"] = round(time.time() - tc, 1)

@@ -4,11 +4,14 @@ the network stack.
 :class:`LoopbackCapture` records every packet on ``lo`` through an ``AF_PACKET`` socket;
 :func:`capture_check` runs local ranks over TCP (as between nodes) per suite, captures their
 traffic and searches it for the ranks' inputs with :func:`~seccomm.compliance.evidence.find_plaintext`.
-Each rank of the job is this module run as ``python -m seccomm.compliance.capture SUITE COUNT SALT``.
+Each rank of the job is this module run as ``python -m seccomm.compliance.capture SUITE COUNT SALT
+SETTINGS_JSON``; every ``SecureComm`` runs under the configuration under review
+(:class:`~seccomm.compliance.config.ReviewConfig`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..transports.wrappers import RecordingTransport
+from .config import ReviewConfig
 from .evidence import CHECK_SUITES, ENCRYPTING, find_plaintext, frames_found, gradients
 
 #: environment that makes local MPICH ranks talk TCP over loopback, as ranks on two nodes do
@@ -81,34 +85,45 @@ class LoopbackCapture:
 
 
 def capture_check(
-    suites=CHECK_SUITES, nranks: int = 2, count: int = 1 << 16, pcap_dir=None, timeout: float = 120.0
+    suites=CHECK_SUITES,
+    nranks: int = 2,
+    count: int = 1 << 16,
+    pcap_dir=None,
+    timeout: float = 120.0,
+    config: ReviewConfig | None = None,
 ) -> list[dict]:
     """Run ``nranks`` local ranks over TCP on loopback per suite (allreduce and allgather of
-    random float32 gradients, ``count`` elements per rank), capture every packet on ``lo``, and
+    random float32 gradients, ``count`` elements per rank, every ``SecureComm`` under
+    ``config``'s settings, :meth:`ReviewConfig.settings`), capture every packet on ``lo``, and
     search the captured bytes for every rank's inputs.  The ranks also save the frames they
     handed to MPI; every one of them must be found in the capture (``frames_found == frames``),
     or the row is ``ok: False``: a capture that missed traffic proves nothing.
 
     Raises ``PermissionError`` without root/``CAP_NET_RAW``, ``FileNotFoundError`` without
     ``mpiexec``, ``RuntimeError`` when a job fails.  Writes ``<pcap_dir>/<suite>.pcap`` when
-    ``pcap_dir`` is given.
+    ``pcap_dir`` is given.  Each row records what it ran with (``config``).
     """
     from ..launch import find_mpiexec
 
+    config = config or ReviewConfig()
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise FileNotFoundError("no mpiexec found (pip install mpich)")
     rows = []
     for si, suite in enumerate(suites):
-        cap, frames = _captured_job(mpiexec, nranks, suite, count, si, timeout)
+        settings = json.dumps(config.settings(suite))
+        cap, frames = _captured_job(mpiexec, nranks, suite, count, si, timeout, settings)
         if pcap_dir is not None:
             Path(pcap_dir).mkdir(parents=True, exist_ok=True)
             cap.write_pcap(Path(pcap_dir) / f"{suite}.pcap")
-        rows.append(_row(suite, cap, frames, [gradients(r, count, 100 + si) for r in range(nranks)]))
+        row = _row(suite, cap, frames, [gradients(r, count, 100 + si) for r in range(nranks)])
+        rows.append({**row, "config": config.record(suite)})
     return rows
 
 
-def _captured_job(mpiexec: str, nranks: int, suite: str, count: int, salt: int, timeout: float):
+def _captured_job(
+    mpiexec: str, nranks: int, suite: str, count: int, salt: int, timeout: float, settings: str
+):
     """Run one capture job under a :class:`LoopbackCapture`; ``(capture, frames the ranks sent)``."""
     from ..keys import new_secret_file
     from ..launch import LAUNCHER_VARS
@@ -130,6 +145,7 @@ def _captured_job(mpiexec: str, nranks: int, suite: str, count: int, salt: int, 
                         suite,
                         str(count),
                         str(salt),
+                        settings,
                     ],
                     env=env,
                     capture_output=True,
@@ -169,11 +185,11 @@ def _row(suite: str, cap: LoopbackCapture, frames: list, inputs: list) -> dict:
     }
 
 
-def capture_evidence(pcap_dir=None, log=print) -> dict:
+def capture_evidence(pcap_dir=None, log=print, config: ReviewConfig | None = None) -> dict:
     """The packet-capture evidence for the compliance report: ``{"rows": [...], "nranks": 2,
-    "pcap_dir": ...}`` from :func:`capture_check` on 2 ranks and every suite, or ``{"rows":
-    None, "reason": ...}`` where no packet socket may be opened here or the capture failed.
-    ``log(line)`` is called once before the capture starts."""
+    "pcap_dir": ...}`` from :func:`capture_check` on 2 ranks and every suite under ``config``,
+    or ``{"rows": None, "reason": ...}`` where no packet socket may be opened here or the
+    capture failed.  ``log(line)`` is called once before the capture starts."""
     try:
         LoopbackCapture().sock.close()
     except (PermissionError, OSError, AttributeError) as e:
@@ -184,24 +200,22 @@ def capture_evidence(pcap_dir=None, log=print) -> dict:
         }
     log("# packet capture on loopback: 2 ranks over TCP, 4 suites")
     try:
-        rows = capture_check(pcap_dir=pcap_dir)
+        rows = capture_check(pcap_dir=pcap_dir, config=config)
     except (RuntimeError, FileNotFoundError, OSError, ValueError) as e:
         return {"rows": None, "reason": f"capture failed: {e}"}
     return {"rows": rows, "nranks": 2, "pcap_dir": pcap_dir}
 
 
-def _capture_job(suite: str, count: int, salt: int) -> None:
-    """One rank of :func:`capture_check` (``python -m seccomm.compliance.capture SUITE COUNT SALT``): saves
-    the frames it sent to ``$SECCOMM_CAPTURE_FRAMES/rank<r>.npz``."""
+def _capture_job(suite: str, count: int, salt: int, settings: dict) -> None:
+    """One rank of :func:`capture_check` (``python -m seccomm.compliance.capture SUITE COUNT SALT
+    SETTINGS_JSON``): saves the frames it sent to ``$SECCOMM_CAPTURE_FRAMES/rank<r>.npz``."""
     from mpi4py import MPI
 
     from ..comm import SecureComm
 
     comm = MPI.COMM_WORLD
     x = gradients(comm.rank, count, 100 + salt)
-    sc = SecureComm(
-        comm, suite, algorithm="ring", chunk_bytes=1 << 16, timeout=60, wrap_transport=RecordingTransport
-    )
+    sc = SecureComm(comm, suite, algorithm="ring", timeout=60, wrap_transport=RecordingTransport, **settings)
     y = np.empty_like(x)
     sc.allreduce(x, y)
     g = np.empty(count * comm.size, np.float32)
@@ -216,4 +230,4 @@ def _capture_job(suite: str, count: int, salt: int) -> None:
 
 
 if __name__ == "__main__":
-    _capture_job(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    _capture_job(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))

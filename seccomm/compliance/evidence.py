@@ -4,10 +4,12 @@
 passed to ``isend`` (frames) and to the setup collectives (handshake).  :func:`find_plaintext`
 looks for every 16-byte window of the plaintext (every offset) in every 16-byte window of the
 recording (every offset), so a payload sent in the clear is found wherever it lands in a frame.
-:func:`wire_check` runs the four collectives on random float32 gradients under each suite on real
-ranks and reports, per suite, how many plaintext windows crossed the wire: none for
-``aes-256-gcm`` and ``chacha20-poly1305``; many for ``aes-256-gmac`` (integrity only) and
-``none``, which is what shows the check can fail.  The same search on a packet capture is
+:func:`wire_check` runs every collective on random float32 gradients under each suite on real
+ranks, with the settings of the configuration under review
+(:class:`~seccomm.compliance.config.ReviewConfig`), and reports, per suite, how many plaintext
+windows crossed the wire: none for ``aes-256-gcm`` and ``chacha20-poly1305`` (with
+``encrypt="all"``); many for ``aes-256-gmac`` (integrity only) and ``none``, which is what shows
+the check can fail.  The same search on a packet capture is
 :mod:`seccomm.compliance.capture`.
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from ..suites import SUITES
 from ..transports.wrappers import RecordingTransport
+from .config import ReviewConfig
 
 WINDOW = 16  #: bytes; a 16-byte window of random float32 data does not occur by chance (2**-128)
 ENCRYPTING = tuple(name for name, s in SUITES.items() if s.confidential)
@@ -138,36 +141,44 @@ PASSES = ({"algorithm": "ring", "bcast_chain_bytes": 0}, {"algorithm": "recursiv
 
 
 def wire_check(
-    comm, suites=CHECK_SUITES, count: int = 1 << 15, psk: bytes | None = None, timeout: float = 30.0
+    comm,
+    suites=CHECK_SUITES,
+    count: int = 1 << 15,
+    psk: bytes | None = None,
+    timeout: float = 30.0,
+    config: ReviewConfig | None = None,
 ) -> list[dict]:
     """Collective over ``comm`` (an ``mpi4py`` communicator, >= 2 ranks): for each suite, run
     every registered collective (:data:`seccomm.collectives.COLLECTIVES`) under each of
     :data:`PASSES` (allreduce by ring and by recursive doubling, bcast by chain and by binomial
     tree) on random float32 gradients of ``count`` elements (S = 4 * ``count`` bytes, buffers
     from each record's ``counts``), record what this rank hands to the transport, and search it
-    for every rank's inputs and every result.
+    for every rank's inputs and every result.  Every ``SecureComm`` uses ``config``'s key
+    exchange, chunk size, rotation point and encrypt policy (:meth:`ReviewConfig.settings`;
+    default :class:`ReviewConfig`) and the job secret, or ``psk``.
 
     Returns, identical on every rank, one row per suite: ``suite``, ``wire_bytes`` (all ranks),
     ``plaintext_windows`` (searched for, per rank), ``hits`` (all ranks), ``expect``
-    (``"absent"`` for encrypting suites, ``"present"`` otherwise) and ``ok``.
+    (``"absent"`` for encrypting suites, ``"present"`` otherwise), ``ok`` and ``config`` (what
+    it ran with, :meth:`ReviewConfig.record`).
     """
     from mpi4py import MPI
 
     from ..comm import SecureComm
 
-    psk = psk or bytes(range(32))
+    config = config or ReviewConfig()
     rows = []
     for si, suite in enumerate(suites):
         plaintexts, recorded = [], []
-        for k, settings in enumerate(PASSES):
+        for k, passing in enumerate(PASSES):
             sc = SecureComm(
                 comm,
                 suite,
                 psk=psk,
-                chunk_bytes=1 << 16,
                 timeout=timeout,
                 wrap_transport=RecordingTransport,
-                **settings,
+                **config.settings(suite),
+                **passing,
             )
             plaintexts += run_every_collective(sc, count, salt=100 * si + 10 * k)
             recorded += [f for _, _, f in sc.transport.frames]
@@ -186,6 +197,7 @@ def wire_check(
                 "hits": hits,
                 "expect": expect,
                 "ok": searched and (hits == 0) == (expect == "absent"),
+                "config": config.record(suite),
             }
         )
     return rows

@@ -39,16 +39,23 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
-def _secret(device):
-    from ..keys import load_secret
-    from ..errors import SecCommError
+def _secret(device) -> bytes:
+    """The job secret on every rank (collective): the one each rank was given, or, when no rank
+    has one and every rank opts in, a benchmark-only secret broadcast in the clear (see
+    :mod:`seccomm.bench.secret`).  Raises ``BenchSecretError`` on every rank otherwise."""
+    from ..bench.secret import decide, local_secret, opted_in, warn_clear_secret
+    from ..keys import random_secret
 
-    try:
-        return load_secret()[0]
-    except SecCommError:  # under torchrun without a secret: benchmark-only, broadcast in the clear
-        t = torch.from_numpy(np.frombuffer(os.urandom(32), np.uint8).copy()).to(device)
-        dist.broadcast(t, 0)
-        return t.cpu().numpy().tobytes()
+    mine, rank = local_secret(), dist.get_rank()
+    flags = torch.tensor([mine.state, int(opted_in())], dtype=torch.int32, device=device)
+    every = [torch.empty_like(flags) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, flags)
+    if not decide(rank, mine, [int(f[0]) for f in every], [int(f[1]) for f in every]):
+        return mine.secret
+    t = torch.from_numpy(np.frombuffer(random_secret(), np.uint8).copy()).to(device)
+    dist.broadcast(t, 0)
+    warn_clear_secret(rank)
+    return t.cpu().numpy().tobytes()
 
 
 def train_device(args, rank: int) -> torch.device:
@@ -67,9 +74,15 @@ def main_train(args) -> int:
     backend = getattr(args, "backend", None) or ("nccl" if device.type == "cuda" else "gloo")
     dist.init_process_group(backend, rank=rank, world_size=world)
     torch.set_num_threads(1)
+    from ..bench.secret import BenchSecretError
+
     try:
         res = train(args, rank, world, device)
         res["device"], res["backend"] = str(device.type), backend
+    except BenchSecretError as e:  # every rank: no usable common secret; one rank says why
+        if e.speaker:
+            print(f"seccomm train: error: {e}", file=sys.stderr, flush=True)
+        return 2
     finally:
         dist.destroy_process_group()
     if rank == 0:

@@ -1,0 +1,128 @@
+"""The job secret of a benchmark run (``seccomm bench``, ``seccomm train``, the pytest plugin).
+
+Every rank uses the job secret it was given (``SECCOMM_PSK_FILE`` or ``SECCOMM_PSK``, read by
+:func:`~seccomm.keys.load_secret`); run plainly, ``seccomm bench`` and ``train`` write a fresh
+one for the ranks they start.  Under a launcher with no secret at all, a benchmark may instead use
+a secret that rank 0 draws and broadcasts *in the clear* — anyone who sees the setup traffic can
+then read and forge every frame, so it is for synthetic data only — and only when every rank opts
+in with ``SECCOMM_INSECURE_BENCH_SECRET=1`` (:data:`INSECURE_ENV`); every rank then warns once on
+standard error.  A secret that is set but unusable (missing file, bad mode, short, bad hex,
+guessable) is an error, never replaced.
+
+The ranks agree first (:func:`decide`, on every rank's :class:`LocalSecret` state and opt-in),
+so they all take the same branch and fail together, with one message printed by one rank.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from ..errors import KeyScheduleError, SecCommError
+from ..keys import load_secret, random_secret
+
+#: the one way to allow the benchmark-only secret broadcast in the clear (value ``1``)
+INSECURE_ENV = "SECCOMM_INSECURE_BENCH_SECRET"
+#: a rank's state: its secret loaded, no secret set, a secret set but unusable
+OK, NONE, BAD = 2, 1, 0
+CLEAR_SOURCE = "benchmark-only secret broadcast in the clear (SECCOMM_INSECURE_BENCH_SECRET=1)"
+NO_SECRET = (
+    "no job secret on any rank: set SECCOMM_PSK_FILE on every rank (a 0600 file: "
+    "umask 077 && openssl rand -hex 32 > FILE), or run without a launcher (it makes one); "
+    f"for synthetic data only, {INSECURE_ENV}=1 on every rank allows a secret broadcast in the clear"
+)
+
+
+class BenchSecretError(SecCommError):
+    """The ranks have no usable common secret.  Raised on every rank; ``speaker`` is True on the
+    one rank that should print the message (the others hold a shorter one)."""
+
+    def __init__(self, msg: str, speaker: bool):
+        self.speaker = speaker
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class LocalSecret:
+    """This rank's secret: ``state`` (:data:`OK`, :data:`NONE` or :data:`BAD`), the secret
+    (``b""`` unless OK), and ``text``: its source (OK) or the library's error message (BAD)."""
+
+    state: int
+    secret: bytes = b""
+    text: str = ""
+
+
+def local_secret() -> LocalSecret:
+    """This rank's job secret as :func:`~seccomm.keys.load_secret` finds it."""
+    if not (os.environ.get("SECCOMM_PSK_FILE") or os.environ.get("SECCOMM_PSK")):
+        return LocalSecret(NONE)
+    try:
+        return LocalSecret(OK, *load_secret())
+    except KeyScheduleError as e:
+        return LocalSecret(BAD, text=str(e))
+
+
+def opted_in() -> bool:
+    """Whether this rank allows the benchmark-only secret broadcast in the clear."""
+    return os.environ.get(INSECURE_ENV) == "1"
+
+
+def decide(rank: int, mine: LocalSecret, states: list[int], opt_ins: list[int]) -> bool:
+    """From every rank's state and opt-in (identical lists on every rank): False to use the
+    ranks' own secrets, True to use a secret broadcast in the clear; raises
+    :class:`BenchSecretError` on every rank otherwise (an unusable secret on some rank, a secret
+    on some ranks only, or no secret and no opt-in on every rank)."""
+    bad = [r for r, s in enumerate(states) if s == BAD]
+    if bad:
+        first = bad[0]
+        text = mine.text if rank == first else f"rank {first} has an unusable job secret"
+        raise BenchSecretError(f"rank {first}: {text}" if rank == first else text, rank == first)
+    missing = [r for r, s in enumerate(states) if s == NONE]
+    if not missing:
+        return False
+    if len(missing) < len(states):
+        raise BenchSecretError(
+            f"rank(s) {missing[:8]} have no job secret while the others have one: set the same "
+            "SECCOMM_PSK_FILE or SECCOMM_PSK on every rank",
+            rank == 0,
+        )
+    if not all(opt_ins):
+        raise BenchSecretError(NO_SECRET, rank == 0)
+    return True
+
+
+_warned = False
+
+
+def warn_clear_secret(rank: int) -> None:
+    """Say on standard error, once per process, that this rank uses the clear-text secret."""
+    global _warned
+    if not _warned:
+        _warned = True
+        print(
+            f"seccomm: WARNING: rank {rank} uses a benchmark-only job secret that rank 0 broadcast "
+            f"in the clear ({INSECURE_ENV}=1): anyone who saw the setup traffic can read and forge "
+            "every frame of this run; synthetic data only",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def bench_secret(comm) -> tuple[bytes, str]:
+    """(secret, where it came from) on every rank of the ``mpi4py`` communicator ``comm``
+    (collective): the job secret, or with every rank's opt-in and none set, a secret rank 0
+    draws and broadcasts in the clear.  Raises :class:`BenchSecretError` on every rank when
+    there is no usable common secret."""
+    import numpy as np
+
+    mine = local_secret()
+    flags = np.empty((comm.Get_size(), 2), np.int32)
+    comm.Allgather(np.array([mine.state, opted_in()], np.int32), flags)
+    rank = comm.Get_rank()
+    if not decide(rank, mine, flags[:, 0].tolist(), flags[:, 1].tolist()):
+        return mine.secret, mine.text
+    buf = np.frombuffer(random_secret(), np.uint8).copy()
+    comm.Bcast(buf, root=0)
+    warn_clear_secret(rank)
+    return buf.tobytes(), CLEAR_SOURCE
