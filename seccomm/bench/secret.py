@@ -100,13 +100,12 @@ def warn_clear_secret(rank: int) -> None:
     global _warned
     if not _warned:
         _warned = True
-        print(
+        sys.stderr.write(  # one write per line: ranks share the terminal
             f"seccomm: WARNING: rank {rank} uses a benchmark-only job secret that rank 0 broadcast "
             f"in the clear ({INSECURE_ENV}=1): anyone who saw the setup traffic can read and forge "
-            "every frame of this run; synthetic data only",
-            file=sys.stderr,
-            flush=True,
+            "every frame of this run; synthetic data only\n"
         )
+        sys.stderr.flush()
 
 
 def bench_secret(comm) -> tuple[bytes, str]:
