@@ -134,7 +134,10 @@ def split_hello(block: bytes) -> tuple[bytes, bytes] | None:
 
 
 def decode_hello(block: bytes) -> Hello | None:
-    """The :class:`Hello` in ``block``, or None when it is not one canonically encoded hello."""
+    """The :class:`Hello` in ``block``, or None when it is not one canonically encoded hello: a
+    JSON object of exactly the hello's fields, settings a flat object of strings, integers and
+    nulls.  Whatever the bytes, nothing but None comes out of a bad block (a JSON nesting deeper
+    than the interpreter's recursion limit raises ``RecursionError`` inside ``json``: caught)."""
     parts = split_hello(block)
     if parts is None:
         return None
@@ -145,13 +148,21 @@ def decode_hello(block: bytes) -> Hello | None:
             _hex(d["nonce"]),
             _int(d["host"]),
             None if d["share"] is None else _hex(d["share"]),
-            d["settings"],
+            _flat(d["settings"]),
             d["error"],
         )
-        ok = set(d) == _FIELDS and isinstance(h.settings, dict) and isinstance(h.error, (str, type(None)))
-    except (ValueError, TypeError, KeyError):  # ValueError includes UnicodeDecodeError, JSON errors
+        ok = set(d) == _FIELDS and isinstance(h.error, (str, type(None)))
+        return h if ok and h.body() == parts[0] else None
+    except (ValueError, TypeError, KeyError, RecursionError):  # ValueError: UnicodeDecodeError, JSON
         return None
-    return h if ok and h.body() == parts[0] else None
+
+
+def _flat(v) -> dict:
+    """``v`` when it is a dict of str/int/None values (what every rank's settings are), else
+    ``TypeError``: no nested value reaches the settings comparison or an error message."""
+    if not isinstance(v, dict) or not all(isinstance(x, (str, int, type(None))) for x in v.values()):
+        raise TypeError("settings are not a flat object")
+    return v
 
 
 def _int(v) -> int:

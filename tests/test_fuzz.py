@@ -237,6 +237,34 @@ def test_fuzzed_hello_raises_config_mismatch(kind, data, flips, value):
     assert ei.value.peer == 1 and "setup" in str(ei.value)
 
 
+def _nested(honest: bytes, where: str, depth: int) -> bytes:
+    """Rank 1's hello with a JSON array nested ``depth`` deep: as the whole body, or as the value
+    of one setting (the rest of the hello well formed)."""
+    import json
+    import struct
+
+    deep = "[" * depth + "]" * depth
+    if where == "body":
+        body = deep.encode()
+    else:
+        d = json.loads(honest[4 : 4 + struct.unpack(">I", honest[:4])[0]])
+        d["settings"]["suite"] = "@"
+        body = json.dumps(d, sort_keys=True, separators=(",", ":")).replace('"@"', deep).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.parametrize("where", ["body", "setting"])
+@pytest.mark.parametrize("depth", [2, 990, 1000])
+def test_deeply_nested_hello_raises_config_mismatch(where, depth):
+    """A hello nested deeper than the recursion limit is unreadable (``ConfigMismatchError``
+    naming rank 1), not a ``RecursionError`` on the receiving rank while the others wait out the
+    deadline of the next message; a nested setting, whatever its depth, is not a setting."""
+    peer = FuzzPeer(make_deliver([("random", b"")]), lambda h: _nested(h, where, depth))
+    with pytest.raises(ConfigMismatchError) as ei:
+        SecureComm(peer, "aes-256-gcm", psk=PSK, timeout=1)
+    assert ei.value.peer == 1 and "unreadable" in str(ei.value)
+
+
 def test_fuzz_peer_answers_the_setup_honestly():
     """Without fuzzing, the simulated rank 1 completes the setup: the fuzz tests start from a
     setup that works, so what fails is what they fuzz."""
