@@ -175,6 +175,8 @@ class SecureComm:
         except (ValueError, TypeError, KeyScheduleError) as e:
             local_error, node_ids = e, None
             self.suite = SUITES["none"]
+            if secret is None and not isinstance(e, KeyScheduleError):
+                secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
         self.algorithm, self.encrypt, self.chunk_bytes = algorithm, encrypt, chunk_bytes
         self.key_exchange, self.small_bytes, self.bcast_chain_bytes = (
             key_exchange,
@@ -436,6 +438,14 @@ def _staged(fn, sendbuf, recvbuf, **kw):
     from .gpu.staging import staged_call
 
     staged_call(fn, sendbuf, recvbuf, **kw)
+
+
+def _secret_or_none(psk):
+    """The job secret, or None when there is none (only to MAC a hello that carries an error)."""
+    try:
+        return load_secret(psk)[0]
+    except KeyScheduleError:
+        return None
 
 
 def _check_choice(what, value, allowed):
