@@ -20,6 +20,7 @@ from .errors import (
     FrameError,
     KeyScheduleError,
     SecCommError,
+    shown,
 )
 from .framing import (
     AAD_BYTES,
@@ -159,7 +160,7 @@ class SecureComm:
             if crypto_threads is not None:
                 _check_int("crypto_threads", crypto_threads, 1, 1024)
             if not self.timeout > 0:
-                raise ValueError(f"timeout must be a number of seconds > 0, got {timeout_raw!r}")
+                raise ValueError(f"timeout must be a number of seconds > 0, got {shown(timeout_raw)}")
             if self.size > MAX_RANKS:
                 raise ValueError(f"world size {self.size} exceeds {MAX_RANKS} (16-bit step field)")
             if node_ids is not None:
@@ -450,17 +451,17 @@ def _secret_or_none(psk):
 
 def _check_choice(what, value, allowed):
     if value not in allowed:
-        raise ValueError(f"unknown {what} {value!r}; allowed: {', '.join(allowed)}")
+        raise ValueError(f"unknown {what} {shown(value)}; allowed: {', '.join(allowed)}")
 
 
 def _check_int(what, value, lo, hi):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {shown(value)}")
 
 
 def _as_int(what, v):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ValueError(f"{what} must be an integer, got {v!r}")
+        raise ValueError(f"{what} must be an integer, got {shown(v)}")
     return int(v)
 
 

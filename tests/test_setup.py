@@ -300,3 +300,23 @@ def test_unauthenticated_argument_error_is_named_as_such():
     assert all(isinstance(e, ConfigMismatchError) and e.peer == 2 for e in res), res
     for e in res[:2]:
         assert "not authenticated" in str(e) and "rank 2 rejected its SecureComm arguments" not in str(e)
+
+
+@pytest.mark.parametrize("arg", ["suite", "algorithm", "chunk_bytes", "timeout"])
+@pytest.mark.parametrize("form", ["bytes", "hex"])
+def test_a_secret_passed_as_another_argument_never_crosses_the_wire(arg, form):
+    """The job secret passed by mistake as another argument on rank 1 (``SecureComm(comm, psk)``
+    puts it in ``suite``): the argument error travels in rank 1's hello, in the clear, so it shows
+    the refused value by type and length only; neither the wire nor any rank's error holds it."""
+    from seccomm.transports import RecordingTransport
+
+    world = World(2)
+    trs = world.transports()
+    secret = PSK if form == "bytes" else PSK.hex()
+    recs = [RecordingTransport(t) for t in trs]
+    res = world.run(lambda r: build(trs[r], lambda t: recs[r], **({arg: secret} if r == 1 else {})))
+    assert isinstance(res[1], ValueError) and isinstance(res[0], ConfigMismatchError), res
+    wire = b"".join(f.tobytes() for rec in recs for _, _, f in rec.frames)
+    for shown in (repr(PSK), PSK.hex(), repr(PSK)[2:20], PSK.hex()[:32]):
+        assert all(shown not in str(e) for e in res), (shown, res)
+        assert shown.encode() not in wire and shown.encode().replace(b"\\", b"\\\\") not in wire
