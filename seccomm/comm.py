@@ -20,6 +20,7 @@ from .errors import (
     FrameError,
     KeyScheduleError,
     SecCommError,
+    shown,
 )
 from .framing import (
     AAD_BYTES,
@@ -159,7 +160,7 @@ class SecureComm:
             if crypto_threads is not None:
                 _check_int("crypto_threads", crypto_threads, 1, 1024)
             if not self.timeout > 0:
-                raise ValueError(f"timeout must be a number of seconds > 0, got {timeout_raw!r}")
+                raise ValueError(f"timeout must be a number of seconds > 0, got {shown(timeout_raw)}")
             if self.size > MAX_RANKS:
                 raise ValueError(f"world size {self.size} exceeds {MAX_RANKS} (16-bit step field)")
             if node_ids is not None:
@@ -175,6 +176,8 @@ class SecureComm:
         except (ValueError, TypeError, KeyScheduleError) as e:
             local_error, node_ids = e, None
             self.suite = SUITES["none"]
+            if secret is None and not isinstance(e, KeyScheduleError):
+                secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
         self.algorithm, self.encrypt, self.chunk_bytes = algorithm, encrypt, chunk_bytes
         self.key_exchange, self.small_bytes, self.bcast_chain_bytes = (
             key_exchange,
@@ -438,19 +441,27 @@ def _staged(fn, sendbuf, recvbuf, **kw):
     staged_call(fn, sendbuf, recvbuf, **kw)
 
 
+def _secret_or_none(psk):
+    """The job secret, or None when there is none (only to MAC a hello that carries an error)."""
+    try:
+        return load_secret(psk)[0]
+    except KeyScheduleError:
+        return None
+
+
 def _check_choice(what, value, allowed):
     if value not in allowed:
-        raise ValueError(f"unknown {what} {value!r}; allowed: {', '.join(allowed)}")
+        raise ValueError(f"unknown {what} {shown(value)}; allowed: {', '.join(allowed)}")
 
 
 def _check_int(what, value, lo, hi):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {shown(value)}")
 
 
 def _as_int(what, v):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ValueError(f"{what} must be an integer, got {v!r}")
+        raise ValueError(f"{what} must be an integer, got {shown(v)}")
     return int(v)
 
 

@@ -9,6 +9,18 @@ chunk indices only.
 from __future__ import annotations
 
 
+def shown(value) -> str:
+    """How an argument error shows a value it refuses: its ``repr``, unless the value could be a
+    job secret passed by mistake (bytes-like, or a ``repr`` of 64 characters or more, as long as a
+    32-byte secret in hex), then only its type and length.  A rank's argument error travels in its
+    setup hello, in the clear, and into every rank's exception."""
+    text = repr(value)
+    if isinstance(value, (bytes, bytearray, memoryview)) or len(text) >= 64:
+        n = len(value) if hasattr(value, "__len__") else len(text)
+        return f"<{type(value).__name__} of length {n}, not shown>"
+    return text
+
+
 class SecCommError(Exception):
     """Base class of every seccomm runtime error (authentication, framing, transport, config)."""
 

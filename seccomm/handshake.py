@@ -21,11 +21,14 @@ on every rank at the same point (never a hang, never a rank left waiting):
 3. **finished** (allgather, :data:`FINISHED_BYTES` per rank)::
 
        header = u32 status | u32 blamed
-       header | HMAC-SHA256(K_finished, "seccomm/1 finished" | th | u32 rank | header)
+       header | HMAC-SHA256(K_finished, "seccomm/1 finished" | th | u32 rank | header)    (OK)
+       header | HMAC-SHA256(K_hello, "seccomm/1 report" | u32 rank | nonce | header)   (failure)
 
    status :data:`OK` when this rank accepted every message so far (blamed 0xFFFFFFFF), else what
-   failed here and whose message (``blamed``; the MAC is then zeros).  K_finished comes from the
-   new session's keys.
+   failed here and whose message (``blamed``), a failure report MACed under the hello key with
+   this rank's own nonce (zeros from a rank without a secret).  K_finished comes from the new
+   session's keys.  A report whose MAC fails blames the rank that sent it (its message was
+   altered), never the rank it names.
 
 Derivation: the transcript is every rank's hello block in rank order (this rank's own as it sent
 it); th = SHA-256("seccomm/1 transcript" | transcript); the session salt is
@@ -57,6 +60,7 @@ NONCE_BYTES = 32  #: fresh random bytes per rank and session
 DELIVERY_BYTES = 48  #: a sealed 32-byte group secret and its 16-byte tag
 FINISHED_BYTES = 40  #: status, blamed rank, MAC
 OK, REJECTED, NO_GROUP_SECRET = 0, 1, 2  #: finished status: accepted, a hello failed, key delivery failed
+FORGED = -1  #: (never sent) a failure report whose MAC failed on the receiving rank
 OP = "setup"
 _MAC = 32
 _BODY_MAX = HELLO_BYTES - 4 - _MAC
@@ -134,7 +138,10 @@ def split_hello(block: bytes) -> tuple[bytes, bytes] | None:
 
 
 def decode_hello(block: bytes) -> Hello | None:
-    """The :class:`Hello` in ``block``, or None when it is not one canonically encoded hello."""
+    """The :class:`Hello` in ``block``, or None when it is not one canonically encoded hello: a
+    JSON object of exactly the hello's fields, settings a flat object of strings, integers and
+    nulls.  Whatever the bytes, nothing but None comes out of a bad block (a JSON nesting deeper
+    than the interpreter's recursion limit raises ``RecursionError`` inside ``json``: caught)."""
     parts = split_hello(block)
     if parts is None:
         return None
@@ -145,13 +152,21 @@ def decode_hello(block: bytes) -> Hello | None:
             _hex(d["nonce"]),
             _int(d["host"]),
             None if d["share"] is None else _hex(d["share"]),
-            d["settings"],
+            _flat(d["settings"]),
             d["error"],
         )
-        ok = set(d) == _FIELDS and isinstance(h.settings, dict) and isinstance(h.error, (str, type(None)))
-    except (ValueError, TypeError, KeyError):  # ValueError includes UnicodeDecodeError, JSON errors
+        ok = set(d) == _FIELDS and isinstance(h.error, (str, type(None)))
+        return h if ok and h.body() == parts[0] else None
+    except (ValueError, TypeError, KeyError, RecursionError):  # ValueError: UnicodeDecodeError, JSON
         return None
-    return h if ok and h.body() == parts[0] else None
+
+
+def _flat(v) -> dict:
+    """``v`` when it is a dict of str/int/None values (what every rank's settings are), else
+    ``TypeError``: no nested value reaches the settings comparison or an error message."""
+    if not isinstance(v, dict) or not all(isinstance(x, (str, int, type(None))) for x in v.values()):
+        raise TypeError("settings are not a flat object")
+    return v
 
 
 def _int(v) -> int:
@@ -204,7 +219,14 @@ def check_hellos(t: Transcript, key: bytes | None, rank: int) -> None:
     error on every rank that holds the same transcript).  Raises ``ConfigMismatchError``."""
     for j, h in enumerate(t.hellos):
         if h is not None and h.error:
-            raise ConfigMismatchError(f"setup: rank {j} rejected its SecureComm arguments: {h.error}", peer=j)
+            if _authentic(t, j, key):
+                msg = f"setup: rank {j} rejected its SecureComm arguments: {h.error}"
+                raise ConfigMismatchError(msg, peer=j)
+            raise ConfigMismatchError(
+                f"setup: the hello from rank {j} reports an argument error that is not authenticated "
+                f"(rank {j} has no job secret, or its hello was altered in transit): {h.error}",
+                peer=j,
+            )
     bad = [j for j, h in enumerate(t.hellos) if h is None]
     if bad:
         raise ConfigMismatchError(
@@ -309,7 +331,8 @@ class _Setup:
         error = None
         if self.failure is not None:
             error = str(self.failure)[:_ERROR_MAX] or type(self.failure).__name__
-        hello = Hello(self.rank, os.urandom(NONCE_BYTES), int(host), share, settings, error)
+        self.nonce = os.urandom(NONCE_BYTES)
+        hello = Hello(self.rank, self.nonce, int(host), share, settings, error)
         while len(hello.body()) > _BODY_MAX and hello.error:  # an error too long for the block
             hello = replace(hello, error=hello.error[: len(hello.error) // 2])
         mine = encode_hello(hello, self.key)
@@ -388,12 +411,14 @@ class _Setup:
         header, mac = struct.pack(">II", self.status, self.blamed), bytes(_MAC)
         if self.failure is None:
             mac = hmac_sha256(self.keys.finished_key(), finished_input(t.digest(), self.rank, header))
+        elif self.key is not None:
+            mac = hmac_sha256(self.key, report_input(self.rank, self.nonce, header))
         mine = np.frombuffer(header + mac, np.uint8)
         rows = np.empty((self.size, FINISHED_BYTES), np.uint8)
         self.tr.allgather(mine, rows, op_label="setup: finished")
         if self.status == REJECTED:
             raise self.failure
-        for j, status, blamed in self._reports(rows):
+        for j, status, blamed in self._reports(t, rows):
             if status == REJECTED or self.failure is None:
                 raise _reported(j, status, blamed)
         if self.failure is not None:
@@ -401,15 +426,24 @@ class _Setup:
         self._check_finished_macs(t, rows)
         return self.session
 
-    def _reports(self, rows: np.ndarray) -> list[tuple[int, int, int]]:
-        """(rank, status, blamed rank) of every other rank that reports a failure, rejections
-        first; a blamed rank outside this communicator becomes the reporting rank."""
+    def _reports(self, t: Transcript, rows: np.ndarray) -> list[tuple[int, int, int]]:
+        """(rank, status, blamed rank) of every other rank that reports a failure: authentic
+        rejections, authentic key-delivery failures, then reports that fail their MAC (status
+        :data:`FORGED`, blaming the reporting rank, whose message was altered).  A blamed rank
+        outside this communicator becomes the reporting rank.  Only called on a rank that accepted
+        every hello, so every sender's nonce is known."""
         reports = []
         for j in range(self.size):
-            status, blamed = struct.unpack(">II", rows[j, :8].tobytes())
-            if j != self.rank and status != OK:
-                reports.append((j, status, blamed if blamed < self.size else j))
-        return sorted(reports, key=lambda r: r[1] != REJECTED)
+            header = rows[j, :8].tobytes()
+            status, blamed = struct.unpack(">II", header)
+            if j == self.rank or status == OK:
+                continue
+            mac = rows[j, 8:].tobytes()
+            if not hmac_verify(self.key, report_input(j, t.hellos[j].nonce, header), mac):
+                status, blamed = FORGED, j
+            reports.append((j, status, blamed if blamed < self.size else j))
+        order = {REJECTED: 0, NO_GROUP_SECRET: 1}
+        return sorted(reports, key=lambda r: order.get(r[1], 2))
 
     def _check_finished_macs(self, t: Transcript, rows: np.ndarray) -> None:
         """Every other rank's finished MAC over this rank's transcript hash and that rank."""
@@ -445,11 +479,22 @@ def finished_input(th: bytes, rank: int, header: bytes) -> bytes:
     return b"seccomm/1 finished" + th + struct.pack(">I", rank) + header
 
 
+def report_input(rank: int, nonce: bytes, header: bytes) -> bytes:
+    """What the MAC of a failure report covers (under the hello key: a rank that failed has no
+    session keys): the label, the reporting rank, its nonce of this session and the header."""
+    return b"seccomm/1 report" + struct.pack(">I", rank) + nonce + header
+
+
 def _reported(j: int, status: int, blamed: int) -> SecCommError:
     """The error a rank raises when rank ``j``'s finished message reports a failure there, caused
     by rank ``blamed``'s message (``j`` itself for its own arguments, or when the report names no
-    rank of this communicator).  Reports are not authenticated: a forged one can only stop the
-    setup, never make it succeed."""
+    rank of this communicator), or (:data:`FORGED`) when the report failed its MAC."""
+    if status == FORGED:
+        detail = (
+            f"the failure report in the finished message of rank {j} failed authentication: the "
+            f"message was altered in transit (no key of this session was used)"
+        )
+        return AuthenticationError(peer=j, op=OP, seq=None, suite="HMAC-SHA256", detail=detail)
     if status == NO_GROUP_SECRET:
         detail = f"rank {j} could not authenticate the key delivery from rank 0 (altered or replayed)"
         return AuthenticationError(peer=0, op=OP, seq=None, suite="AES-256-GCM", detail=detail)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
+from .errors import shown
+
 NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_BYTES = 32
@@ -215,7 +217,7 @@ def get_suite(name: str) -> CipherSuite:
     try:
         return SUITES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown suite {name!r}; allowed: {', '.join(SUITES)}") from None
+        raise ValueError(f"unknown suite {shown(name)}; allowed: {', '.join(SUITES)}") from None
 
 
 register(NoneSuite("none", 0, False, False, "not applicable (no cryptography)", "none: no key is used"))

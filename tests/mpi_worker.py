@@ -768,6 +768,88 @@ def setup_replay(comm, rec):
             comm.Barrier()
 
 
+class _SetupEdit(TransportWrapper):
+    """Alters the ``index``-th setup allgather this rank receives (0 hello, 1 finished) in place
+    with ``edit(rows)``."""
+
+    def __init__(self, inner, index, edit):
+        super().__init__(inner)
+        self.index, self.edit, self.n = index, edit, 0
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        if self.n == self.index:
+            self.edit(np.asarray(recvbuf).reshape(self.size, -1))
+        self.n += 1
+
+
+def _deep_hello(rows, j):
+    import struct
+
+    from seccomm.handshake import HELLO_BYTES
+
+    body = b"[" * 1000 + b"]" * 1000
+    block = struct.pack(">I", len(body)) + body
+    rows[j] = np.frombuffer(block + bytes(HELLO_BYTES - len(block)), np.uint8)
+
+
+def _error_hello(rows, j):
+    from dataclasses import replace
+
+    from seccomm.handshake import decode_hello, encode_hello
+
+    h = decode_hello(rows[j].tobytes())
+    rows[j] = encode_hello(replace(h, settings={"protocol": 2}, error="forged: no PSK on this node"), None)
+
+
+def _report(rows, j, status, blamed):
+    import struct
+
+    rows[j, :8] = np.frombuffer(struct.pack(">II", status, blamed), np.uint8)
+
+
+@scenario
+def setup_blame(comm, rec):
+    """Setup messages altered so as to blame an innocent rank or crash one: a setup error naming
+    the rank whose message was altered on every rank that refuses, at once (no deadline waited
+    out), and never another exception.  Rank 1's finished message rewritten into a failure report
+    blaming rank 2 (or rank 0's key delivery) on its way to the others: AuthenticationError naming
+    rank 1 there (rank 1, which received every message intact, accepts: the last-message limit).
+    Rank 0's hello replaced by a JSON array nested 1000 deep on its way to rank 1: an unreadable
+    hello there (not RecursionError), and every rank names rank 0.  Rank 2's hello replaced by an
+    unauthenticated argument error on its way to the others: named as not authenticated."""
+    import time
+
+    if comm.size < 3:
+        return
+    r = comm.rank
+    cases = [
+        ("forged rejection", 1, lambda rows: _report(rows, 1, 1, 2), r != 1, {1}),
+        ("forged key-delivery failure", 1, lambda rows: _report(rows, 1, 2, 0), r != 1, {1}),
+        ("nested hello", 0, lambda rows: _deep_hello(rows, 0), r == 1, {0}),
+        ("unauthenticated error", 0, lambda rows: _error_hello(rows, 2), r != 2, {2}),
+    ]
+    for kx in ("psk", "psk-dhe"):
+        for case, index, edit, mine, blamed in cases:
+            wrap = (lambda t, i=index, e=edit: _SetupEdit(t, i, e)) if mine else None
+            t0, err, sc = time.monotonic(), None, None
+            try:
+                sc = SecureComm(comm, psk=PSK, key_exchange=kx, timeout=4, wrap_transport=wrap)
+            except Exception as e:  # noqa: BLE001 - any other exception is the failure checked
+                err = e
+            secs = time.monotonic() - t0
+            tag = f"setup_blame[{kx}] {case}: {type(err).__name__}: {err} ({secs:.2f} s)"
+            last = case.startswith("forged") and r == 1  # the last-message limit: rank 1 accepts
+            ok = sc is not None if last else _setup_error(err) and err.peer in blamed and secs < 3
+            if case == "unauthenticated error" and r != 2:
+                ok = ok and "not authenticated" in str(err)
+            rec(tag, ok)
+            if sc is not None:
+                sc.timeout = 0.5  # its peers refused: close() waits for them at most this long
+                sc.close()
+            comm.Barrier()
+
+
 def _recorder(t):
     from seccomm.compliance.attack import AttackTransport
 

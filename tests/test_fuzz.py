@@ -7,8 +7,8 @@ reflected back, with or without flipped bits.  None of these is an authentic fra
 so every collective must raise ``AuthenticationError`` or ``FrameError`` naming rank 1 and the
 operation -- never another exception, a crash, or a returned value.  Rank 1's setup hello and
 finished message (:mod:`seccomm.handshake`) are fuzzed the same way: a fuzzed hello must end in
-``ConfigMismatchError``, a fuzzed finished message in ``ConfigMismatchError`` or
-``AuthenticationError`` naming rank 1 (or the rank its status blames).
+``ConfigMismatchError``, a fuzzed finished message in ``AuthenticationError`` naming rank 1
+(a failure report is MACed too: a forged one blames the rank whose message was altered).
 """
 
 from __future__ import annotations
@@ -238,6 +238,34 @@ def test_fuzzed_hello_raises_config_mismatch(kind, data, flips, value):
     assert ei.value.peer == 1 and "setup" in str(ei.value)
 
 
+def _nested(honest: bytes, where: str, depth: int) -> bytes:
+    """Rank 1's hello with a JSON array nested ``depth`` deep: as the whole body, or as the value
+    of one setting (the rest of the hello well formed)."""
+    import json
+    import struct
+
+    deep = "[" * depth + "]" * depth
+    if where == "body":
+        body = deep.encode()
+    else:
+        d = json.loads(honest[4 : 4 + struct.unpack(">I", honest[:4])[0]])
+        d["settings"]["suite"] = "@"
+        body = json.dumps(d, sort_keys=True, separators=(",", ":")).replace('"@"', deep).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.parametrize("where", ["body", "setting"])
+@pytest.mark.parametrize("depth", [2, 990, 1000])
+def test_deeply_nested_hello_raises_config_mismatch(where, depth):
+    """A hello nested deeper than the recursion limit is unreadable (``ConfigMismatchError``
+    naming rank 1), not a ``RecursionError`` on the receiving rank while the others wait out the
+    deadline of the next message; a nested setting, whatever its depth, is not a setting."""
+    peer = FuzzPeer(make_deliver([("random", b"")]), lambda h: _nested(h, where, depth))
+    with pytest.raises(ConfigMismatchError) as ei:
+        SecureComm(peer, "aes-256-gcm", psk=PSK, timeout=1)
+    assert ei.value.peer == 1 and "unreadable" in str(ei.value)
+
+
 def test_fuzz_peer_answers_the_setup_honestly():
     """Without fuzzing, the simulated rank 1 completes the setup: the fuzz tests start from a
     setup that works, so what fails is what they fuzz."""
@@ -257,7 +285,7 @@ def test_fuzzed_finished_raises_a_setup_error(kind, data, flips, status):
     def finished(honest: bytes) -> bytes:
         if kind == "random":
             return data
-        if kind == "status":  # a failure reported by rank 1 (unauthenticated: it can only stop the setup)
+        if kind == "status":  # a failure report rank 1 never sent (its MAC is not the report's)
             return struct.pack(">II", *status) + honest[8:]
         b = bytearray(honest)
         for f in flips:
@@ -265,6 +293,6 @@ def test_fuzzed_finished_raises_a_setup_error(kind, data, flips, status):
         return bytes(b)
 
     peer = FuzzPeer(make_deliver([("random", b"")]), finished=finished)
-    with pytest.raises((ConfigMismatchError, AuthenticationError)) as ei:
+    with pytest.raises(AuthenticationError) as ei:
         SecureComm(peer, "aes-256-gcm", psk=PSK, timeout=1)
-    assert "setup" in str(ei.value) and ei.value.peer in (0, 1)  # a blamed rank outside 0..1 is not named
+    assert "setup" in str(ei.value) and ei.value.peer == 1  # the forgery names rank 1's message, never rank 0

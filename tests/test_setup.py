@@ -256,3 +256,68 @@ def test_no_key_nonce_pair_repeats_across_sessions_with_replayed_setup(size, kx,
     seals_b = [s for v in res if not isinstance(v, BaseException) for s in v[0]]
     assert len(set(seals_b)) == len(seals_b) and not seals_a & set(seals_b)
     assert any(refused) or (seals_b and not changed)
+
+
+@pytest.mark.parametrize("kx", KEY_EXCHANGES)
+@pytest.mark.parametrize("status, blamed", [(1, 2), (1, 1), (2, 0)])
+def test_forged_failure_report_blames_its_sender(kx, status, blamed):
+    """Rank 1's finished message rewritten on its way to ranks 0 and 2 into a failure report
+    (a rejection blaming rank 2 or itself, or a failed key delivery blaming rank 0): the report is
+    not authentic, so ranks 0 and 2 raise AuthenticationError naming rank 1, whose message was
+    altered, never the rank the forgery names.  (Rank 1 received every finished message intact:
+    the last-message limit of docs/design.md.)"""
+    import struct
+
+    world = World(3)
+    trs = world.transports()
+
+    def edit(i, rows):
+        if i == 2:
+            rows[1, :8] = np.frombuffer(struct.pack(">II", status, blamed), np.uint8)
+
+    wraps = [lambda t: Replayer(t, edit=edit), None, lambda t: Replayer(t, edit=edit)]
+    res = world.run(lambda r: build(trs[r], wraps[r], key_exchange=kx))
+    for e in res[::2]:
+        assert isinstance(e, AuthenticationError) and e.peer == 1 and e.op == "setup", res
+        assert "failure report" in str(e)
+
+
+def test_unauthenticated_argument_error_is_named_as_such():
+    """Rank 2's hello replaced on its way to ranks 0 and 1 by one that reports an argument error,
+    without a MAC (the attacker has no key): ranks 0 and 1 name rank 2's hello and say that the
+    error is not authenticated, instead of presenting the forged text as rank 2's own error."""
+    from seccomm.handshake import decode_hello, encode_hello
+
+    world = World(3)
+    trs = world.transports()
+
+    def edit(i, rows):
+        if i == 0:
+            h = decode_hello(rows[2].tobytes())
+            rows[2] = encode_hello(replace(h, settings={"protocol": 2}, error="forged: no PSK here"), None)
+
+    wraps = [lambda t: Replayer(t, edit=edit), lambda t: Replayer(t, edit=edit), None]
+    res = world.run(lambda r: build(trs[r], wraps[r]))
+    assert all(isinstance(e, ConfigMismatchError) and e.peer == 2 for e in res), res
+    for e in res[:2]:
+        assert "not authenticated" in str(e) and "rank 2 rejected its SecureComm arguments" not in str(e)
+
+
+@pytest.mark.parametrize("arg", ["suite", "algorithm", "chunk_bytes", "timeout"])
+@pytest.mark.parametrize("form", ["bytes", "hex"])
+def test_a_secret_passed_as_another_argument_never_crosses_the_wire(arg, form):
+    """The job secret passed by mistake as another argument on rank 1 (``SecureComm(comm, psk)``
+    puts it in ``suite``): the argument error travels in rank 1's hello, in the clear, so it shows
+    the refused value by type and length only; neither the wire nor any rank's error holds it."""
+    from seccomm.transports import RecordingTransport
+
+    world = World(2)
+    trs = world.transports()
+    secret = PSK if form == "bytes" else PSK.hex()
+    recs = [RecordingTransport(t) for t in trs]
+    res = world.run(lambda r: build(trs[r], lambda t: recs[r], **({arg: secret} if r == 1 else {})))
+    assert isinstance(res[1], ValueError) and isinstance(res[0], ConfigMismatchError), res
+    wire = b"".join(f.tobytes() for rec in recs for _, _, f in rec.frames)
+    for shown in (repr(PSK), PSK.hex(), repr(PSK)[2:20], PSK.hex()[:32]):
+        assert all(shown not in str(e) for e in res), (shown, res)
+        assert shown.encode() not in wire and shown.encode().replace(b"\\", b"\\\\") not in wire
