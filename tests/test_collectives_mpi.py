@@ -25,6 +25,7 @@ MIN_CASES = {
     "wire": 4,
     "setup_downgrade": 7,
     "setup_replay": 4,
+    "setup_blame": 8,  # 24 at 3 ranks: forged reports and errors, psk and psk-dhe
     "soak": 2000,
     "device_engine": 400,
     "device_kernels": 20,

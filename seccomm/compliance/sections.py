@@ -237,39 +237,50 @@ def _key_derivation(d: Doc, rv: Review) -> None:
     """The HKDF key schedule, one row per key."""
     d.h(1, "Key derivation")
     d.p(
-        "Every key is 32 bytes from HKDF with SHA-256 (RFC 5869, via cryptography): "
-        "HKDF(SHA-256, ikm, salt = job id || communicator id, info). The job id is the first 16 bytes "
-        "of SHA-256('seccomm job ' || label) where the label is SECCOMM_JOB_ID or SLURM_JOB_ID; the "
-        "communicator id is 16 random bytes drawn by rank 0 for each communicator and bound into "
-        "the salt and every AAD."
+        "Every key is 32 bytes from HKDF with SHA-256 (RFC 5869, via cryptography). The job id is the "
+        "first 16 bytes of SHA-256('seccomm job ' || label) where the label is SECCOMM_JOB_ID or "
+        "SLURM_JOB_ID. Each SecureComm runs a setup transcript (seccomm.handshake): every rank sends a "
+        "hello with a fresh 32-byte nonce, its settings, its host and (psk-dhe) its X25519 share, MACed "
+        "under the hello key and binding its rank; th is SHA-256 of all hellos in rank order. Session "
+        "keys use salt = SHA-256('seccomm/1 salt' || job id || every rank's nonce) (RFC 5869 section "
+        "3.1: nonces exchanged and authenticated) and end their info with th, so no rank alone and no "
+        "attacker can bring back an earlier session's keys. The communicator id in every AAD is th[:16]. "
+        "Every rank's finished message carries an HMAC over th and its rank under the finished key; "
+        "each rank checks all of them before the first frame."
     )
     d.table(
-        ["key", "ikm", "info"],
+        ["key", "ikm", "salt", "info"],
         [
+            ["hello MAC (setup)", "job secret", "job id", "'seccomm/1 hello'"],
             [
                 "direction key src->dst, epoch e",
                 "job secret (|| X25519(src, dst) with psk-dhe)",
-                "'seccomm/1 dir|' || suite || '|' || e || src || dst (32-bit big-endian fields)",
+                "session salt",
+                "'seccomm/1 dir|' || suite || '|' || e || src || dst || '|' || th",
             ],
             [
                 "group key, epoch e (encrypt-once forwarding)",
                 "job secret (|| group secret with psk-dhe)",
-                "'seccomm/1 group|' || suite || '|' || e",
+                "session salt",
+                "'seccomm/1 group|' || suite || '|' || e || '|' || th",
+            ],
+            [
+                "finished MAC (setup)",
+                "job secret (|| group secret with psk-dhe)",
+                "session salt",
+                "'seccomm/1 finished|' || suite || '||' || th",
             ],
             [
                 "psk-dhe group-secret wrap (rank 0 to rank j, AES-256-GCM)",
                 "job secret || X25519(0, j)",
-                "'seccomm/1 group-wrap'",
+                "session salt",
+                "'seccomm/1 group-wrap|' || suite || '|' || j || '|' || th",
             ],
             [
-                "key confirmation (setup)",
-                "job secret",
-                "'seccomm/1 confirm': HMAC-SHA256 over every rank's settings",
-            ],
-            [
-                "psk-dhe share authentication",
-                "job secret",
-                "'seccomm/1 dhe-auth': HMAC-SHA256 over each X25519 share",
+                "give-up/abort notices (HMAC-SHA256)",
+                "job secret (|| group secret with psk-dhe)",
+                "session salt",
+                "'seccomm/1 notice|' || suite || '||' || th",
             ],
         ],
     )
@@ -282,9 +293,10 @@ def _key_derivation(d: Doc, rv: Review) -> None:
             "seccomm.entropy), since an observer of the setup can test guesses of it offline. Local runs "
             "write a fresh random secret to a 0600 file per run and delete it afterwards; a secret sent "
             "in the clear is used only by benchmarks, only with SECCOMM_INSECURE_BENCH_SECRET=1.",
-            "psk-dhe: each rank contributes an ephemeral X25519 share (RFC 7748) authenticated with the "
-            "PSK; the private keys are dropped after the exchange (forward secrecy against a later PSK "
-            "leak).",
+            "psk-dhe: each rank contributes an ephemeral X25519 share (RFC 7748) in its hello, "
+            "authenticated by the hello MAC and every finished MAC; the private keys are dropped after "
+            "the exchange (forward secrecy against a later PSK leak). In psk mode any rank of the job can "
+            "derive every key; psk-dhe shares are authenticated only by the job secret.",
             "Key material never appears in logs, exceptions or this report; errors name ranks, "
             "operations, sequence numbers and chunk indices only.",
         ]
