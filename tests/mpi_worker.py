@@ -2,13 +2,17 @@
 checks them against native MPI (or a float64 reference where MPI has no such type).
 
 Usage: ``mpiexec -n K python tests/mpi_worker.py OUT.json SCENARIO [SCENARIO ...]``.
-Rank 0 writes ``{scenario: {"cases": N, "failures": [...]}}`` to OUT.json.
+Rank 0 writes ``{scenario: {"cases": N, "failures": [...]}}`` to OUT.json.  Each rank r appends
+its progress to ``OUT.json.rank{r}.progress`` as it goes (one flushed line per scenario start, case
+start where a check helper knows its label, case end, and ``done`` last), so that a launch killed
+for a hang can say what each rank was running (tests/conftest.py ``run_worker``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 
 import ml_dtypes
@@ -100,11 +104,25 @@ def identical_on_all(comm, arr):
 
 
 class Recorder:
-    def __init__(self, comm):
+    """Counts a scenario's cases and keeps its failures; ``progress``: this rank's progress file
+    (text, line-buffered), to which each case's start and end are written as ``SCENARIO / ...``."""
+
+    def __init__(self, comm, scenario="", progress=None):
         self.comm, self.cases, self.fail = comm, 0, []
+        self.scenario, self.progress = scenario, progress
+        self.note("scenario started")
+
+    def note(self, text):
+        if self.progress is not None:
+            self.progress.write(f"{self.scenario} / {text}\n")
+
+    def start(self, name):
+        """a case named ``name`` begins (its ops may hang: the progress file then names it)"""
+        self.note(f"started: {name}")
 
     def __call__(self, name, ok, detail=""):
         self.cases += 1
+        self.note(f"finished: {name}")
         if not ok:
             self.fail.append(f"rank {self.comm.rank}: {name} {detail}")
 
@@ -112,12 +130,11 @@ class Recorder:
 def check_allreduce(comm, sc, rec, dname, n, op="sum", tag=""):
     x = make_data(comm, dname, n, op=op)
     y = np.full_like(x, 0)
+    label = f"allreduce{tag} {sc.suite.name} {dname} n={n} op={op}"
+    rec.start(label)
     sc.allreduce(x, y, op=op)
     ref, tol = ref_reduce(comm, x, op)
-    rec(
-        f"allreduce{tag} {sc.suite.name} {dname} n={n} op={op}",
-        close(y, ref, tol) and identical_on_all(comm, y),
-    )
+    rec(label, close(y, ref, tol) and identical_on_all(comm, y))
 
 
 def check_reduce_scatter(comm, sc, rec, dname, n):
@@ -125,6 +142,8 @@ def check_reduce_scatter(comm, sc, rec, dname, n):
     counts = sc.block_counts(n)
     off = sum(counts[: comm.rank])
     y = np.empty(counts[comm.rank], x.dtype)
+    label = f"reduce_scatter {sc.suite.name} {dname} n={n}"
+    rec.start(label)
     sc.reduce_scatter(x, y)
     full, tol = ref_reduce(comm, x, "sum")
     ok = close(y, full[off : off + y.size], None if tol is None else tol[off : off + y.size])
@@ -132,13 +151,15 @@ def check_reduce_scatter(comm, sc, rec, dname, n):
         native = np.empty_like(y)
         comm.Reduce_scatter(x, native, counts, MPI.SUM)
         ok = ok and close(y, native, None if tol is None else tol[off : off + y.size])
-    rec(f"reduce_scatter {sc.suite.name} {dname} n={n}", ok)
+    rec(label, ok)
 
 
 def check_allgather(comm, sc, rec, dname, n):
     counts = sc.block_counts(n)
     x = make_data(comm, dname, counts[comm.rank], salt=2)
     y = np.empty(n, x.dtype)
+    label = f"allgather {sc.suite.name} {dname} n={n}"
+    rec.start(label)
     sc.allgather(x, y)
     ref = np.empty(n, x.dtype)
     disp = [sum(counts[:i]) for i in range(comm.size)]
@@ -146,28 +167,29 @@ def check_allgather(comm, sc, rec, dname, n):
         x.view(np.uint8),
         [ref.view(np.uint8), [c * x.itemsize for c in counts], [d * x.itemsize for d in disp], MPI.BYTE],
     )
-    rec(f"allgather {sc.suite.name} {dname} n={n}", np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
+    rec(label, np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
 
 
 def check_bcast(comm, sc, rec, dname, n, root):
     x = make_data(comm, dname, n, salt=3)
     ref = x.copy()
     comm.Bcast(ref.view(np.uint8), root=root)
+    label = f"bcast {sc.suite.name} {dname} n={n} root={root}"
+    rec.start(label)
     sc.bcast(x, root=root)
-    rec(
-        f"bcast {sc.suite.name} {dname} n={n} root={root}",
-        np.array_equal(x.view(np.uint8), ref.view(np.uint8)),
-    )
+    rec(label, np.array_equal(x.view(np.uint8), ref.view(np.uint8)))
 
 
 def check_alltoall(comm, sc, rec, dname, m, tag=""):
     """alltoall of m elements per peer, bitwise equal to native MPI_Alltoall"""
     x = make_data(comm, dname, comm.size * m, salt=4)
     y = np.full_like(x, 0)
+    label = f"alltoall{tag} {sc.suite.name} {dname} m={m}"
+    rec.start(label)
     sc.alltoall(x, y)
     ref = np.empty_like(x)
     comm.Alltoall(x.view(np.uint8), ref.view(np.uint8))
-    rec(f"alltoall{tag} {sc.suite.name} {dname} m={m}", np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
+    rec(label, np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
 
 
 def alltoall_blocks(comm):
@@ -1041,23 +1063,40 @@ def device_kernels(comm, rec):
     check_tamper_caught_on_rank0(comm, rec, "aes-256-gcm", 20000, 30, mine, "device kernels")
 
 
+@scenario
+def hang(comm, rec):
+    """a deliberate hang, only for tests/test_timeout.py (not in conftest's PLAN): every rank but
+    0 starts a case that never ends; rank 0 finishes its case and waits for them at the gather."""
+    if comm.rank == 0:
+        rec.start("hang: rank 0's case")
+        rec("hang: rank 0's case", True)
+        return
+    rec.start(f"hang: rank {comm.rank} waits forever")
+    while True:
+        time.sleep(1)
+
+
 def main():
     out, names = sys.argv[1], sys.argv[2:]
     comm = MPI.COMM_WORLD
     results = {}
-    for name in names:
-        rec = Recorder(comm)
-        try:
-            SCENARIOS[name](comm, rec)
-        except Exception:  # report, don't hang the other ranks' parsing
-            rec.fail.append(f"rank {comm.rank}: exception\n{traceback.format_exc()}")
-        fails = comm.gather(rec.fail, root=0)
-        cases = comm.reduce(rec.cases, op=MPI.SUM, root=0)
+    with open(f"{out}.rank{comm.rank}.progress", "w", buffering=1) as progress:
+        for name in names:
+            rec = Recorder(comm, name, progress)
+            try:
+                SCENARIOS[name](comm, rec)
+            except Exception as e:  # report, don't hang the other ranks' parsing
+                rec.note(f"exception {type(e).__name__}: {e}")
+                rec.fail.append(f"rank {comm.rank}: exception\n{traceback.format_exc()}")
+            rec.note("waiting for the other ranks' results")
+            fails = comm.gather(rec.fail, root=0)
+            cases = comm.reduce(rec.cases, op=MPI.SUM, root=0)
+            if comm.rank == 0:
+                results[name] = {"cases": cases, "failures": [f for part in fails for f in part]}
         if comm.rank == 0:
-            results[name] = {"cases": cases, "failures": [f for part in fails for f in part]}
-    if comm.rank == 0:
-        with open(out, "w") as f:
-            json.dump(results, f, indent=1)
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1)
+        progress.write("done\n")
 
 
 if __name__ == "__main__":
