@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from seccomm.collectives import COLLECTIVES
 from seccomm.keys import new_secret_file
 from seccomm.units import parse_size
 
-from conftest import mpiexec
+from conftest import mpiexec, run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
 GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()
@@ -118,7 +117,7 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     else:  # the user's launcher: the user gives the job secret
         cmd = [mpiexec(), "-n", str(nranks), *SECCOMM, *args]
         env["SECCOMM_PSK_FILE"] = new_secret_file(str(tmp_path))
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    out = run_cmd(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
     assert "size [B]" in text and "busbw [GB/s]" in text and "# Result: OK" in text
@@ -185,7 +184,7 @@ def test_bench_alltoall(tmp_path):
     to native MPI_Alltoall, busbw = algbw x (n-1)/n."""
     j = tmp_path / "a.json"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    out = subprocess.run(
+    out = run_cmd(
         [
             *SECCOMM,
             "bench",
@@ -228,7 +227,7 @@ def test_bench_alltoall(tmp_path):
 
 @pytest.mark.mpi
 def test_bench_wrong_results_fail_the_run():
-    out = subprocess.run(
+    out = run_cmd(
         [mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("bench_worker.py"))],
         capture_output=True,
         text=True,
@@ -275,7 +274,7 @@ def _bench_under_mpiexec(tmp_path, **env_extra):
     env.update(env_extra)
     cmd = [mpiexec(), "-n", "2", *SECCOMM, "bench", "-b", "8", "-e", "8", "-n", "1", "-w", "0"]
     cmd += ["--suites", "aes-256-gcm"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    return run_cmd(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
 @pytest.mark.mpi

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import mpiexec
+from conftest import mpiexec, run_cmd
 
 
 def _results(stdout):
@@ -32,7 +31,7 @@ def _forged(stdout):
 
 def _run_worker(*args, nolocal=True):
     env = dict(os.environ, MPIR_CVAR_NOLOCAL="1") if nolocal else dict(os.environ)
-    return subprocess.run(
+    return run_cmd(
         [mpiexec(), "-disable-auto-cleanup", "-n", "3", sys.executable]
         + [str(Path(__file__).with_name("fault_worker.py")), *map(str, args)],
         capture_output=True,
@@ -47,7 +46,7 @@ def _run_worker(*args, nolocal=True):
     "dead,algorithm", [(2, "ring"), (0, "ring"), (2, "recursive_doubling"), (1, "recursive_doubling")]
 )
 def test_kill_one_rank_of_three_mid_allreduce(dead, algorithm):
-    out = subprocess.run(
+    out = run_cmd(
         [
             mpiexec(),
             "-disable-auto-cleanup",
@@ -78,7 +77,7 @@ def test_tampered_frame_stops_every_rank_at_once():
     AuthenticationError naming rank 1; ranks 0 and 1, which wait on rank 2 directly or through
     the ring, raise PeerAbortError naming rank 2 and blaming rank 1 -- well before the 30 s
     deadline they would otherwise wait out."""
-    out = subprocess.run(
+    out = run_cmd(
         [
             mpiexec(),
             "-n",

@@ -12,6 +12,7 @@ import sys
 import html5lib
 import pytest
 
+from conftest import run_cmd
 from seccomm import launch
 from seccomm.compliance.config import ReviewConfig
 from seccomm.compliance.doc import to_html, to_markdown
@@ -322,7 +323,7 @@ def test_usage_errors_exit_2(tmp_path):
 def test_report_end_to_end_html_with_bench(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
     bench = tmp_path / "bench.json"
-    out = subprocess.run(
+    out = run_cmd(
         [
             sys.executable,
             "-m",
@@ -353,7 +354,7 @@ def test_report_end_to_end_html_with_bench(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     report = tmp_path / "report.html"
-    out = subprocess.run(
+    out = run_cmd(
         [
             sys.executable,
             "-m",
@@ -417,7 +418,7 @@ def _report(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
     out = tmp_path / "report.md"
     cmd = [sys.executable, "-m", "seccomm", "report", "--compliance", "--no-capture", "-o", str(out), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    proc = run_cmd(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     return proc, out.read_text() if out.exists() else ""
 
 
