@@ -409,6 +409,15 @@ class SecureComm:
             self._transport.cancel(run.pending)
             self._stale = run.pending  # keep buffers referenced while MPI may still touch them
             raise
+        except Exception as e:
+            # Any other error on this rank inside the op (a bug, a failed reduction, an error of
+            # a wrapper): the ranks waiting on it raise PeerAbortError naming this rank at once,
+            # never a deadline; the caller here sees the original exception.
+            self._broken = f"{run.op_label} failed ({type(e).__name__})"
+            self._transport.fail()
+            self._transport.cancel(run.pending)
+            self._stale = run.pending
+            raise
 
     # -- collectives ---------------------------------------------------------------------------
     def _collective(self, name: str, sendbuf, recvbuf, **kw) -> None:

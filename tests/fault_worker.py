@@ -11,7 +11,10 @@ before it dies, rank DEAD sends every other rank a give-up notice "rank DEAD gav
 rank DEAD+1" whose MAC is under a wrong key (a raw MPI send on the notice tag); believed, it would
 make the survivors blame the innocent rank DEAD+1.  MODE ``tamper-forge``: as ``tamper``, but the
 receiver of the flipped frame first sends a forged abort notice blaming the third rank, then
-its genuine one (blaming DEAD).  Every rank also prints FORGED <rank> <notices that failed authentication>."""
+its genuine one (blaming DEAD).  MODE ``raise``: rank DEAD raises a plain RuntimeError inside
+the allreduce (from its transport, after its first frame): it must see that RuntimeError, and the
+others PeerAbortError naming it at once.  Every rank also prints FORGED <rank> <notices that
+failed authentication>."""
 
 import os
 import sys
@@ -65,6 +68,18 @@ class DieAfterFirstFrame(TransportWrapper):
         return r
 
 
+class RaiseInOp(TransportWrapper):
+    """After its first frame of the armed operation, an error that is not a SecCommError."""
+
+    armed = False
+
+    def isend(self, buf, peer):
+        r = self.inner.isend(buf, peer)
+        if self.armed:
+            raise RuntimeError("planted: an error of this rank's own inside the operation")
+        return r
+
+
 c = MPI.COMM_WORLD
 dead = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 alg = sys.argv[2] if len(sys.argv) > 2 else "ring"
@@ -72,14 +87,14 @@ mode = sys.argv[3] if len(sys.argv) > 3 else "die"
 tamper = mode.startswith("tamper")
 wrap = None
 if c.rank == dead:
-    wrap = DieAfterFirstFrame
+    wrap = RaiseInOp if mode == "raise" else DieAfterFirstFrame
 elif mode == "tamper-forge":
     wrap = ForgeBeforeAbort  # only the rank that detects the flipped frame ever aborts
 sc = SecureComm(
     c,
     "aes-256-gcm",
     psk=bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"),
-    timeout=30.0 if tamper else 2.0,
+    timeout=30.0 if tamper or mode == "raise" else 2.0,
     algorithm=alg,
     chunk_bytes=1 << 16,
     wrap_transport=wrap,
@@ -89,7 +104,7 @@ y = np.empty_like(x)
 sc.allreduce(x, y)
 if c.rank == dead:
     sc.transport.armed = True
-    sc.transport.tamper = tamper
+    sc.transport.tamper = tamper  # (RaiseInOp ignores these two)
     sc.transport.forge = mode == "die-forge"
 elif wrap is ForgeBeforeAbort:
     sc.transport.victim = next(r for r in range(c.size) if r not in (dead, c.rank))  # innocent
@@ -97,13 +112,13 @@ t0 = time.time()
 try:
     sc.allreduce(x, y)
     os.write(1, f"RESULT {c.rank} none -1 {time.time() - t0:.2f} -\n".encode())
-except SecCommError as e:
+except (SecCommError, RuntimeError) as e:
     os.write(
         1,
         f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f} "
         f"{getattr(e, 'blamed', '-')}\n".encode(),
     )  # one write: mpiexec interleaves ranks
 os.write(1, f"FORGED {c.rank} {sum(sc.transport.forged_notices.values())}\n".encode())
-if tamper:
+if tamper or mode == "raise":
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

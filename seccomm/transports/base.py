@@ -71,6 +71,11 @@ class Transport:
         """This rank stops the current operation after an error in a frame from rank ``blame``:
         tell the ranks waiting on it, so they raise now instead of at their deadline."""
 
+    def fail(self) -> None:
+        """This rank stops the current operation after an error of its own (any exception
+        inside the operation that is not a frame error): tell the ranks waiting on it, so they
+        raise ``PeerAbortError`` naming this rank now instead of at their deadline."""
+
     def authenticate_notices(self, key: bytes) -> None:
         """Authenticate the give-up/abort notices (failure propagation) under ``key``, the
         session's notice key (32 bytes, :meth:`~seccomm.keys.KeySchedule.notice_key`), handed
@@ -183,6 +188,9 @@ class TransportWrapper(Transport):
 
     def abort(self, blame):
         return self.inner.abort(blame)
+
+    def fail(self):
+        return self.inner.fail()
 
     def authenticate_notices(self, key):
         return self.inner.authenticate_notices(key)

@@ -35,7 +35,9 @@ from .base import Backoff, Transport, poll_until
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
 _NOTICE_EVERY = 256  # polls between two looks at the give-up notices
-_WAITED, _ABORT = 0, 1  # kinds of give-up notice
+#: kinds of give-up notice: gave up waiting on the blamed rank; stopped after a bad frame from the
+#: blamed rank; stopped after an error of its own (the blamed rank is the sender)
+_WAITED, _ABORT, _FAILED = 0, 1, 2
 _NOTICE = struct.Struct(">qq")  # blamed rank, kind
 _MAC = 32  # HMAC-SHA256
 NOTICE_BYTES = _NOTICE.size + _MAC
@@ -62,7 +64,7 @@ def open_notice(key: bytes, sender: int, msg: bytes, size: int):
     if not hmac_verify(key, _notice_mac_input(sender, body), tag):
         return None
     blamed, kind = _NOTICE.unpack(body)
-    return (blamed, kind) if 0 <= blamed < size and kind in (_WAITED, _ABORT) else None
+    return (blamed, kind) if 0 <= blamed < size and kind in (_WAITED, _ABORT, _FAILED) else None
 
 
 class MPITransport(Transport):
@@ -92,6 +94,7 @@ class MPITransport(Transport):
         self._notice_key: bytes | None = None  # set by authenticate_notices
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
         self.aborted: set[int] = set()  # ranks that stopped after detecting an error
+        self.failed: set[int] = set()  # of those, the ranks whose error was their own
         self.forged_notices: dict[int, int] = {}  # claimed sender -> notices that failed the MAC
         self._nstatus = MPI.Status()
         self._nbuf = np.zeros((max(self.size, 1), NOTICE_BYTES), np.uint8)
@@ -218,8 +221,10 @@ class MPITransport(Transport):
                     self._forged(r)
                     continue
                 self.gave_up[r] = got[0]
-                if got[1] == _ABORT:
+                if got[1] in (_ABORT, _FAILED):
                     self.aborted.add(r)
+                if got[1] == _FAILED:
+                    self.failed.add(r)
                 self._nreqs[r] = MPI.REQUEST_NULL
         return bool(self.gave_up)
 
@@ -298,6 +303,15 @@ class MPITransport(Transport):
             )
         self._flush_notices(min(timeout, 0.5))
         culprit = self._blame(peer)
+        if culprit in self.failed:
+            raise PeerAbortError(
+                f"{op_label}: rank {culprit} stopped this operation after an error of its own (an "
+                f"exception raised on that rank inside the operation, not a frame error: see the error "
+                f"on rank {culprit})" + self._forged_note(),
+                peer=culprit,
+                op=op_label,
+                blamed=culprit,
+            )
         if culprit in self.aborted:
             raise PeerAbortError(
                 f"{op_label}: rank {culprit} stopped this operation after it detected an error in a "
@@ -358,6 +372,11 @@ class MPITransport(Transport):
     def abort(self, blame) -> None:
         if isinstance(blame, (int, np.integer)) and self.comm is not None:
             self._notify(int(blame), _ABORT)
+            self._flush_notices(0.2)
+
+    def fail(self) -> None:
+        if self.comm is not None:
+            self._notify(self.rank, _FAILED)
             self._flush_notices(0.2)
 
     def quiesce(self, timeout):

@@ -245,6 +245,9 @@ class NCCLTransport(Transport):
     def abort(self, blame):
         return self.control.abort(blame)
 
+    def fail(self):
+        return self.control.fail()
+
     def authenticate_notices(self, key):
         """The notices go over the control transport (MPI: authenticated from now on); the NCCL
         waits themselves read none and blame the peer they waited on."""
