@@ -11,6 +11,7 @@ for a hang can say what each rank was running (tests/conftest.py ``run_worker``)
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -1072,8 +1073,10 @@ def hang(comm, rec):
         rec("hang: rank 0's case", True)
         return
     rec.start(f"hang: rank {comm.rank} waits forever")
-    while True:
+    end = time.monotonic() + 300  # "forever" for the test; bounded, should a kill ever miss it
+    while time.monotonic() < end:
         time.sleep(1)
+    os._exit(4)
 
 
 def main():
