@@ -21,6 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 import seccomm
+import wire_cases
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
 from seccomm.transports import TamperTransport, TransportWrapper
 
@@ -110,7 +111,7 @@ class Recorder:
 
     def __init__(self, comm, scenario="", progress=None):
         self.comm, self.cases, self.fail = comm, 0, []
-        self.scenario, self.progress = scenario, progress
+        self.scenario, self.progress, self.current, self.last = scenario, progress, None, None
         self.note("scenario started")
 
     def note(self, text):
@@ -118,11 +119,20 @@ class Recorder:
             self.progress.write(f"{self.scenario} / {text}\n")
 
     def start(self, name):
-        """a case named ``name`` begins (its ops may hang: the progress file then names it)"""
+        """a case named ``name`` begins (its ops may hang: the progress file then names it; an
+        exception that ends the scenario names it too, else the last case finished)"""
+        self.current = name
         self.note(f"started: {name}")
+
+    def where(self) -> str:
+        """the case running now, else the last one finished (an exception names it)"""
+        if self.current:
+            return f"in case {self.current!r}"
+        return f"after case {self.last!r}" if self.last else "before its first case"
 
     def __call__(self, name, ok, detail=""):
         self.cases += 1
+        self.current, self.last = None, name
         self.note(f"finished: {name}")
         if not ok:
             self.fail.append(f"rank {self.comm.rank}: {name} {detail}")
@@ -911,6 +921,22 @@ def wire(comm, rec):
 
 
 @scenario
+def wire_policy(comm, rec):
+    """issue 14: every frame sealed exactly where the encrypt policy says, for every policy, node
+    map (node_ids), encrypting suite, collective and algorithm; no plaintext in a sealed frame;
+    no keystream shared by two origins (tests/wire_cases.py)"""
+    wire_cases.wire_policy(comm, rec, PSK)
+
+
+@scenario
+def op_replay(comm, rec):
+    """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
+    AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every
+    other rank that waits on it, nothing of op k in any recvbuf (tests/wire_cases.py)"""
+    wire_cases.op_replay(comm, rec, PSK)
+
+
+@scenario
 def soak(comm, rec):
     """2,000 randomized collectives (collective, suite, algorithm, chunk size, dtype, count, op,
     root), each against its reference and bitwise identical on every rank"""
@@ -1090,7 +1116,10 @@ def main():
                 SCENARIOS[name](comm, rec)
             except Exception as e:  # report, don't hang the other ranks' parsing
                 rec.note(f"exception {type(e).__name__}: {e}")
-                rec.fail.append(f"rank {comm.rank}: exception\n{traceback.format_exc()}")
+                rec.fail.append(
+                    f"rank {comm.rank}: scenario {name} stopped by {type(e).__name__} {rec.where()}: {e}\n"
+                    f"{traceback.format_exc()}"
+                )
             rec.note("waiting for the other ranks' results")
             fails = comm.gather(rec.fail, root=0)
             cases = comm.reduce(rec.cases, op=MPI.SUM, root=0)
