@@ -14,7 +14,8 @@ receiver of the flipped frame first sends a forged abort notice blaming the thir
 its genuine one (blaming DEAD).  MODE ``raise``: rank DEAD raises a plain RuntimeError inside
 the allreduce (from its transport, after its first frame): it must see that RuntimeError, and the
 others PeerAbortError naming it at once.  Every rank also prints FORGED <rank> <notices that
-failed authentication>."""
+failed authentication>, and each rank that raises WAITED <rank> <the rank it was waiting on when
+it raised> MESSAGE <the error's text>.  Any world size from 3 works (``mpiexec -n K``)."""
 
 import os
 import sys
@@ -38,7 +39,23 @@ def forge_notice(t, blamed, kind):
             t.comm.Send([msg, MPI.BYTE], r, t._notice_tag)
 
 
-class ForgeBeforeAbort(TransportWrapper):
+class Watch(TransportWrapper):
+    """Remembers the rank this rank waited on last (``waiting``): the one it was waiting on
+    when its deadline passed."""
+
+    waiting = None
+
+    def wait_recv(self, req, timeout, peer, op_label):
+        self.waiting = peer
+        return self.inner.wait_recv(req, timeout, peer, op_label)
+
+    def wait_sends(self, reqs, timeout, peers, op_label):
+        for req, peer in zip(reqs, peers):  # one at a time, in order, as MPITransport waits
+            self.waiting = peer
+            self.inner.wait_sends([req], timeout, [peer], op_label)
+
+
+class ForgeBeforeAbort(Watch):
     """On abort (after detecting a bad frame), first a forged abort notice blaming ``victim``."""
 
     victim = 0
@@ -90,6 +107,8 @@ if c.rank == dead:
     wrap = RaiseInOp if mode == "raise" else DieAfterFirstFrame
 elif mode == "tamper-forge":
     wrap = ForgeBeforeAbort  # only the rank that detects the flipped frame ever aborts
+else:
+    wrap = Watch
 sc = SecureComm(
     c,
     "aes-256-gcm",
@@ -118,6 +137,7 @@ except (SecCommError, RuntimeError) as e:
         f"RESULT {c.rank} {type(e).__name__} {getattr(e, 'peer', None)} {time.time() - t0:.2f} "
         f"{getattr(e, 'blamed', '-')}\n".encode(),
     )  # one write: mpiexec interleaves ranks
+    os.write(1, f"WAITED {c.rank} {getattr(sc.transport, 'waiting', None)} MESSAGE {e}\n".encode())
 os.write(1, f"FORGED {c.rank} {sum(sc.transport.forged_notices.values())}\n".encode())
 if tamper or mode == "raise":
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left

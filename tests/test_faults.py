@@ -29,10 +29,10 @@ def _forged(stdout):
     return {int(r): int(n) for r, n in re.findall(r"FORGED (\d+) (\d+)", stdout)}
 
 
-def _run_worker(*args, nolocal=True):
+def _run_worker(*args, nolocal=True, n=3):
     env = dict(os.environ, MPIR_CVAR_NOLOCAL="1") if nolocal else dict(os.environ)
     return run_cmd(
-        [mpiexec(), "-disable-auto-cleanup", "-n", "3", sys.executable]
+        [mpiexec(), "-disable-auto-cleanup", "-n", str(n), sys.executable]
         + [str(Path(__file__).with_name("fault_worker.py")), *map(str, args)],
         capture_output=True,
         text=True,
@@ -41,33 +41,43 @@ def _run_worker(*args, nolocal=True):
     )
 
 
+#: (ranks, dead rank, algorithm) -> {survivor: the ranks it may be waiting on when its deadline
+#: passes}.  A ring rank receives from its left neighbour and sends to its right one (a send to
+#: the dead rank may complete eagerly, leaving its receive to wait on); recursive doubling on 3
+#: ranks: rank 0 folds into rank 1, ranks 1 and 2 exchange, rank 1 returns the sum to rank 0.
+#: A survivor waiting on a live rank must follow the give-up notices to the dead one: rank 0 of
+#: (3, 2, rd), rank 3 of (4, 1, ring).
+KILLS = {
+    (3, 2, "ring"): {0: {2}, 1: {2, 0}},
+    (3, 0, "ring"): {1: {0}, 2: {0, 1}},
+    (4, 1, "ring"): {2: {1}, 3: {2}, 0: {1, 3}},
+    (3, 2, "recursive_doubling"): {1: {2}, 0: {1}},
+    (3, 1, "recursive_doubling"): {0: {1}, 2: {1}},
+}
+
+
+def _waited(stdout):
+    """rank -> (the rank it was waiting on when it raised, its error message): WAITED records."""
+    return {int(r): (w, m) for r, w, m in re.findall(r"WAITED (\d+) (\S+) MESSAGE ([^\n]*)", stdout)}
+
+
 @pytest.mark.mpi
-@pytest.mark.parametrize(
-    "dead,algorithm", [(2, "ring"), (0, "ring"), (2, "recursive_doubling"), (1, "recursive_doubling")]
-)
-def test_kill_one_rank_of_three_mid_allreduce(dead, algorithm):
-    out = run_cmd(
-        [
-            mpiexec(),
-            "-disable-auto-cleanup",
-            "-n",
-            "3",
-            sys.executable,
-            str(Path(__file__).with_name("fault_worker.py")),
-            str(dead),
-            algorithm,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, MPIR_CVAR_NOLOCAL="1"),
-    )
-    results = _results(out.stdout)
-    survivors = sorted({0, 1, 2} - {dead})
-    assert sorted(int(r[1]) for r in results) == survivors, out.stdout + out.stderr[-2000:]
+@pytest.mark.parametrize("n,dead,algorithm", list(KILLS), ids=[f"np{n}-dead{d}-{a}" for n, d, a in KILLS])
+def test_kill_one_rank_mid_allreduce(n, dead, algorithm):
+    """Every survivor raises TransportTimeout naming the dead rank, never a live one, whether it
+    waited on the dead rank itself or on a live rank stuck behind it (then its message says so)."""
+    out = _run_worker(dead, algorithm, n=n)
+    results, waited = _results(out.stdout), _waited(out.stdout)
+    expect = KILLS[(n, dead, algorithm)]
+    assert sorted(int(r[1]) for r in results) == sorted(expect), out.stdout + out.stderr[-2000:]
     for _, rank, err, peer, secs, _ in results:
+        on, msg = waited[int(rank)]
         assert err == "TransportTimeout", (rank, err, peer)
         assert peer == str(dead), (rank, peer, out.stdout)  # the dead rank, not a stalled neighbour
+        assert int(on) in expect[int(rank)], (rank, on, out.stdout)
+        assert f"rank {dead} made no progress" in msg, (rank, msg)
+        live = int(on) != dead
+        assert live == (f"this rank waited on rank {on}, itself stuck behind it" in msg), (rank, msg)
         assert float(secs) < 2.0 * 3  # a 2 s deadline plus at most a 2 s grace period
 
 
