@@ -5,7 +5,9 @@ Usage: ``mpiexec -n K python tests/mpi_worker.py OUT.json SCENARIO [SCENARIO ...
 Rank 0 writes ``{scenario: {"cases": N, "failures": [...]}}`` to OUT.json.  Each rank r appends
 its progress to ``OUT.json.rank{r}.progress`` as it goes (one flushed line per scenario start, case
 start where a check helper knows its label, case end, and ``done`` last), so that a launch killed
-for a hang can say what each rank was running (tests/conftest.py ``run_worker``).
+for a hang can say what each rank was running (tests/conftest.py ``run_worker``).  A check helper's
+secure op that raises on one rank makes every rank raise (``Recorder.run``), and a scenario that
+raised ends the launch early: the scenarios after it are reported as not run.
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ def identical_on_all(comm, arr):
     return bool((allv.view(np.uint8) == allv[0:1].view(np.uint8)).all())
 
 
+class CaseFailedElsewhere(Exception):
+    """The secure op of this case raised on another rank (``Recorder.run``)."""
+
+
 class Recorder:
     """Counts a scenario's cases and keeps its failures; ``progress``: this rank's progress file
     (text, line-buffered), to which each case's start and end are written as ``SCENARIO / ...``."""
@@ -124,6 +130,27 @@ class Recorder:
         self.current = name
         self.note(f"started: {name}")
 
+    def run(self, name, op):
+        """Case ``name`` begins: ``op()`` (its secure collective), then every rank learns whether
+        the op raised on any rank, and if so every rank raises (this rank's own error, else
+        ``CaseFailedElsewhere`` naming the ranks): no rank goes on alone into the MPI collectives
+        of the reference check, out of step with the others (a hang of the launch)."""
+        self.start(name)
+        err = None
+        try:
+            op()
+        except Exception as e:  # noqa: BLE001 - re-raised below, after the others learn of it
+            err = e
+        failed = np.array([err is not None], np.int8)
+        self.comm.Allreduce(MPI.IN_PLACE, failed, MPI.MAX)  # one small buffer collective per case
+        if not failed[0]:
+            return
+        errs = self.comm.allgather(None if err is None else f"{type(err).__name__}: {err}")
+        if err is not None:
+            raise err
+        bad = [r for r, e in enumerate(errs) if e]
+        raise CaseFailedElsewhere(f"the op raised on rank(s) {bad}; rank {bad[0]}: {errs[bad[0]]}")
+
     def where(self) -> str:
         """the case running now, else the last one finished (an exception names it)"""
         if self.current:
@@ -142,8 +169,7 @@ def check_allreduce(comm, sc, rec, dname, n, op="sum", tag=""):
     x = make_data(comm, dname, n, op=op)
     y = np.full_like(x, 0)
     label = f"allreduce{tag} {sc.suite.name} {dname} n={n} op={op}"
-    rec.start(label)
-    sc.allreduce(x, y, op=op)
+    rec.run(label, lambda: sc.allreduce(x, y, op=op))
     ref, tol = ref_reduce(comm, x, op)
     rec(label, close(y, ref, tol) and identical_on_all(comm, y))
 
@@ -154,8 +180,7 @@ def check_reduce_scatter(comm, sc, rec, dname, n):
     off = sum(counts[: comm.rank])
     y = np.empty(counts[comm.rank], x.dtype)
     label = f"reduce_scatter {sc.suite.name} {dname} n={n}"
-    rec.start(label)
-    sc.reduce_scatter(x, y)
+    rec.run(label, lambda: sc.reduce_scatter(x, y))
     full, tol = ref_reduce(comm, x, "sum")
     ok = close(y, full[off : off + y.size], None if tol is None else tol[off : off + y.size])
     if native_has(dname):
@@ -170,8 +195,7 @@ def check_allgather(comm, sc, rec, dname, n):
     x = make_data(comm, dname, counts[comm.rank], salt=2)
     y = np.empty(n, x.dtype)
     label = f"allgather {sc.suite.name} {dname} n={n}"
-    rec.start(label)
-    sc.allgather(x, y)
+    rec.run(label, lambda: sc.allgather(x, y))
     ref = np.empty(n, x.dtype)
     disp = [sum(counts[:i]) for i in range(comm.size)]
     comm.Allgatherv(
@@ -186,8 +210,7 @@ def check_bcast(comm, sc, rec, dname, n, root):
     ref = x.copy()
     comm.Bcast(ref.view(np.uint8), root=root)
     label = f"bcast {sc.suite.name} {dname} n={n} root={root}"
-    rec.start(label)
-    sc.bcast(x, root=root)
+    rec.run(label, lambda: sc.bcast(x, root=root))
     rec(label, np.array_equal(x.view(np.uint8), ref.view(np.uint8)))
 
 
@@ -196,8 +219,7 @@ def check_alltoall(comm, sc, rec, dname, m, tag=""):
     x = make_data(comm, dname, comm.size * m, salt=4)
     y = np.full_like(x, 0)
     label = f"alltoall{tag} {sc.suite.name} {dname} m={m}"
-    rec.start(label)
-    sc.alltoall(x, y)
+    rec.run(label, lambda: sc.alltoall(x, y))
     ref = np.empty_like(x)
     comm.Alltoall(x.view(np.uint8), ref.view(np.uint8))
     rec(label, np.array_equal(y.view(np.uint8), ref.view(np.uint8)))
@@ -1105,26 +1127,38 @@ def hang(comm, rec):
     os._exit(4)
 
 
+def run_scenario(comm, name, progress) -> tuple[dict, bool]:
+    """Scenario ``name`` on every rank: (its result on rank 0, whether it raised on any rank)."""
+    rec, raised = Recorder(comm, name, progress), False
+    try:
+        SCENARIOS[name](comm, rec)
+    except Exception as e:  # report, don't hang the other ranks' parsing
+        raised = True
+        rec.note(f"exception {type(e).__name__}: {e}")
+        rec.fail.append(
+            f"rank {comm.rank}: scenario {name} stopped by {type(e).__name__} {rec.where()}: {e}\n"
+            f"{traceback.format_exc()}"
+        )
+    rec.note("waiting for the other ranks' results")
+    fails = comm.gather(rec.fail, root=0)
+    cases = comm.reduce(rec.cases, op=MPI.SUM, root=0)
+    result = {"cases": cases, "failures": [f for part in fails or [] for f in part]}
+    return result, comm.allreduce(raised, op=MPI.LOR)
+
+
 def main():
+    """Run the scenarios named on the command line; after one that raised (on any rank) the
+    others are reported as not run: the ranks may be out of step, and going on could hang."""
     out, names = sys.argv[1], sys.argv[2:]
     comm = MPI.COMM_WORLD
-    results = {}
+    results, stopped = {}, None
     with open(f"{out}.rank{comm.rank}.progress", "w", buffering=1) as progress:
         for name in names:
-            rec = Recorder(comm, name, progress)
-            try:
-                SCENARIOS[name](comm, rec)
-            except Exception as e:  # report, don't hang the other ranks' parsing
-                rec.note(f"exception {type(e).__name__}: {e}")
-                rec.fail.append(
-                    f"rank {comm.rank}: scenario {name} stopped by {type(e).__name__} {rec.where()}: {e}\n"
-                    f"{traceback.format_exc()}"
-                )
-            rec.note("waiting for the other ranks' results")
-            fails = comm.gather(rec.fail, root=0)
-            cases = comm.reduce(rec.cases, op=MPI.SUM, root=0)
-            if comm.rank == 0:
-                results[name] = {"cases": cases, "failures": [f for part in fails for f in part]}
+            if stopped:
+                results[name] = {"cases": 0, "failures": [f"not run: {stopped} stopped by an exception"]}
+                continue
+            results[name], raised = run_scenario(comm, name, progress)
+            stopped = name if raised else None
         if comm.rank == 0:
             with open(out, "w") as f:
                 json.dump(results, f, indent=1)

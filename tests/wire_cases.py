@@ -34,6 +34,7 @@ KNOBS = {
     "bcast": lambda sc, alg: setattr(sc, "bcast_chain_bytes", 0 if alg == "chain" else 1 << 62),
 }
 GROUP_KEY_COLLECTIVES = ("allgather", "bcast")  # every frame under the group key
+KEYS = {"d": "direction key", "g": "group key"}
 
 
 def node_maps(p: int) -> dict[str, list[int]]:
@@ -102,7 +103,7 @@ class Combo:
     def __init__(self, comm, rec, policy, mapname, nodes, suite):
         self.comm, self.rec, self.policy, self.nodes, self.suite = comm, rec, policy, nodes, suite
         self.name = f"wire_policy encrypt={policy} nodes={mapname} {nodes} {suite}"
-        self.clear_frames = self.clear_hits = 0
+        self.frames = self.clear_frames = self.clear_hits = 0
         self.keystreams: list = []
 
     def want(self, a, b, kind):
@@ -115,9 +116,11 @@ class Combo:
             got = "clear" if not f[:-16].any() else "sealed"
             want = self.want(self.comm.rank, peer, k)
             if got != want:
-                bad.append(f"frame {i} to rank {peer} ({'group' if k == 'g' else 'direction'} key): {got}")
-                bad[-1] += f", the policy says {want}"
-        self.rec(label, not bad and len(frames) == len(kinds), "; ".join(bad[:4]))
+                bad.append(f"frame {i} to rank {peer} ({KEYS[k]}): {got}, the policy says {want}")
+        if len(frames) != len(kinds):
+            bad.append(f"{len(frames)} frames sent, {len(kinds)} expected")
+        self.frames += len(frames)
+        self.rec(label, not bad, "; ".join(bad[:4]))
 
     def check_random(self, label, frames, kinds, plaintexts):
         """No frame the policy seals carries a 16-byte window of any rank's input or this
@@ -128,7 +131,7 @@ class Combo:
             if self.want(self.comm.rank, peer, k) == "clear":
                 self.clear_frames, self.clear_hits = self.clear_frames + 1, self.clear_hits + hits
             elif hits:
-                bad.append(f"frame {i} to rank {peer} ({k}) carries {hits} plaintext windows")
+                bad.append(f"frame {i} to rank {peer} ({KEYS[k]}) carries {hits} plaintext windows")
         self.rec(label, not bad, "; ".join(bad[:4]))
 
     def keep_keystream(self, label, frames, kinds, own):
@@ -139,16 +142,18 @@ class Combo:
         self.keystreams.append((label, frames[0][1][:16].copy(), own.view(np.uint8)[:16].copy(), want))
 
     def finish(self):
-        """Across ranks (one collective each, whatever failed before): frames in the clear carried
-        plaintext windows (when any were sent); and no two origins' sealed allgather frames share
-        a keystream, ct_a ^ ct_b != pt_a ^ pt_b, while in the clear they do (the check can fail)."""
-        tot = np.array([self.clear_frames, self.clear_hits], np.int64)
+        """Across ranks (one collective each, whatever failed before): frames were classified;
+        frames in the clear carried plaintext windows (when any were sent); and no two origins'
+        sealed allgather frames share a keystream, ct_a ^ ct_b != pt_a ^ pt_b, while in the clear
+        they do (the check can fail)."""
+        tot = np.array([self.frames, self.clear_frames, self.clear_hits], np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, tot)
         every = self.comm.gather(self.keystreams, root=0)
         if self.comm.rank:
             return
-        if tot[0]:
-            self.rec(f"{self.name}: {tot[0]} clear frames hold {tot[1]} plaintext windows", tot[1] > 0)
+        self.rec(f"{self.name}: {tot[0]} frames of zeros classified", tot[0] > 0)
+        if tot[1]:
+            self.rec(f"{self.name}: {tot[1]} clear frames hold {tot[2]} plaintext windows", tot[2] > 0)
         for i, (label, *_) in enumerate(every[0]):
             rows = [part[i][1:] for part in every if len(part) > i]
             for a in range(len(rows)):
