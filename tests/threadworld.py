@@ -5,6 +5,8 @@ calling another collective than the others raises ``FrameError``), point-to-poin
 in posting order per (sender, receiver) pair; every wait has a deadline (``TransportTimeout``).
 Host keys come from the world (``hosts``), so a test can lay ranks out on simulated hosts.
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
+A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
+raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from seccomm.errors import FrameError, TransportTimeout
+from seccomm.errors import FrameError, PeerAbortError, TransportTimeout
 from seccomm.transports import Transport, host_bytes
 
 
@@ -27,6 +29,7 @@ class World:
         self.cv = threading.Condition()
         self.colls: dict[int, list] = {}
         self.mail: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+        self.stopped: dict[int, int] = {}  # rank that stopped an op -> the rank it blamed
 
     def transports(self, timeout: float = 5.0) -> list["ThreadTransport"]:
         return [ThreadTransport(self, r, timeout) for r in range(self.size)]
@@ -113,12 +116,21 @@ class ThreadTransport(Transport):
     def wait_recv(self, req, timeout, peer, op_label):
         w, box = self.world, self.world.mail[(peer, self.rank)]
         with w.cv:
-            if not w.cv.wait_for(lambda: len(box) > req.index, timeout):
+            if not w.cv.wait_for(lambda: len(box) > req.index or peer in w.stopped, timeout):
                 raise TransportTimeout(
                     f"{op_label}: rank {peer} made no progress within {timeout:g} s",
                     peer=peer,
                     op=op_label,
                     timeout_s=timeout,
+                )
+            if len(box) <= req.index:  # and the ranks waiting on this one stop too
+                w.stopped.setdefault(self.rank, w.stopped[peer])
+                w.cv.notify_all()
+                raise PeerAbortError(
+                    f"{op_label}: rank {peer} stopped this operation (blaming rank {w.stopped[peer]})",
+                    peer=peer,
+                    op=op_label,
+                    blamed=w.stopped[peer],
                 )
             data = box[req.index]
         dest = np.frombuffer(req.buf, np.uint8)
@@ -129,3 +141,31 @@ class ThreadTransport(Transport):
 
     def wait_sends(self, reqs, timeout, peers, op_label):
         pass
+
+    def abort(self, blame):
+        with self.world.cv:
+            self.world.stopped.setdefault(self.rank, blame)
+            self.world.cv.notify_all()
+
+    def fail(self):
+        self.abort(self.rank)
+
+
+def record_seals(sc, log):
+    """Log (key bytes, nonce) of every frame ``sc`` seals from now on."""
+    keys = sc._keys
+
+    class Logged:
+        def __init__(self, inner, key):
+            self.inner, self.key = inner, key
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def seal(self, slot, pt):
+            log.append((self.key, bytes(slot.nonce)))
+            return self.inner.seal(slot, pt)
+
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: Logged(direction(e, a, b), keys.direction_key(e, a, b))
+    keys.group = lambda e: Logged(group(e), keys.group_key(e))
