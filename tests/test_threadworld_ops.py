@@ -38,18 +38,16 @@ def data(dname: str, n: int, rank: int, salt: int = 0) -> np.ndarray:
     return vals.astype(dt)
 
 
-def world_run(size, body, hosts=None, wrap=None, **kw):
+def world_run(size, body, hosts=None, wrap=None, suite="aes-256-gcm", **kw):
     """``body(sc)`` on a SecureComm per rank of a fresh world; ``wrap(rank, transport)``."""
     world = World(size, hosts)
-    trs = world.transports(timeout=5)
-    kw = {"psk": PSK, "timeout": 3, "crypto_threads": 1, **kw}
+    trs = world.transports(timeout=3)
+    kw = {"psk": PSK, "timeout": 2, "crypto_threads": 1, **kw}
 
     def rank_fn(r):
         w = (lambda t: wrap(r, t)) if wrap else None
-        sc = SecureComm(trs[r], kw.pop("suite", None) or kw_suite, wrap_transport=w, **kw)
-        return body(sc)
+        return body(SecureComm(trs[r], suite, wrap_transport=w, **kw))
 
-    kw_suite = kw.pop("suite", "aes-256-gcm")
     return world.run(rank_fn)
 
 
@@ -493,3 +491,52 @@ def test_bad_arguments_raise_before_any_traffic():
 
     for errs in ok(world_run(2, body)):
         assert all(e is not None and e[1] for e in errs), errs
+
+
+# -- the bench's records: counts, data, reset and the check, in process --------------------------
+def bench_reference(name, sends, op, p, r, n):
+    """What rank ``r`` must hold after collective ``name`` of the bench's ``sends`` (one per rank)."""
+    if name in ("allreduce", "reduce_scatter"):
+        full = sends[0].copy()
+        for s in sends[1:]:
+            REFS[op](full, s, out=full)
+        if name == "allreduce":
+            return full
+        offs = np.cumsum([0] + [len(b) for b in np.array_split(np.arange(n.total), p)])
+        return full[offs[r] : offs[r + 1]]
+    if name == "allgather":
+        return np.concatenate(sends)
+    if name == "bcast":
+        return sends[0]
+    m = n.total // p
+    return np.concatenate([s[r * m : (r + 1) * m] for s in sends])
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+@pytest.mark.parametrize("dname, op", [("float32", "sum"), ("int32", "max"), ("bfloat16", "prod")])
+def test_bench_records_count_seed_reset_and_check(name, dname, op):
+    """Per record, as ``seccomm bench`` uses it (seccomm/bench/runner.py): ``counts`` sizes the
+    buffers, ``init`` seeds data whose reduction is exact, ``reset`` prepares the output,
+    ``secure`` runs the op, and ``wrong`` finds no wrong element, and every element altered."""
+    coll, p, total = COLLECTIVES[name], 3, 1000
+    op = op if coll.reduces else "sum"
+
+    def body(sc):
+        r = sc.rank
+        n = coll.counts(total, p, r)
+        send = coll.init(dname, op, n.send, r, p, 0)
+        recv = np.full(n.recv, 9, send.dtype)
+        coll.reset(send, recv, r, 0)
+        coll.secure(sc, send, recv, op, 0)
+        return n, send, recv
+
+    res = ok(world_run(p, body, chunk_bytes=256))
+    sends = [s for _, s, _ in res]
+    for r, (n, send, recv) in enumerate(res):
+        assert n.total <= total and n.total > total - p and send.size == n.send and recv.size == n.recv
+        ref = bench_reference(name, sends, op, p, r, n)
+        assert coll.wrong(recv, ref) == 0, (name, r)
+        bad = recv.copy()
+        bad[:: max(1, bad.size // 7)] += bad.dtype.type(1)
+        altered = int(np.count_nonzero(bad.astype(np.float64) != recv.astype(np.float64)))
+        assert altered > 0 and coll.wrong(bad, ref) == altered
