@@ -104,8 +104,9 @@ def test_allreduce_every_op_and_dtype(p, alg):
 
 
 @pytest.mark.parametrize("suite", SUITES)
-@pytest.mark.parametrize("p", [2, 3])
-def test_every_collective_every_suite(suite, p):
+@pytest.mark.parametrize("p, threads", [(2, 1), (3, 1), (3, 3)])
+def test_every_collective_every_suite(suite, p, threads):
+    """Every collective and algorithm, crypto on the calling thread and on a pool of threads."""
     n = 301
 
     def body(sc):
@@ -129,7 +130,7 @@ def test_every_collective_every_suite(suite, p):
         sc.alltoall(data("float32", 3 * p, r, 4), a2a)
         return out, rs, ag, bc, a2a
 
-    res = ok(world_run(p, body, suite=suite, chunk_bytes=48))
+    res = ok(world_run(p, body, suite=suite, chunk_bytes=48, crypto_threads=threads))
     full = ref_allreduce("float32", n, p, "sum")
     rs_full = ref_allreduce("float32", n, p, "sum") * 0
     for q in range(p):

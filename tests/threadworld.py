@@ -4,6 +4,9 @@
 calling another collective than the others raises ``FrameError``), point-to-point messages match
 in posting order per (sender, receiver) pair; every wait has a deadline (``TransportTimeout``).
 Host keys come from the world (``hosts``), so a test can lay ranks out on simulated hosts.
+Every point-to-point call is checked against the transport contract the MPI transport relies on
+(peers in range and not itself, the request waited on is one of this transport's for that peer,
+deadlines > 0, a label for the error): a breach raises ``AssertionError`` inside the op.
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
@@ -55,10 +58,26 @@ class World:
 
 
 class _Recv:
-    __slots__ = ("buf", "index")
+    __slots__ = ("buf", "index", "peer")
 
-    def __init__(self, buf, index):
-        self.buf, self.index = buf, index
+    def __init__(self, buf, index, peer):
+        self.buf, self.index, self.peer = buf, index, peer
+
+
+class _Send:
+    __slots__ = ("peer",)
+
+    def __init__(self, peer):
+        self.peer = peer
+
+
+def _check_wait(timeout, op_label) -> None:
+    """The transport contract the engine must keep (the MPI transport relies on it too): a
+    deadline in seconds > 0, and a label naming the op for the error messages."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise AssertionError(f"wait with timeout {timeout!r}")
+    if not isinstance(op_label, str) or not op_label:
+        raise AssertionError(f"wait with op_label {op_label!r}")
 
 
 class ThreadTransport(Transport):
@@ -102,18 +121,33 @@ class ThreadTransport(Transport):
         whole = self._collective(("bcast", root), data, op_label, timeout)[root]
         np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(whole, np.uint8)
 
+    def _check_peer(self, peer) -> None:
+        if (
+            isinstance(peer, bool)
+            or not isinstance(peer, int)
+            or not 0 <= peer < self.size
+            or peer == self.rank
+        ):
+            raise AssertionError(f"rank {self.rank}: transfer with peer {peer!r}")
+
     def isend(self, buf, peer):
+        self._check_peer(peer)
         w = self.world
         with w.cv:
             w.mail[(self.rank, peer)].append(bytes(host_bytes(buf)))
             w.cv.notify_all()
+        return _Send(peer)
 
     def irecv(self, buf, peer):
-        req = _Recv(buf, self.posted[peer])
+        self._check_peer(peer)
+        req = _Recv(buf, self.posted[peer], peer)
         self.posted[peer] += 1
         return req
 
     def wait_recv(self, req, timeout, peer, op_label):
+        _check_wait(timeout, op_label)
+        if not isinstance(req, _Recv) or req.peer != peer:
+            raise AssertionError(f"rank {self.rank}: wait_recv({req!r}, peer={peer!r})")
         w, box = self.world, self.world.mail[(peer, self.rank)]
         with w.cv:
             if not w.cv.wait_for(lambda: len(box) > req.index or peer in w.stopped, timeout):
@@ -140,7 +174,11 @@ class ThreadTransport(Transport):
         return len(data)
 
     def wait_sends(self, reqs, timeout, peers, op_label):
-        pass
+        _check_wait(timeout, op_label)
+        if len(reqs) != len(peers) or any(
+            not isinstance(q, _Send) or q.peer != peer for q, peer in zip(reqs, peers)
+        ):
+            raise AssertionError(f"rank {self.rank}: wait_sends of {reqs!r} to peers {peers!r}")
 
     def abort(self, blame):
         with self.world.cv:
