@@ -83,6 +83,7 @@ def test_suite_registry():
     ],
 )
 def test_bad_construction_args(kw, match):
+    kw = dict(kw)  # the parameter itself stays as it is for a second run in this process (mutmut)
     suite = kw.pop("suite", "aes-256-gcm")
     with pytest.raises(ValueError, match=match):
         SecureComm(self_comm(), suite, psk=PSK, **kw)

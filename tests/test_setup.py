@@ -21,7 +21,7 @@ from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, Secu
 from seccomm.compliance.attack import forge_hello
 from seccomm.keys import KEY_EXCHANGES
 from seccomm.transports import TransportWrapper
-from threadworld import World
+from threadworld import World, record_seals
 
 # a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
 PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
@@ -64,26 +64,6 @@ class Replayer(TransportWrapper):
 def build(tr, wrap=None, **kw):
     kw = {"psk": PSK, "timeout": 5, "crypto_threads": 1, **kw}
     return SecureComm(tr, kw.pop("suite", "aes-256-gcm"), wrap_transport=wrap, **kw)
-
-
-def record_seals(sc, log):
-    """Log (key bytes, nonce) of every frame ``sc`` seals from now on."""
-    keys = sc._keys
-
-    class Logged:
-        def __init__(self, inner, key):
-            self.inner, self.key = inner, key
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def seal(self, slot, pt):
-            log.append((self.key, bytes(slot.nonce)))
-            return self.inner.seal(slot, pt)
-
-    direction, group = keys.direction, keys.group
-    keys.direction = lambda e, a, b: Logged(direction(e, a, b), keys.direction_key(e, a, b))
-    keys.group = lambda e: Logged(group(e), keys.group_key(e))
 
 
 def some_ops(sc):

@@ -4,7 +4,12 @@
 calling another collective than the others raises ``FrameError``), point-to-point messages match
 in posting order per (sender, receiver) pair; every wait has a deadline (``TransportTimeout``).
 Host keys come from the world (``hosts``), so a test can lay ranks out on simulated hosts.
+Every point-to-point call is checked against the transport contract the MPI transport relies on
+(peers in range and not itself, the request waited on is one of this transport's for that peer,
+deadlines > 0, a label for the error): a breach raises ``AssertionError`` inside the op.
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
+A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
+raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from seccomm.errors import FrameError, TransportTimeout
+from seccomm.errors import FrameError, PeerAbortError, TransportTimeout
 from seccomm.transports import Transport, host_bytes
 
 
@@ -27,6 +32,7 @@ class World:
         self.cv = threading.Condition()
         self.colls: dict[int, list] = {}
         self.mail: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+        self.stopped: dict[int, int] = {}  # rank that stopped an op -> the rank it blamed
 
     def transports(self, timeout: float = 5.0) -> list["ThreadTransport"]:
         return [ThreadTransport(self, r, timeout) for r in range(self.size)]
@@ -52,10 +58,26 @@ class World:
 
 
 class _Recv:
-    __slots__ = ("buf", "index")
+    __slots__ = ("buf", "index", "peer")
 
-    def __init__(self, buf, index):
-        self.buf, self.index = buf, index
+    def __init__(self, buf, index, peer):
+        self.buf, self.index, self.peer = buf, index, peer
+
+
+class _Send:
+    __slots__ = ("peer",)
+
+    def __init__(self, peer):
+        self.peer = peer
+
+
+def _check_wait(timeout, op_label) -> None:
+    """The transport contract the engine must keep (the MPI transport relies on it too): a
+    deadline in seconds > 0, and a label naming the op for the error messages."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise AssertionError(f"wait with timeout {timeout!r}")
+    if not isinstance(op_label, str) or not op_label:
+        raise AssertionError(f"wait with op_label {op_label!r}")
 
 
 class ThreadTransport(Transport):
@@ -99,26 +121,50 @@ class ThreadTransport(Transport):
         whole = self._collective(("bcast", root), data, op_label, timeout)[root]
         np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(whole, np.uint8)
 
+    def _check_peer(self, peer) -> None:
+        if (
+            isinstance(peer, bool)
+            or not isinstance(peer, int)
+            or not 0 <= peer < self.size
+            or peer == self.rank
+        ):
+            raise AssertionError(f"rank {self.rank}: transfer with peer {peer!r}")
+
     def isend(self, buf, peer):
+        self._check_peer(peer)
         w = self.world
         with w.cv:
             w.mail[(self.rank, peer)].append(bytes(host_bytes(buf)))
             w.cv.notify_all()
+        return _Send(peer)
 
     def irecv(self, buf, peer):
-        req = _Recv(buf, self.posted[peer])
+        self._check_peer(peer)
+        req = _Recv(buf, self.posted[peer], peer)
         self.posted[peer] += 1
         return req
 
     def wait_recv(self, req, timeout, peer, op_label):
+        _check_wait(timeout, op_label)
+        if not isinstance(req, _Recv) or req.peer != peer:
+            raise AssertionError(f"rank {self.rank}: wait_recv({req!r}, peer={peer!r})")
         w, box = self.world, self.world.mail[(peer, self.rank)]
         with w.cv:
-            if not w.cv.wait_for(lambda: len(box) > req.index, timeout):
+            if not w.cv.wait_for(lambda: len(box) > req.index or peer in w.stopped, timeout):
                 raise TransportTimeout(
                     f"{op_label}: rank {peer} made no progress within {timeout:g} s",
                     peer=peer,
                     op=op_label,
                     timeout_s=timeout,
+                )
+            if len(box) <= req.index:  # and the ranks waiting on this one stop too
+                w.stopped.setdefault(self.rank, w.stopped[peer])
+                w.cv.notify_all()
+                raise PeerAbortError(
+                    f"{op_label}: rank {peer} stopped this operation (blaming rank {w.stopped[peer]})",
+                    peer=peer,
+                    op=op_label,
+                    blamed=w.stopped[peer],
                 )
             data = box[req.index]
         dest = np.frombuffer(req.buf, np.uint8)
@@ -128,4 +174,36 @@ class ThreadTransport(Transport):
         return len(data)
 
     def wait_sends(self, reqs, timeout, peers, op_label):
-        pass
+        _check_wait(timeout, op_label)
+        if len(reqs) != len(peers) or any(
+            not isinstance(q, _Send) or q.peer != peer for q, peer in zip(reqs, peers)
+        ):
+            raise AssertionError(f"rank {self.rank}: wait_sends of {reqs!r} to peers {peers!r}")
+
+    def abort(self, blame):
+        with self.world.cv:
+            self.world.stopped.setdefault(self.rank, blame)
+            self.world.cv.notify_all()
+
+    def fail(self):
+        self.abort(self.rank)
+
+
+def record_seals(sc, log):
+    """Log (key bytes, nonce) of every frame ``sc`` seals from now on."""
+    keys = sc._keys
+
+    class Logged:
+        def __init__(self, inner, key):
+            self.inner, self.key = inner, key
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def seal(self, slot, pt):
+            log.append((self.key, bytes(slot.nonce)))
+            return self.inner.seal(slot, pt)
+
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: Logged(direction(e, a, b), keys.direction_key(e, a, b))
+    keys.group = lambda e: Logged(group(e), keys.group_key(e))

@@ -59,7 +59,7 @@ def _frame_bound(p: int, chunks: int) -> int:
     return chunks
 
 
-def _native(comm, send, recv, op, root):
+def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)
     comm.Alltoall(as_bytes_spec(send), as_bytes_spec(recv))
 
 
@@ -68,7 +68,7 @@ def _counts(count, p, rank):
     return Counts(n, n, n)
 
 
-def _pairwise_cost(n, topo):
+def _pairwise_cost(n, topo):  # pragma: no mutate block (cost model: tests/test_model.py)
     """p-1 steps of S/p bytes.  Across nodes (block placement) step s takes min(s, p-s, R) of a
     node's R ranks off the node at once, sharing its NIC: steps s and p-s with s < R have s
     flows, the p-2R+1 others R."""

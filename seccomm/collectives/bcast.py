@@ -4,6 +4,8 @@ forwards the frames unchanged and opens them.  Binomial tree for small messages
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..dtypes import as_bytes, check_buffer
@@ -51,26 +53,26 @@ def chain_links(vr: int, p: int):
     return (None if vr == 0 else vr - 1), ([vr + 1] if vr + 1 < p else [])
 
 
-def _tree(links):
-    def run_tree(run, buf, root):
-        p, r = run.size, run.rank
-        if p == 1 or buf.size == 0:
-            return
-        vr = (r - root) % p
-        parent, children = links(vr, p)
-        views, elems = chunk_views(as_bytes(buf), 0, buf.size, run.chunk_elems, run.itemsize)
-        run.relay(
-            None if parent is None else (parent + root) % p,
-            [(c + root) % p for c in children],
-            views,
-            elems,
-            origin=root,
-        )
+def tree(links, run, buf, root) -> None:
+    """Broadcast ``buf`` from ``root`` down the tree ``links(vr, p) -> (parent, children)`` in
+    ranks relative to the root; the records bind ``links`` with ``functools.partial`` (a function
+    of the module, not a closure made at import, so each call runs the code as it is now)."""
+    p, r = run.size, run.rank
+    if p == 1 or buf.size == 0:
+        return
+    vr = (r - root) % p
+    parent, children = links(vr, p)
+    views, elems = chunk_views(as_bytes(buf), 0, buf.size, run.chunk_elems, run.itemsize)
+    run.relay(
+        None if parent is None else (parent + root) % p,
+        [(c + root) % p for c in children],
+        views,
+        elems,
+        origin=root,
+    )
 
-    return run_tree
 
-
-def _native(comm, send, recv, op, root):
+def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)
     comm.Bcast(as_bytes_spec(recv), root=root)
 
 
@@ -86,7 +88,7 @@ def _reset(send, buf, rank, root):
         buf.fill(0)
 
 
-def _binomial_cost(n, topo):
+def _binomial_cost(n, topo):  # pragma: no mutate block (cost model: tests/test_model.py)
     """lg p steps of the whole message, frames forwarded as sealed by the root."""
     return [Step(n, s.inter, 1, s.spine, False, False, True) for s in rd_steps(n, topo, False)]
 
@@ -98,7 +100,7 @@ register(
         method=bcast,
         args=_args,
         choose=_choose,
-        algorithms={"binomial": _tree(binomial_links), "chain": _tree(chain_links)},
+        algorithms={"binomial": partial(tree, binomial_links), "chain": partial(tree, chain_links)},
         frame_bound=ring_tree_bound,
         counts=lambda count, p, rank: Counts(count, count, count),
         busbw_factor=lambda n: 1.0,

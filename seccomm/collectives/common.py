@@ -71,7 +71,9 @@ def _address(a) -> int:
 
 
 # -- bench data init and result check ---------------------------------------------------------------
-def seeded(dname: str, op: str, count: int, rank: int, size: int, root: int = 0) -> np.ndarray:
+def seeded(
+    dname: str, op: str, count: int, rank: int, size: int, root: int = 0
+) -> np.ndarray:  # pragma: no mutate block (bench data)
     """``count`` integer-valued elements of ``dname`` (rank ``rank``'s own data) whose reduction
     over ``size`` ranks is exact in ``dname``, in any order; ``root`` is not used."""
     dt = DTYPES[dname][0]

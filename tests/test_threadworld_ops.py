@@ -1,0 +1,543 @@
+"""Every collective on an in-process world of threads (tests/threadworld.py): results equal to a
+numpy reference, frames that never carry plaintext where the policy encrypts, and every altered,
+replayed, reordered, truncated or misdirected frame refused, naming the sender and the op.
+
+The same properties are checked on real ranks (tests/mpi_worker.py, tests/test_faults.py); these
+run in the test process, so that mutation testing (tests/mutation.py, docs/testing.md) learns
+which tests reach each function of the engine, the framing and the collectives, and they run in
+seconds.  Small ``chunk_bytes`` make every hop many frames.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from seccomm import AuthenticationError, FrameError, SecCommError, SecureComm
+from seccomm.errors import PeerAbortError
+from seccomm.collectives import COLLECTIVES
+from seccomm.compliance.evidence import WindowIndex
+from seccomm.transports import TransportWrapper, host_bytes
+from seccomm.transports.wrappers import RecordingTransport
+from threadworld import World, record_seals
+
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+SUITES = ("none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac")
+WIRE_ERRORS = (AuthenticationError, FrameError)
+REFS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+def data(dname: str, n: int, rank: int, salt: int = 0) -> np.ndarray:
+    """Small integers (exact in every dtype and under every op order) from a seed per rank."""
+    rng = np.random.default_rng(1000 * rank + 7 * n + salt)
+    vals = rng.integers(-4, 5, n)
+    dt = np.dtype(ml_dtypes.bfloat16) if dname == "bfloat16" else np.dtype(dname)
+    if dname == "uint8":
+        vals = rng.integers(0, 4, n)
+    return vals.astype(dt)
+
+
+def world_run(size, body, hosts=None, wrap=None, suite="aes-256-gcm", **kw):
+    """``body(sc)`` on a SecureComm per rank of a fresh world; ``wrap(rank, transport)``."""
+    world = World(size, hosts)
+    trs = world.transports(timeout=3)
+    kw = {"psk": PSK, "timeout": 2, "crypto_threads": 1, **kw}
+
+    def rank_fn(r):
+        w = (lambda t: wrap(r, t)) if wrap else None
+        return body(SecureComm(trs[r], suite, wrap_transport=w, **kw))
+
+    return world.run(rank_fn)
+
+
+def ok(results):
+    bad = [r for r in results if isinstance(r, BaseException)]
+    assert not bad, bad
+    return results
+
+
+# -- results ------------------------------------------------------------------------------------
+def ref_allreduce(dname, n, p, op):
+    xs = [data(dname, n, r).astype(np.float64) for r in range(p)]
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = REFS["sum" if op == "avg" else op](acc, x)
+    if op != "avg":
+        return acc
+    dt = data(dname, 0, 0).dtype  # the division as the engine does it: in the dtype, once
+    return np.divide(acc.astype(dt), dt.type(p)).astype(np.float64)
+
+
+def allreduce_body(dname, n, op, alg):
+    def body(sc):
+        sc.algorithm = alg
+        x = data(dname, n, sc.rank)
+        y = np.full_like(x, 7)
+        sc.allreduce(x, y, op=op)
+        z = x.copy()
+        sc.allreduce(z, z, op=op)  # in place
+        return y, z
+
+    return body
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("alg", ["ring", "recursive_doubling"])
+def test_allreduce_every_op_and_dtype(p, alg):
+    cases = [
+        ("float32", 1001, "sum"),
+        ("float32", 5, "max"),
+        ("int32", 37, "min"),
+        ("float16", 64, "prod"),
+        ("bfloat16", 33, "avg"),
+        ("float64", 0, "sum"),
+        ("uint8", p - 1, "sum"),
+        ("int64", 3, "sum"),
+    ]
+    for dname, n, op in cases:
+        res = ok(world_run(p, allreduce_body(dname, n, op, alg), chunk_bytes=64))
+        ref = ref_allreduce(dname, n, p, op)
+        for y, z in res:
+            assert np.array_equal(y.astype(np.float64), ref), (dname, n, op, y, ref)
+            assert y.tobytes() == res[0][0].tobytes() == z.tobytes()
+
+
+@pytest.mark.parametrize("suite", SUITES)
+@pytest.mark.parametrize("p, threads", [(2, 1), (3, 1), (3, 3)])
+def test_every_collective_every_suite(suite, p, threads):
+    """Every collective and algorithm, crypto on the calling thread and on a pool of threads."""
+    n = 301
+
+    def body(sc):
+        r, out = sc.rank, {}
+        for alg in ("ring", "recursive_doubling"):
+            sc.algorithm = alg
+            y = np.zeros(n, np.float32)
+            sc.allreduce(data("float32", n, r), y)
+            out[alg] = y
+        counts = sc.block_counts(n)
+        rs = np.zeros(counts[r], np.float32)
+        sc.reduce_scatter(data("float32", n, r, 1), rs)
+        ag = np.zeros(n, np.int32)
+        sc.allgather(data("int32", counts[r], r, 2), ag)
+        bc = [data("float64", n, r, 3) for _ in range(2)]
+        sc.bcast_chain_bytes = 0
+        sc.bcast(bc[0], root=p - 1)
+        sc.bcast_chain_bytes = 1 << 30
+        sc.bcast(bc[1], root=0)
+        a2a = np.zeros(3 * p, np.float32)
+        sc.alltoall(data("float32", 3 * p, r, 4), a2a)
+        return out, rs, ag, bc, a2a
+
+    res = ok(world_run(p, body, suite=suite, chunk_bytes=48, crypto_threads=threads))
+    full = ref_allreduce("float32", n, p, "sum")
+    rs_full = ref_allreduce("float32", n, p, "sum") * 0
+    for q in range(p):
+        rs_full += data("float32", n, q, 1)
+    counts = [len(v) for v in np.array_split(np.arange(n), p)]
+    offs = np.cumsum([0] + counts)
+    ag = np.concatenate([data("int32", counts[q], q, 2) for q in range(p)])
+    sends = [data("float32", 3 * p, q, 4).reshape(p, 3) for q in range(p)]
+    for r, (out, rs, got_ag, bc, a2a) in enumerate(res):
+        assert all(np.array_equal(v, full) for v in out.values())
+        assert np.array_equal(rs, rs_full[offs[r] : offs[r + 1]])
+        assert np.array_equal(got_ag, ag)
+        assert np.array_equal(bc[0], data("float64", n, p - 1, 3))
+        assert np.array_equal(bc[1], data("float64", n, 0, 3))
+        assert np.array_equal(a2a.reshape(p, 3), np.stack([sends[q][r] for q in range(p)]))
+
+
+@pytest.mark.parametrize("p", [1, 4, 5])
+def test_reduce_scatter_allgather_bcast_alltoall_sizes(p):
+    """Uneven blocks (count % p != 0), blocks smaller than a frame and larger, every root."""
+
+    def body(sc):
+        r, out = sc.rank, []
+        for n in (0, 1, p + 1, 97):
+            counts = sc.block_counts(n)
+            rs = np.zeros(counts[r], np.int64)
+            sc.reduce_scatter(data("int64", n, r), rs, op="max")
+            ag = np.zeros(n, np.float16)
+            sc.allgather(data("float16", counts[r], r), ag)
+            a2a = np.zeros(n * p, np.uint8)
+            sc.alltoall(data("uint8", n * p, r), a2a)
+            bcs = []
+            for root in range(p):
+                b = data("int32", n, r, root)
+                sc.bcast(b, root=root)
+                bcs.append(b)
+            out.append((rs, ag, a2a, bcs))
+        return out
+
+    res = ok(world_run(p, body, chunk_bytes=16, bcast_chain_bytes=32))
+    for i, n in enumerate((0, 1, p + 1, 97)):
+        counts = [len(v) for v in np.array_split(np.arange(n), p)]
+        offs = np.cumsum([0] + counts)
+        mx = np.max([data("int64", n, q) for q in range(p)], axis=0) if n else np.zeros(0)
+        ag = np.concatenate([data("float16", counts[q], q) for q in range(p)])
+        for r in range(p):
+            rs, got_ag, a2a, bcs = res[r][i]
+            assert np.array_equal(rs, mx[offs[r] : offs[r + 1]])
+            assert np.array_equal(got_ag, ag)
+            exp = np.concatenate([data("uint8", n * p, q)[r * n : (r + 1) * n] for q in range(p)])
+            assert np.array_equal(a2a, exp)
+            for root in range(p):
+                assert np.array_equal(bcs[root], data("int32", n, root, root))
+
+
+# -- the wire ---------------------------------------------------------------------------------
+def wire_body(colls=None):
+    """Run every collective (both allreduce algorithms, both bcast trees); return the inputs."""
+
+    def body(sc):
+        r, p, n, sent = sc.rank, sc.size, 512, []
+        for alg in ("ring", "recursive_doubling"):
+            sc.algorithm = alg
+            x = np.random.default_rng(r + 10 * len(sent)).random(n, np.float32)
+            sc.allreduce(x, np.empty_like(x))
+            sent.append(x)
+        counts = sc.block_counts(n)
+        x = np.random.default_rng(100 + r).random(n, np.float32)
+        sc.reduce_scatter(x, np.empty(counts[r], np.float32))
+        g = np.random.default_rng(200 + r).random(counts[r], np.float32)
+        sc.allgather(g, np.empty(n, np.float32))
+        a = np.random.default_rng(300 + r).random(p * 64, np.float32)
+        sc.alltoall(a, np.empty_like(a))
+        for chain in (0, 1 << 30):
+            sc.bcast_chain_bytes = chain
+            b = np.random.default_rng(400 + chain % 7).random(n, np.float32)
+            sc.bcast(b, root=0)
+            sent.append(b)
+        return sent + [x, g, a], sc.transport
+
+    return body
+
+
+def plaintext_hops(res, p):
+    """{(sender, receiver): True when a frame on that hop carried plaintext of any input}."""
+    index = WindowIndex([x for sent, _ in res for x in sent])
+    hops = {}
+    for s, (_, tr) in enumerate(res):
+        for kind, peer, frame in tr.frames:
+            if kind == "frame":
+                hit = index.matches(frame)[0].size > 0
+                hops[(s, peer)] = hops.get((s, peer), False) or hit
+    return hops
+
+
+@pytest.mark.parametrize(
+    "suite, encrypt, hosts, plain_expected",
+    [
+        ("aes-256-gcm", "all", [1, 1, 2, 2], lambda a, b: False),
+        ("chacha20-poly1305", "all", [1, 2, 3], lambda a, b: False),
+        ("aes-256-gcm", "inter-node", [1, 1, 2, 2], lambda a, b: a // 2 == b // 2),
+        ("chacha20-poly1305", "inter-node", [1, 2, 2], lambda a, b: a > 0 and b > 0),
+        ("aes-256-gcm", "inter-node", [5, 5, 5], lambda a, b: True),
+        ("aes-256-gmac", "all", [1, 2], lambda a, b: True),
+        ("none", "all", [1, 2], lambda a, b: True),
+    ],
+)
+def test_plaintext_crosses_exactly_the_hops_the_policy_leaves_plain(suite, encrypt, hosts, plain_expected):
+    p = len(hosts)
+    res = ok(
+        world_run(
+            p,
+            wire_body(),
+            hosts=hosts,
+            suite=suite,
+            encrypt=encrypt,
+            chunk_bytes=256,
+            wrap=lambda r, t: RecordingTransport(t),
+        )
+    )
+    hops = plaintext_hops(res, p)
+    assert hops, "no frame recorded"
+    for (a, b), plain in hops.items():
+        assert plain == plain_expected(a, b), (suite, encrypt, hosts, a, b, plain)
+
+
+def test_node_ids_split_a_host_into_nodes_that_encrypt():
+    res = ok(
+        world_run(
+            2,
+            wire_body(),
+            hosts=[9, 9],
+            encrypt="inter-node",
+            node_ids=[0, 1],
+            chunk_bytes=256,
+            wrap=lambda r, t: RecordingTransport(t),
+        )
+    )
+    assert not any(plaintext_hops(res, 2).values())
+
+
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305"])
+def test_no_key_nonce_pair_repeats_within_a_session(suite):
+    """Every frame sealed by every rank (direction and group keys) over ops of every collective
+    and two epochs has a (key, nonce) pair of its own."""
+
+    def body(sc):
+        log = []
+        record_seals(sc, log)
+        wire_body()(sc)
+        wire_body()(sc)
+        return log, sc.epoch
+
+    res = ok(world_run(3, body, suite=suite, chunk_bytes=64, rotate_after_frames=500))
+    assert all(e >= 1 for _, e in res), [e for _, e in res]
+    seals = [s for log, _ in res for s in log]
+    assert len(seals) > 100 and len(set(seals)) == len(seals)
+
+
+# -- attacks ----------------------------------------------------------------------------------
+class Swap(TransportWrapper):
+    """``edit(index, peer, frame bytes) -> bytes | None``: what to deliver instead (None: drop
+    it); applied to every outgoing frame; ``frames`` keeps the originals (for replays)."""
+
+    def __init__(self, inner, edit):
+        super().__init__(inner)
+        self.edit, self.index, self.frames = edit, 0, []
+
+    def isend(self, buf, peer):
+        frame = bytes(host_bytes(buf))
+        self.frames.append((peer, frame))
+        i, self.index = self.index, self.index + 1
+        new = self.edit(i, peer, frame, self.frames)
+        if new is frame:
+            return self.inner.isend(buf, peer)
+        if new is None:
+            return self.send_own(np.zeros(0, np.uint8), peer)
+        return self.send_own(np.frombuffer(new, np.uint8).copy(), peer)
+
+
+def run_op(sc, name, k):
+    """Op ``name`` number ``k`` (values 1 + k on every rank); returns its output buffer."""
+    n, r = 200, sc.rank
+    x = np.full(n, 1.0 + k, np.float32)
+    if name == "allreduce":
+        y = np.full(n, -1.0, np.float32)
+        sc.allreduce(x, y)
+    elif name == "reduce_scatter":
+        y = np.full(sc.block_counts(n)[r], -1.0, np.float32)
+        sc.reduce_scatter(x, y)
+    elif name == "allgather":
+        y = np.full(n, -1.0, np.float32)
+        sc.allgather(x[: sc.block_counts(n)[r]], y)
+    elif name == "bcast":
+        y = x if r == 1 else np.full(n, -1.0, np.float32)
+        sc.bcast(y, root=1)
+    else:
+        y = np.full(50 * sc.size, -1.0, np.float32)
+        sc.alltoall(np.full(50 * sc.size, 1.0 + k, np.float32), y)
+    return y
+
+
+def attacked(p, edit, attacker=0, ops=2, name="allreduce", **kw):
+    """Run ``ops`` ops ``name`` with rank ``attacker``'s frames edited (:class:`Swap`); each
+    rank's result: the list of outputs, or (the exception, the output buffer of the failed op)."""
+
+    def wrap(r, t):
+        return Swap(t, edit if r == attacker else (lambda i, peer, f, fs: f))
+
+    def body(sc):
+        outs = []
+        for k in range(ops):
+            try:
+                outs.append(run_op(sc, name, k))
+            except SecCommError as e:
+                return e, outs
+        return outs
+
+    kw = {"algorithm": "ring", "chunk_bytes": 64, **kw}
+    return world_run(p, body, wrap=wrap, **kw)
+
+
+def frames_per_op(p, **kw):
+    """Frames rank 0 sends in one op (from a clean run of two)."""
+    log = []
+
+    def edit(i, peer, f, fs):
+        log.append(i)
+        return f
+
+    ok(attacked(p, edit, **kw))
+    return len(log) // 2
+
+
+def flip(offset, at=3):
+    def edit(i, peer, f, fs):
+        if i != at:
+            return f
+        b = bytearray(f)
+        b[offset % len(b)] ^= 0x10
+        return bytes(b)
+
+    return edit
+
+
+def receivers_refuse(res, attacker=0, name="allreduce"):
+    """Some rank refused a frame from ``attacker``, naming it and the op; every rank that stopped
+    blamed ``attacker``; a rank that returned (every frame it got was genuine: the attacker,
+    whose peers sent before they read) holds correct results."""
+    named = False
+    for r, v in enumerate(res):
+        if isinstance(v, list):
+            assert all(
+                np.all(y == (1 + k) * (len(res) if name in ("allreduce", "reduce_scatter") else 1))
+                for k, y in enumerate(v)
+            ), (r, v)
+            continue
+        err, outs = v
+        assert isinstance(err, WIRE_ERRORS + (PeerAbortError,)), (r, err)
+        if isinstance(err, PeerAbortError):
+            assert err.blamed == attacker, (r, err)
+        else:
+            assert err.peer == attacker, (r, err, err.peer)
+            assert name in str(err), err
+            named = True
+    return named
+
+
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"])
+@pytest.mark.parametrize("offset", [0, 3, 8, 12, 20, 30, 40, 50, -1, -16, -17])
+def test_any_flipped_byte_is_refused(suite, offset):
+    assert receivers_refuse(attacked(3, flip(offset), suite=suite))
+
+
+def test_truncated_extended_and_dropped_frames_are_refused():
+    for edit in (
+        lambda i, peer, f, fs: f[:-1] if i == 2 else f,
+        lambda i, peer, f, fs: f[:-16] if i == 2 else f,
+        lambda i, peer, f, fs: f[:-17] if i == 2 else f,
+        lambda i, peer, f, fs: f + b"\0" if i == 2 else f,
+        lambda i, peer, f, fs: None if i == 2 else f,
+    ):
+        assert receivers_refuse(attacked(2, edit))
+
+
+def test_frames_reordered_within_a_hop_are_refused():
+    def edit(i, peer, f, fs):
+        return fs[1][1] if i == 2 else f  # frame 1 again in place of frame 2 (same hop)
+
+    assert receivers_refuse(attacked(2, edit))
+
+
+@pytest.mark.parametrize("alg", ["ring", "recursive_doubling"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_a_frame_of_op_k_replayed_in_op_k_plus_1_is_refused(alg, p):
+    """Two allreduces of the same sizes: op 2's first frame is op 1's first frame, byte for byte
+    (same hop, step, chunk, sizes: only the op sequence differs)."""
+    k = frames_per_op(p, algorithm=alg)
+
+    def edit(i, peer, f, fs):
+        return fs[i - k][1] if i == k else f
+
+    assert receivers_refuse(attacked(p, edit, algorithm=alg))
+
+
+@pytest.mark.parametrize("name, p", [("allreduce", 4), ("alltoall", 3)])
+def test_a_frame_sent_to_one_peer_delivered_to_another_is_refused(name, p):
+    """Rank 0's first frame to rank 1 is delivered to rank 2 in place of its first frame to 2."""
+    first = {}
+
+    def edit(i, peer, f, fs):
+        first.setdefault(peer, f)
+        return first[1] if peer == 2 and 1 in first else f
+
+    res = attacked(p, edit, name=name, algorithm="recursive_doubling")
+    assert receivers_refuse(res, name=name)
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+def test_tamper_in_each_collective_names_the_sender(name):
+    res = attacked(2, flip(-1, at=0), attacker=1, ops=1, name=name)
+    assert receivers_refuse(res, attacker=1, name=name)
+
+
+# -- arguments --------------------------------------------------------------------------------
+def test_bad_arguments_raise_before_any_traffic():
+    """Each refused call leaves the op sequence where it was: nothing was sent."""
+
+    def body(sc):
+        x, errs = np.ones(8, np.float32), []
+        calls = [
+            lambda: sc.allreduce(x, np.ones(9, np.float32)),
+            lambda: sc.allreduce(x, np.ones(8, np.float64)),
+            lambda: sc.allreduce(x, np.ones(8, np.float32), op="xor"),
+            lambda: sc.allreduce(np.ones(8, np.int32), np.ones(8, np.int32), op="avg"),
+            lambda: sc.allreduce(x, x[::2]),
+            lambda: sc.allreduce(x[:4], x[2:6]),
+            lambda: sc.reduce_scatter(x, np.ones(5, np.float32)),
+            lambda: sc.allgather(np.ones(3, np.float32), np.ones(8, np.float32)),
+            lambda: sc.bcast(x, root=2),
+            lambda: sc.bcast(x, root=-1),
+            lambda: sc.bcast(x, root=True),
+            lambda: sc.alltoall(np.ones(3, np.float32), np.ones(3, np.float32)),
+            lambda: sc.alltoall(x, x),
+            lambda: sc.allreduce([1.0] * 8, np.ones(8, np.float32)),
+            lambda: sc.allreduce(np.ones(8, np.complex64), np.ones(8, np.complex64)),
+        ]
+        ro = np.ones(8, np.float32)
+        ro.flags.writeable = False
+        calls.append(lambda: sc.allreduce(x, ro))
+        for c in calls:
+            seq = sc._seq
+            try:
+                c()
+                errs.append(None)
+            except (TypeError, ValueError) as e:
+                errs.append((type(e).__name__, sc._seq == seq))
+        return errs
+
+    for errs in ok(world_run(2, body)):
+        assert all(e is not None and e[1] for e in errs), errs
+
+
+# -- the bench's records: counts, data, reset and the check, in process --------------------------
+def bench_reference(name, sends, op, p, r, n):
+    """What rank ``r`` must hold after collective ``name`` of the bench's ``sends`` (one per rank)."""
+    if name in ("allreduce", "reduce_scatter"):
+        full = sends[0].copy()
+        for s in sends[1:]:
+            REFS[op](full, s, out=full)
+        if name == "allreduce":
+            return full
+        offs = np.cumsum([0] + [len(b) for b in np.array_split(np.arange(n.total), p)])
+        return full[offs[r] : offs[r + 1]]
+    if name == "allgather":
+        return np.concatenate(sends)
+    if name == "bcast":
+        return sends[0]
+    m = n.total // p
+    return np.concatenate([s[r * m : (r + 1) * m] for s in sends])
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+@pytest.mark.parametrize("dname, op", [("float32", "sum"), ("int32", "max"), ("bfloat16", "prod")])
+def test_bench_records_count_seed_reset_and_check(name, dname, op):
+    """Per record, as ``seccomm bench`` uses it (seccomm/bench/runner.py): ``counts`` sizes the
+    buffers, ``init`` seeds data whose reduction is exact, ``reset`` prepares the output,
+    ``secure`` runs the op, and ``wrong`` finds no wrong element, and every element altered."""
+    coll, p, total = COLLECTIVES[name], 3, 1000
+    op = op if coll.reduces else "sum"
+
+    def body(sc):
+        r = sc.rank
+        n = coll.counts(total, p, r)
+        send = coll.init(dname, op, n.send, r, p, 0)
+        recv = np.full(n.recv, 9, send.dtype)
+        coll.reset(send, recv, r, 0)
+        coll.secure(sc, send, recv, op, 0)
+        return n, send, recv
+
+    res = ok(world_run(p, body, chunk_bytes=256))
+    sends = [s for _, s, _ in res]
+    for r, (n, send, recv) in enumerate(res):
+        assert n.total <= total and n.total > total - p and send.size == n.send and recv.size == n.recv
+        ref = bench_reference(name, sends, op, p, r, n)
+        assert coll.wrong(recv, ref) == 0, (name, r)
+        bad = recv.copy()
+        bad[:: max(1, bad.size // 7)] += bad.dtype.type(1)
+        altered = int(np.count_nonzero(bad.astype(np.float64) != recv.astype(np.float64)))
+        assert altered > 0 and coll.wrong(bad, ref) == altered
