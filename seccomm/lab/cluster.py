@@ -49,11 +49,34 @@ def _stop(signum, _frame):
 
 @dataclass
 class RunResult:
-    """One launch: exit status, wall time [s], CPU time of all its processes [s]."""
+    """One launch: exit status, wall time [s], CPU time [s] of the run's processes (the ranks and
+    their launcher, and the tunnel daemons' share during the launch), and the whole machine's
+    busy fraction meanwhile (every process, other users' included: /proc/stat)."""
 
     returncode: int
     wall_s: float
     cpu_s: float
+    machine_busy: float
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot (/proc/stat; idle and iowait are idle)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+def _cpu_s(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) of each live process in ``pids``."""
+    hz, out = os.sysconf("SC_CLK_TCK"), {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / hz
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 class Cluster:
@@ -109,7 +132,8 @@ class Cluster:
         """Run ``argv`` on every rank and wait, at most ``time_limit`` seconds (then every
         process of the run is ended and the status is 124).  Output goes to ``stdout``
         (default: this process's)."""
-        before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+        daemons = _cpu_s(netns.marked_pids(self.spec.prefix))  # already running: tunnels
+        before, ticks, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _machine_ticks(), time.monotonic()
         proc = subprocess.Popen(
             self.mpmd(argv, devices), env=self.env(env), stdout=stdout, start_new_session=True
         )
@@ -120,9 +144,12 @@ class Cluster:
             netns.end_processes(self.spec.prefix)
             proc.wait()
             code = 124
+        wall, ticks2 = time.monotonic() - t0, _machine_ticks()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-        return RunResult(code, time.monotonic() - t0, cpu)
+        cpu += sum(t - daemons.get(pid, t) for pid, t in _cpu_s(list(daemons)).items())
+        busy = (ticks2[0] - ticks[0]) / max(1, ticks2[1] - ticks[1])
+        return RunResult(code, wall, cpu, busy)
 
     def counters(self) -> dict:
         """``{host: {"rx": bytes, "tx": bytes}}`` of every host's link (and ``uplink K`` ends on

@@ -44,7 +44,8 @@ def bench_on(cluster: Cluster, bench_args: list[str], network: str, time_limit: 
         os.rmdir(folder)
     link = {k: {d: after[k][d] - before[k][d] for d in ("rx", "tx")} for k in after}
     return {"spec": cluster.spec.as_dict(), "network": network, "returncode": res.returncode,
-            "wall_s": res.wall_s, "cpu_s": res.cpu_s, "link_bytes": link, "bench": doc}  # fmt: skip
+            "wall_s": res.wall_s, "cpu_s": res.cpu_s, "machine_busy": res.machine_busy,
+            "link_bytes": link, "bench": doc}  # fmt: skip
 
 
 def sweep(specs: list[ClusterSpec], bench_args, networks, time_limit: float, log=print) -> list[dict]:
@@ -61,16 +62,16 @@ def sweep(specs: list[ClusterSpec], bench_args, networks, time_limit: float, log
 
 
 def run_line(run: dict) -> str:
-    """One line on a run: status, wall time, the ranks' share of the machine's CPUs, the busiest
-    link's average load over the run."""
+    """One line on a run: status, wall time, the run's share of the machine's CPUs and the whole
+    machine's (other users included), the busiest link's average load over the run."""
     s = run["spec"]
     busiest = max(max(v["tx"], v["rx"]) for k, v in run["link_bytes"].items() if not k.startswith("uplink"))
     load = busiest * 8 / (run["wall_s"] * s["link_bps"])
     cpu = run["cpu_s"] / (run["wall_s"] * (os.cpu_count() or 1))
     return (
-        f"# run: exit {run['returncode']}, {run['wall_s']:.1f} s, ranks' CPU {cpu:.0%} of "
-        f"{os.cpu_count()} cores, busiest host link {busiest / 1e6:.1f} MB ({load:.0%} of "
-        f"{format_rate(s['link_bps'])} averaged over the run)"
+        f"# run: exit {run['returncode']}, {run['wall_s']:.1f} s; CPU: this run {cpu:.0%}, whole machine "
+        f"{run['machine_busy']:.0%} of {os.cpu_count()} cores; busiest host link {busiest / 1e6:.1f} MB "
+        f"({load:.0%} of {format_rate(s['link_bps'])} averaged over the run)"
     )
 
 
