@@ -89,7 +89,7 @@ def _sweep(args, specs, bench_args, cfg, at) -> int:
     networks = ["plain"]
     if args.tunnel:
         why = tunnel.missing()
-        print(f"# {args.tunnel}: skipped: {why}" if why else f"# {args.tunnel}: wireguard-go", flush=True)
+        print(f"# {args.tunnel}: " + (f"skipped: {why}" if why else tunnel.version()), flush=True)
         networks += [] if why else [args.tunnel]
     try:
         runs = sweep(specs, bench_args, networks, args.time_limit, log=lambda s: print(s, flush=True))

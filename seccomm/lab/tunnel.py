@@ -38,6 +38,12 @@ def missing() -> str | None:
     return None
 
 
+def version() -> str:
+    """``wireguard-go``'s version line (for the run's header)."""
+    out = subprocess.run(["wireguard-go", "--version"], capture_output=True, text=True, timeout=10)
+    return (out.stdout.splitlines() or ["wireguard-go (version unknown)"])[0].strip()
+
+
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
