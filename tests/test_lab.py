@@ -122,7 +122,8 @@ def test_scaling_rows_overhead_efficiency_and_tunnel_label():
     "args,msg",
     [
         (["--hosts", "0"], "hosts must be in 1..64"),
-        (["--hosts", "2,x"], "bad --hosts"),
+        (["--hosts", "2,x"], "bad --hosts '2,x'"),
+        (["--hosts", ","], "give at least one host count"),
         (["--link", "fast"], "bad link rate 'fast'"),
         (["--mtu", "100"], "mtu must be in 1280..9000"),
         (["--oversubscription", "0.5"], "oversubscription >= 1"),
@@ -228,12 +229,27 @@ def _first_prefix(proc) -> str:
     pytest.fail(f"the command ended without starting a run: {proc.stderr.read()[-2000:]}")
 
 
+DROP_CAPS = ["setpriv", "--bounding-set=-net_admin,-sys_admin", "--inh-caps=-net_admin,-sys_admin"]
+USERNS = pytest.mark.skipif(
+    shutil.which("setpriv") is None or not privilege.userns_works(),
+    reason="no setpriv (util-linux) or no unprivileged user namespaces here",
+)
+
+
 @lab
-@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
-def test_signal_during_a_run_tears_everything_down(sig, status):
-    """SIGTERM (and Ctrl-C's SIGINT) to the command while its ranks run: exit status, and no
-    namespace, link, process or socket of the run remains."""
-    cmd = [*SECCOMM, "cluster", "--hosts", "2", "--", "-b", "4M", "-e", "4M", "-n", "500", "-w", "0",
+@pytest.mark.parametrize(
+    "sig,status,drop",
+    [
+        (signal.SIGTERM, 128 + signal.SIGTERM, []),
+        (signal.SIGINT, 130, []),
+        pytest.param(signal.SIGTERM, 128 + signal.SIGTERM, DROP_CAPS, marks=USERNS, id="userns-SIGTERM"),
+    ],
+)
+def test_signal_during_a_run_tears_everything_down(sig, status, drop):
+    """SIGTERM (and Ctrl-C's SIGINT) to the command while its ranks run, as root and in a user
+    namespace (where the command passes it on to its re-run): exit status, and no namespace,
+    link, process or socket of the run remains."""
+    cmd = [*drop, *SECCOMM, "cluster", "--hosts", "2", "--", "-b", "4M", "-e", "4M", "-n", "500", "-w", "0",
            "--suites", "none"]  # fmt: skip
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     proc = subprocess.Popen(cmd, **pipes, start_new_session=True)
@@ -249,17 +265,13 @@ def test_signal_during_a_run_tears_everything_down(sig, status):
 
 
 @lab
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) not installed")
+@USERNS
 def test_without_capabilities_runs_in_a_user_namespace(tmp_path):
     """The same command with CAP_NET_ADMIN and CAP_SYS_ADMIN dropped: it re-runs itself in an
-    unprivileged user + network + mount namespace (or says in one line what it needs)."""
-    drop = ["setpriv", "--bounding-set=-net_admin,-sys_admin", "--inh-caps=-net_admin,-sys_admin"]
+    unprivileged user + network + mount namespace."""
     out = tmp_path / "lab.json"
-    proc = run_cmd([*drop, *SECCOMM, "cluster", "--hosts", "2", "--json", str(out), "--", *SMALL,
+    proc = run_cmd([*DROP_CAPS, *SECCOMM, "cluster", "--hosts", "2", "--json", str(out), "--", *SMALL,
                     "--suites", "none"], timeout=240)  # fmt: skip
-    if not privilege.userns_works():
-        assert proc.returncode == 2 and "needs CAP_NET_ADMIN" in proc.stderr
-        return
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = json.loads(out.read_text())["runs"]
     assert min(n["tx"] for n in run["link_bytes"].values()) >= 4 * 256 * 1024

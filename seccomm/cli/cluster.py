@@ -55,7 +55,7 @@ def run(args, argv) -> int:
     and print the scaling table; returns 0 when every run passed its check, else 1."""
     from ..lab import privilege
 
-    specs, bench_args, cfg = _specs(args), _bench_args(args), None
+    specs, bench_args = _specs(args), _bench_args(args)
     cfg = _bench_config(bench_args)
     at = size_arg(args.at) if args.at else cfg.sizes()[-1]
     if at not in cfg.sizes():
@@ -73,12 +73,15 @@ def run(args, argv) -> int:
 
 
 def _call(cmd, env) -> int:
+    """Run ``cmd`` (the lab inside a user namespace) in a session of its own and wait; SIGINT,
+    SIGTERM and SIGHUP sent to this process are passed on to it, once, and it tears down."""
+    import signal
     import subprocess
 
-    try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 130
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda signum, _frame: proc.send_signal(signum))
+    return proc.wait()
 
 
 def _sweep(args, specs, bench_args, cfg, at) -> int:
@@ -112,18 +115,22 @@ def _sweep(args, specs, bench_args, cfg, at) -> int:
 
 
 def _specs(a) -> list:
-    """One :class:`~seccomm.lab.ClusterSpec` per host count; ``UsageError`` on bad values."""
+    """One :class:`~seccomm.lab.ClusterSpec` per host count (in the order given, each once);
+    ``UsageError`` on bad values."""
     from ..lab import ClusterSpec, parse_rate
 
     try:
-        counts = [int(x) for x in a.hosts.split(",") if x.strip()]
+        counts = list(dict.fromkeys(int(x) for x in a.hosts.split(",") if x.strip()))
+    except ValueError:
+        raise UsageError(f"bad --hosts {a.hosts!r}: a comma list of host counts, e.g. 1,2,4,8") from None
+    if not counts:
+        raise UsageError("--hosts: give at least one host count, e.g. 1,2,4,8")
+    try:
         link = parse_rate(a.link)
-        return [
-            ClusterSpec(n, a.ranks_per_host, link, a.hosts_per_rack, a.oversubscription, a.mtu)
-            for n in counts
-        ] or [ClusterSpec(0)]
+        shape = (a.ranks_per_host, link, a.hosts_per_rack, a.oversubscription, a.mtu)
+        return [ClusterSpec(n, *shape) for n in counts]
     except ValueError as e:
-        raise UsageError(str(e).replace("invalid literal for int() with base 10", "bad --hosts")) from None
+        raise UsageError(str(e)) from None
 
 
 def _bench_args(a) -> list[str]:

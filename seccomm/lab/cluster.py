@@ -80,7 +80,9 @@ def _cpu_s(pids: list[int]) -> dict[int, float]:
 
 
 class Cluster:
-    """The cluster of ``spec``, built on ``__enter__`` and torn down on ``__exit__``."""
+    """The cluster of ``spec``, built on ``__enter__`` and torn down on ``__exit__``.  Use it
+    from the main thread (it installs signal handlers); :class:`~.netns.LabError` when a build
+    command fails."""
 
     def __init__(self, spec: ClusterSpec, mpiexec: str | None = None):
         self.spec = spec
