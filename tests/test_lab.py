@@ -291,3 +291,42 @@ def test_wireguard_variant_beside_the_suites(tmp_path):
     wg = doc["runs"][1]
     assert min(n["tx"] for n in wg["link_bytes"].values()) >= 4 * 256 * 1024  # encrypted UDP on eth0
     assert prefixes and all(netns.leftovers(p) == [] for p in prefixes)
+
+
+def _lab_doc(truth) -> dict:
+    """A ``seccomm cluster --json`` document whose rows are ``truth``'s predictions: 1, 2, 4 hosts
+    on one switch and 8 hosts in racks of 4 with 2:1 uplinks (plus a tunnel run to be ignored)."""
+    from seccomm import costmodel as m
+
+    runs = []
+    for hosts, per_rack, o, net in ((1, 0, 1, "plain"), (2, 0, 1, "plain"), (2, 0, 1, "wireguard"),
+                                    (4, 0, 1, "plain"), (8, 4, 2, "plain")):  # fmt: skip
+        spec = ClusterSpec(hosts, hosts_per_rack=per_rack, oversubscription=o).as_dict()
+        topo = m.Topology(hosts, 1, o if spec["racks"] > 1 else 1.0, spec["hosts_per_rack"])
+        rows = [
+            {"collective": "allreduce", "size_bytes": s, "variant": v, "time_us": {"median": 1e6 * m.predict(
+                "allreduce", m.bench_algorithm(s, hosts), s, truth, topo, v != "none")}}
+            for s in [2**k for k in range(12, 25)] for v in ("none", "aes-256-gcm")
+        ]  # fmt: skip
+        bench = {"world_size": hosts, "config": {"chunk_bytes": 1 << 20}, "rows": rows}
+        runs.append({"spec": spec, "network": net, "bench": bench})
+    return {"runs": runs}
+
+
+def test_project_calibrates_on_2_hosts_and_validates_the_sweep(tmp_path, capsys):
+    """``seccomm project --calibrate/--validate`` read a lab sweep: the fit comes from the 2-host
+    run (inter-node link), and predictions for 4 hosts and for 8 hosts in oversubscribed racks
+    reproduce a sweep made by the model itself (the racks' taper is read from the runs)."""
+    from seccomm import costmodel as m
+
+    truth = m.Params(m.Link(40e-6, 8e-9), m.Link(40e-6, 8e-9), 2e-10, 3e-10, 3e-10, 1, 1 << 20, {}, False)
+    lab_json, cal_json = tmp_path / "lab.json", tmp_path / "cal.json"
+    lab_json.write_text(json.dumps(_lab_doc(truth)))
+    assert cli.main(["project", "--calibrate", str(lab_json), "--out", str(cal_json)]) == 0
+    cal = json.loads(cal_json.read_text())
+    assert cal["inter"]["beta"] == pytest.approx(8e-9, rel=1e-6) and "2 node(s)" in cal["source"]["inter"]
+    assert cli.main(["project", "--validate", str(lab_json), "--calibration", str(cal_json)]) == 0
+    out = capsys.readouterr().out
+    assert "ranks [2, 4, 8]" in out  # the 1-host run (no traffic) and the tunnel run are left out
+    for n in (2, 4, 8):
+        assert f"|error|    {n} nodes: median 0.0%" in out, out[-1500:]
