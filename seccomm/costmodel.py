@@ -263,12 +263,13 @@ def bench_algorithm(nbytes: float, p: int, small_bytes: int = Tuning.small_bytes
     return get_collective("allreduce").pick(Tuning(small_bytes=small_bytes), nbytes, nbytes // itemsize, p)
 
 
-def _features(nbytes, p, prm_chunk, secure_stage: bool):
+def _features(nbytes, p, prm_chunk, secure_stage: bool, topo: Topology | None = None):
     """Coefficients of (alpha, beta, gamma, sigma) in the unpipelined time of our allreduce on
-    one node of p ranks: t = a*alpha + b*beta + g*gamma + s*sigma (sigma = seal = open)."""
+    ``topo`` (default one node of p ranks): t = a*alpha + b*beta + g*gamma + s*sigma (sigma =
+    seal = open)."""
     cost = _cost("allreduce", bench_algorithm(nbytes, p))
     a = b = g = sg = 0.0
-    for st in cost.steps(float(nbytes), Topology(1, p)):
+    for st in cost.steps(float(nbytes), topo or Topology(1, p)):
         k = max(1, math.ceil(st.nbytes / prm_chunk)) if st.nbytes > 0 else 0
         a += k * st.count
         b += st.nbytes * st.count
@@ -278,11 +279,40 @@ def _features(nbytes, p, prm_chunk, secure_stage: bool):
     return a, b, g, sg if secure_stage else 0.0
 
 
-def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
+def cases(doc: dict) -> list[tuple[dict, Topology]]:
+    """(bench result, its topology) pairs in a result file: a ``seccomm bench --json`` result
+    is one node of ``world_size`` ranks; a ``seccomm cluster --json`` result (key ``runs``,
+    docs/scaling.md) gives each run on the plain links, its hosts as nodes and its racks as
+    leaves of ``hosts_per_rack`` with the uplinks' oversubscription.  ``KeyError`` when malformed."""
+    if "runs" not in doc:
+        return [(doc, Topology(1, int(doc["world_size"])))]
+    out = []
+    for run in doc["runs"]:
+        s = run["spec"]
+        if run["network"] == "plain" and run.get("bench"):
+            oversub = float(s["oversubscription"]) if s["racks"] > 1 else 1.0
+            out.append(
+                (run["bench"], Topology(s["hosts"], s["ranks_per_host"], oversub, s["hosts_per_rack"]))
+            )
+    return out
+
+
+def calibration_case(doc: dict) -> tuple[dict, Topology]:
+    """The case of a result file to calibrate on: the one with the fewest ranks above one (of
+    a lab sweep: its 2-host run).  ``ValueError`` when there is none."""
+    multi = [c for c in cases(doc) if c[1].p > 1]
+    if not multi:
+        raise ValueError("no bench result with more than one rank to calibrate on")
+    return min(multi, key=lambda c: c[1].p)
+
+
+def calibrate(doc: dict, gamma: float, min_bytes: int = 0, topo: Topology | None = None) -> dict:
     """Fit alpha, beta and gamma (relative least squares over sizes) from the ``none`` rows of a
-    ``seccomm bench --json`` allreduce result — ``gamma`` (measured) is the fallback when the
-    sizes cannot separate it from beta — then sigma per suite from its rows; returns a
-    calibration dict (``Params`` JSON plus ``suites`` and the provenance of every number)."""
+    ``seccomm bench --json`` allreduce result run on ``topo`` (default: one node) — ``gamma``
+    (measured) is the fallback when the sizes cannot separate it from beta — then sigma per
+    suite from its rows; returns a calibration dict (``Params`` JSON plus ``suites`` and the
+    provenance of every number).  Across nodes with one rank each, every step is inter-node:
+    the fitted link is the inter-node one (and is copied to intra)."""
     import numpy as np
 
     rows = [
@@ -295,7 +325,7 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
     base = [r for r in rows if r["variant"] == "none"]
     if len(base) < 2:
         raise ValueError("need the 'none' variant at two sizes or more to fit alpha and beta")
-    F = np.array([_features(r["size_bytes"], p, chunk, False)[:3] for r in base])
+    F = np.array([_features(r["size_bytes"], p, chunk, False, topo)[:3] for r in base])
     t = np.array([r["time_us"]["median"] * 1e-6 for r in base])
     w = 1 / np.maximum(t, 1e-9)  # relative least squares: small and large sizes count alike
     # recursive doubling (beta:gamma = 1:1) and ring (2:1) sizes make gamma identifiable
@@ -309,14 +339,17 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
     suites = {}
     for v in sorted({r["variant"] for r in rows} - {"native", "none"}):
         rs = [r for r in rows if r["variant"] == v]
-        feats = [_features(r["size_bytes"], p, chunk, True) for r in rs]
+        feats = [_features(r["size_bytes"], p, chunk, True, topo) for r in rs]
         plain = np.array([f[0] * alpha + f[1] * beta + f[2] * gamma for f in feats])
         meas = np.array([r["time_us"]["median"] * 1e-6 for r in rs])
         sg = np.array([f[3] for f in feats])
         ww = 1 / np.maximum(meas, 1e-9)
         sigma = float(np.sum(ww**2 * sg * (meas - plain)) / max(np.sum((ww * sg) ** 2), 1e-300))
         suites[v] = {"seal": max(sigma, 0.0), "open": max(sigma, 0.0)}
-    src = f"least squares over {len(base)} sizes of the 'none' variant, {p} ranks, one node"
+    nodes = topo.nodes if topo else 1
+    src = f"least squares over {len(base)} sizes of the 'none' variant, {p} ranks, {nodes} node(s)"
+    per_node = nodes > 1 and p == nodes  # one rank per node: every step crosses nodes
+    fitted, copied = ("inter", "intra") if per_node else ("intra", "inter")
     return {
         "intra": {"alpha": alpha, "beta": beta},
         "inter": {"alpha": alpha, "beta": beta},
@@ -328,8 +361,8 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0) -> dict:
         "pipelined": False,
         "suites": suites,
         "source": {
-            "intra": src,
-            "inter": "copied from intra (single-node calibration)",
+            fitted: src,
+            copied: f"copied from {fitted} ({'one rank per node' if per_node else 'placement of the fit'})",
             "gamma": gamma_src,
             "suites": "sigma per suite: least squares of (suite - none model) over sizes",
             "bench": {k: doc.get("machine", {}).get(k) for k in ("host", "utc", "git_commit")},
@@ -344,24 +377,25 @@ def params_for(cal: dict, suite: str) -> Params:
     return replace(prm, seal=s["seal"], open=s["open"]) if s else prm
 
 
-def validate(doc: dict, cal: dict) -> list[dict]:
-    """Predicted vs measured median for every allreduce row (not native) of a bench result."""
+def validate(doc: dict, cal: dict, topo: Topology | None = None) -> list[dict]:
+    """Predicted vs measured median for every allreduce row (not native) of a bench result run
+    on ``topo`` (default: one node of ``world_size`` ranks)."""
     p = int(doc["world_size"])
+    topo = topo or Topology(1, p)
     out = []
     for r in doc.get("rows", []):
         if r.get("collective") != "allreduce" or r["variant"] == "native":
             continue
         prm = params_for(cal, r["variant"])
         secure = r["variant"] != "none"
-        pred = predict(
-            "allreduce", bench_algorithm(r["size_bytes"], p), r["size_bytes"], prm, Topology(1, p), secure
-        )
+        pred = predict("allreduce", bench_algorithm(r["size_bytes"], p), r["size_bytes"], prm, topo, secure)
         meas = r["time_us"]["median"] * 1e-6
         out.append(
             {
                 "size_bytes": r["size_bytes"],
                 "variant": r["variant"],
                 "ranks": p,
+                "nodes": topo.nodes,
                 "measured_us": meas * 1e6,
                 "predicted_us": pred * 1e6,
                 "error": (pred - meas) / meas if meas > 0 else float("nan"),

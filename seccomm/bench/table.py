@@ -78,6 +78,8 @@ class Report:
             f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B"
         )
         self.line(f"# job secret: {secret_source}")
+        if os.environ.get("SECCOMM_LAB"):  # an emulated cluster (seccomm cluster): its hosts and links
+            self.line(f"# lab: {os.environ['SECCOMM_LAB']}")
         self.line(
             "# variants: native = the MPI library's own collective; none = seccomm's algorithms "
             "and framing without crypto; the others add that suite's AEAD"

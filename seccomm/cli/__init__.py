@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import sys
 
-from . import attack, bench, project, report, train
+from . import attack, bench, cluster, project, report, train
 from .usage import Parser, UsageError
 
 #: name -> command module, in the order ``seccomm --help`` lists them
-COMMANDS = {"bench": bench, "attack": attack, "report": report, "project": project, "train": train}
+COMMANDS = {
+    "bench": bench,
+    "attack": attack,
+    "report": report,
+    "project": project,
+    "train": train,
+    "cluster": cluster,
+}
 
 
 def _parser() -> Parser:

@@ -70,10 +70,15 @@ def run(a, argv) -> int:
 
 
 def _calibrate(a) -> int:
-    """Fit a calibration to a bench result; write it to ``--out`` or standard output."""
+    """Fit a calibration to a bench result (of a ``seccomm cluster`` sweep: its run with the
+    fewest ranks, on its hosts); write it to ``--out`` or standard output."""
     from .. import costmodel
 
-    cal = costmodel.calibrate(_load(a.calibrate), gamma=_gamma_here())
+    try:
+        doc, topo = costmodel.calibration_case(_load(a.calibrate))
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"cannot calibrate on {a.calibrate}: {e}") from None
+    cal = costmodel.calibrate(doc, gamma=_gamma_here(), topo=topo)
     text = json.dumps(cal, indent=1)
     if a.out:
         with open(a.out, "w") as f:
@@ -172,17 +177,26 @@ def _validate(doc, cal) -> int:
     from .. import costmodel
 
     try:
-        res = costmodel.validate(doc, cal)
+        runs = [(d, topo) for d, topo in costmodel.cases(doc) if topo.p > 1 or "runs" not in doc]
+        res = [r for d, topo in runs for r in costmodel.validate(d, cal, topo)]  # 1 rank: no traffic
     except (KeyError, ValueError) as e:
         raise UsageError(f"cannot validate: {e}") from None
-    print(f"# validation: {len(res)} (size, variant) points, {doc.get('world_size')} ranks")
-    print(f"# {'size [B]':>12} {'variant':>18} {'measured [us]':>14} {'predicted [us]':>15} {'error':>8}")
+    print(f"# validation: {len(res)} (size, variant) points, ranks {sorted({r['ranks'] for r in res})}")
+    print(
+        f"# {'nodes':>5} {'ranks':>5} {'size [B]':>12} {'variant':>18} {'measured [us]':>14} "
+        f"{'predicted [us]':>15} {'error':>8}"
+    )
     for r in res:
         print(
-            f"  {r['size_bytes']:>12} {r['variant']:>18} {r['measured_us']:14.1f} {r['predicted_us']:15.1f} "
-            f"{r['error'] * 100:7.1f}%"
+            f"  {r['nodes']:>5} {r['ranks']:>5} {r['size_bytes']:>12} {r['variant']:>18} "
+            f"{r['measured_us']:14.1f} {r['predicted_us']:15.1f} {r['error'] * 100:7.1f}%"
         )
-    for label, pts in (("all sizes", res), (">= 64 KiB", [r for r in res if r["size_bytes"] >= 65536])):
+    groups = [("all sizes", res), (">= 64 KiB", [r for r in res if r["size_bytes"] >= 65536])]
+    if len({r["nodes"] for r in res}) > 1:  # a lab sweep: each node count on its own too
+        big = groups[1][1]
+        for n in sorted({r["nodes"] for r in big}):
+            groups.append((f"{n} nodes", [r for r in big if r["nodes"] == n]))
+    for label, pts in groups:
         e = np.abs([r["error"] for r in pts]) * 100
         if len(e):
             print(

@@ -1,0 +1,159 @@
+"""``seccomm cluster``: build emulated clusters on this machine (one network namespace per host,
+shaped links, racks with oversubscribed uplinks), run ``seccomm bench`` on each, tear them down.
+
+    seccomm cluster --hosts 1,2,4,8 --link 1gbit [--tunnel wireguard] -- BENCH OPTIONS
+
+Everything after ``--`` goes to ``seccomm bench`` unchanged (checked here first, before anything
+is built); the ranks come from ``--hosts`` x ``--ranks-per-host``.  docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .usage import Parser, UsageError, size_arg
+
+HELP = "Emulate a cluster of hosts on this machine (namespaces, shaped links) and bench on it."
+#: the bench options used when none are given after ``--`` (bounded: a few iterations per size)
+DEFAULT_BENCH = ["-b", "64K", "-e", "16M", "-n", "5", "-w", "1"]
+#: bench options the lab sets itself
+_OWN = ("--np", "--json", "--csv", "--plot")
+
+
+def add_arguments(p) -> None:
+    """The lab's options on parser ``p``; the bench's follow ``--``."""
+    p.add_argument("--hosts", default="2", help="host counts, comma list: one cluster each (default 2)")
+    p.add_argument("--ranks-per-host", type=int, default=1, help="ranks on each host (default 1)")
+    p.add_argument(
+        "--link", default="1gbit", help="each host's link rate, e.g. 500mbit, 10gbit (default 1gbit)"
+    )
+    p.add_argument(
+        "--hosts-per-rack", type=int, default=0, help="hosts per rack switch (default 0: one switch)"
+    )
+    p.add_argument(
+        "--oversubscription",
+        type=float,
+        default=1.0,
+        help="rack uplink = hosts per rack x link / this (default 1)",
+    )
+    p.add_argument("--mtu", type=int, default=1500, help="MTU of every link [B] (default 1500)")
+    p.add_argument("--tunnel", choices=("wireguard",), help="also run native MPI through this tunnel")
+    p.add_argument("--at", help="message size of the scaling table (default: the largest benched)")
+    p.add_argument(
+        "--time-limit", type=float, default=900.0, help="seconds one bench run may take (default 900)"
+    )
+    p.add_argument("--json", metavar="PATH", help="write the clusters, every run's bench JSON and the table")
+    p.add_argument(
+        "bench_args", nargs="*", metavar="-- BENCH OPTIONS", help=f"default: {' '.join(DEFAULT_BENCH)}"
+    )
+
+
+def run(args, argv) -> int:
+    """Check everything, get the privileges (or say in one line what is missing), run the sweep
+    and print the scaling table; returns 0 when every run passed its check, else 1."""
+    from ..lab import privilege
+
+    specs, bench_args = _specs(args), _bench_args(args)
+    cfg = _bench_config(bench_args)
+    at = size_arg(args.at) if args.at else cfg.sizes()[-1]
+    if at not in cfg.sizes():
+        raise UsageError(f"--at {at} is not a benched size ({', '.join(map(str, cfg.sizes()))})")
+    if args.json:
+        _check_folder(args.json)
+    if not privilege.privileged():
+        if privilege.in_userns() or not privilege.userns_works():
+            raise UsageError(privilege.NEEDS)
+        env = dict(os.environ, **{privilege.USERNS_ENV: "1"})
+        return _call(privilege.userns_argv([sys.executable, "-m", "seccomm", *argv]), env)
+    if privilege.in_userns():
+        privilege.prepare_userns()
+    return _sweep(args, specs, bench_args, cfg, at)
+
+
+def _call(cmd, env) -> int:
+    """Run ``cmd`` (the lab inside a user namespace) in a session of its own and wait; SIGINT,
+    SIGTERM and SIGHUP sent to this process are passed on to it, once, and it tears down."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda signum, _frame: proc.send_signal(signum))
+    return proc.wait()
+
+
+def _sweep(args, specs, bench_args, cfg, at) -> int:
+    from ..lab import Interrupted, tunnel
+    from ..lab.netns import LabError
+    from ..lab.sweep import scaling_rows, scaling_table, sweep
+
+    networks = ["plain"]
+    if args.tunnel:
+        why = tunnel.missing()
+        print(f"# {args.tunnel}: " + (f"skipped: {why}" if why else tunnel.version()), flush=True)
+        networks += [] if why else [args.tunnel]
+    try:
+        runs = sweep(specs, bench_args, networks, args.time_limit, log=lambda s: print(s, flush=True))
+    except Interrupted as e:
+        print(f"seccomm cluster: {e}; everything torn down", file=sys.stderr)
+        return 128 + e.signum
+    except KeyboardInterrupt:
+        print("seccomm cluster: interrupted; everything torn down", file=sys.stderr)
+        return 130
+    except LabError as e:
+        print(f"seccomm cluster: error: {e}; everything torn down", file=sys.stderr)
+        return 1
+    coll = cfg.collectives[0]
+    rows = scaling_rows(runs, at, coll)
+    print("\n".join(scaling_table(rows, at, coll)), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": runs, "scaling": rows, "bench_args": bench_args}, f, indent=1)
+    return 0 if runs and all(r["returncode"] == 0 for r in runs) else 1
+
+
+def _specs(a) -> list:
+    """One :class:`~seccomm.lab.ClusterSpec` per host count (in the order given, each once);
+    ``UsageError`` on bad values."""
+    from ..lab import ClusterSpec, parse_rate
+
+    try:
+        counts = list(dict.fromkeys(int(x) for x in a.hosts.split(",") if x.strip()))
+    except ValueError:
+        raise UsageError(f"bad --hosts {a.hosts!r}: a comma list of host counts, e.g. 1,2,4,8") from None
+    if not counts:
+        raise UsageError("--hosts: give at least one host count, e.g. 1,2,4,8")
+    try:
+        link = parse_rate(a.link)
+        shape = (a.ranks_per_host, link, a.hosts_per_rack, a.oversubscription, a.mtu)
+        return [ClusterSpec(n, *shape) for n in counts]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _bench_args(a) -> list[str]:
+    args = list(a.bench_args) or list(DEFAULT_BENCH)
+    own = [x for x in args if x.split("=")[0] in _OWN]
+    if own:
+        raise UsageError(f"{', '.join(own)}: the lab sets these itself (use seccomm cluster --json)")
+    return args
+
+
+def _bench_config(bench_args: list[str]):
+    """The bench's own checks on ``bench_args`` (before any cluster is built)."""
+    from . import bench
+
+    p = Parser(prog="seccomm bench")
+    bench.add_arguments(p)
+    cfg = bench.config_from_args(p.parse_args(bench_args))
+    if cfg.workload:
+        raise UsageError("--workload: use the lab with a size sweep (-b/-e), not a workload")
+    return cfg
+
+
+def _check_folder(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"--json {path}: folder {folder} does not exist or is not writable")
