@@ -15,7 +15,13 @@ timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 
 them through ``pytest_generate_tests``.  Nothing here imports mpi4py until a fixture is used.
 The fixtures use the ranks' job secret (:mod:`seccomm.bench.secret`): with none on any rank the
 session stops with exit status 2, unless every rank opts in to a clear-text benchmark secret
-with ``SECCOMM_INSECURE_BENCH_SECRET=1``.
+with ``SECCOMM_INSECURE_BENCH_SECRET=1``.  Bad option values stop the session before any test
+(``pytest.UsageError``, exit status 4).
+
+Regression gate (:mod:`seccomm.bench.gate`): ``--seccomm-gate=BASELINE.json`` compares every
+``collective_bench`` group's time relative to native MPI (min over rounds, same run) with the
+baseline's (a ``--benchmark-json`` file of an earlier run) and fails the session (exit status 1,
+rank 0) when one grew by more than ``--seccomm-gate-tolerance`` (default 50%).
 """
 
 from __future__ import annotations
@@ -47,12 +53,40 @@ def pytest_addoption(parser):
     g.addoption(
         "--seccomm-suites", default=",".join(SUITES), help="comma list (default: every registered suite)"
     )
-    g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark")
-    g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
+    g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark (>= 1)")
+    g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark (>= 0)")
+    g.addoption(
+        "--seccomm-gate",
+        metavar="BASELINE.json",
+        help="fail when a group's time relative to native MPI grew past the tolerance vs this baseline",
+    )
+    g.addoption("--seccomm-gate-tolerance", default="50%", help="allowed growth of that ratio (default 50%%)")
+
+
+def check_options(config) -> None:
+    """Every seccomm option's value, before any test; ``pytest.UsageError`` naming the first bad one."""
+    from .bench import gate
+
+    try:
+        sizes_option(config)
+        suites_option(config)
+        gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    if config.getoption("--seccomm-rounds") < 1 or config.getoption("--seccomm-warmup") < 0:
+        raise pytest.UsageError("--seccomm-rounds must be >= 1 and --seccomm-warmup >= 0")
+    base = config.getoption("--seccomm-gate")
+    if base:
+        try:
+            gate.load(base)
+        except ValueError as e:
+            raise pytest.UsageError(f"--seccomm-gate {e}") from None
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
+    check_options(config)
+    config.stash[_GATE_ROWS] = []
     if launcher_rank() != 0 and not os.environ.get("SECCOMM_BENCH_ALL_RANKS"):
         reporter = config.pluginmanager.getplugin("terminalreporter")
         if reporter is not None:  # ranks > 0 print nothing; their exit status still counts
@@ -73,18 +107,55 @@ def pytest_configure(config):
 
 
 def sizes_option(config) -> list[int]:
+    """``--seccomm-sizes`` in bytes; ``ValueError`` on a bad size or one below 1 byte."""
     from .units import parse_size
 
-    return [parse_size(s) for s in config.getoption("--seccomm-sizes").split(",") if s.strip()]
+    sizes = [parse_size(s) for s in config.getoption("--seccomm-sizes").split(",") if s.strip()]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(
+            f"--seccomm-sizes must list sizes >= 1 byte, got {config.getoption('--seccomm-sizes')!r}"
+        )
+    return sizes
 
 
 def suites_option(config) -> list[str]:
-    from .suites import get_suite
-
+    """``--seccomm-suites`` as names; ``ValueError`` naming an unknown one and the allowed."""
     names = [s.strip() for s in config.getoption("--seccomm-suites").split(",") if s.strip()]
-    for n in names:
-        get_suite(n)
+    bad = [n for n in names if n not in SUITES]
+    if bad or not names:
+        raise ValueError(
+            f"--seccomm-suites: unknown suite {','.join(bad) or '(none given)'}; allowed: {', '.join(SUITES)}"
+        )
     return names
+
+
+_GATE_ROWS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    """The regression gate (rank 0): compare this run's groups with ``--seccomm-gate``'s."""
+    from .bench import gate
+
+    config = session.config
+    base_path = config.getoption("--seccomm-gate")
+    rows = config.stash.get(_GATE_ROWS, [])
+    if not base_path or launcher_rank() != 0 or not rows:
+        return
+    tol = gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
+    base, now = gate.load(base_path), gate.ratios({"benchmarks": [{"extra_info": r} for r in rows]})
+    records = gate.compare(base, now, tol)
+    config.stash[_GATE_LINES] = gate.report(records, tol, len(now.keys() - base.keys()))
+    if any(r["failed"] for r in records) and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+_GATE_LINES = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for line in config.stash.get(_GATE_LINES, []):
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -126,7 +197,8 @@ def secure_comm(seccomm_world, request):
         sc.close()
 
 
-def _median_native(comm, rec, send, recv, op, rounds, warmup):
+def _native_times(comm, rec, send, recv, op, rounds, warmup) -> list[float]:
+    """Seconds of each of ``rounds`` native calls (after ``warmup``), a barrier before and after."""
     for _ in range(warmup):
         rec.native(comm, send, recv, op, 0)
     ts = []
@@ -136,15 +208,14 @@ def _median_native(comm, rec, send, recv, op, rounds, warmup):
         rec.native(comm, send, recv, op, 0)
         comm.Barrier()
         ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2]
+    return sorted(ts)
 
 
 @pytest.fixture
 def collective_bench(benchmark, secure_comm, seccomm_world, request):
     """Return ``run(collective, suite, nbytes, dtype="float32", op="sum", **SecureComm kw)``;
     it records the bench row (:func:`seccomm.bench.rows.result_row`) in ``extra_info``, with
-    ``suite``, ``bytes`` (= ``size_bytes``) and ``native_median_us`` besides."""
+    ``suite``, ``bytes`` (= ``size_bytes``), ``native_median_us`` and ``native_min_us`` besides."""
     import numpy as np
 
     from .bench.rows import result_row
@@ -164,7 +235,8 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
         recv = np.zeros(n.recv, dt)
         coll.reset(send, recv, rank, 0)
         sc = secure_comm(suite, **kw)
-        native_t = _median_native(comm, coll, send, recv, op, rounds, warmup)
+        native = _native_times(comm, coll, send, recv, op, rounds, warmup)
+        native_t = native[len(native) // 2]
 
         def once():
             coll.secure(sc, send, recv, op, 0)
@@ -173,9 +245,9 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
         benchmark.pedantic(once, setup=comm.Barrier, rounds=rounds, warmup_rounds=warmup, iterations=1)
         times = benchmark.stats.stats.data if benchmark.stats else [float("nan")]
         row = result_row(coll, suite, n.total, dt.name, size, times, native_t, op=op, root=0)
-        benchmark.extra_info.update(
-            {**row, "suite": suite, "bytes": row["size_bytes"], "native_median_us": native_t * 1e6}
-        )
+        extra = {"suite": suite, "bytes": row["size_bytes"], "native_median_us": native_t * 1e6}
+        benchmark.extra_info.update({**row, **extra, "native_min_us": native[0] * 1e6})
+        request.config.stash[_GATE_ROWS].append(dict(benchmark.extra_info))
         return benchmark.extra_info
 
     return run
