@@ -3,11 +3,11 @@
 Run plainly, ``seccomm bench`` (``train``, ``attack``, ``report``) re-executes itself as
 ``mpiexec -n N python -m seccomm CMD ...`` (:func:`relaunch`).  The ranks use the job secret the
 user set (``SECCOMM_PSK_FILE`` or ``SECCOMM_PSK``, checked here first: a secret that is set but
-unusable is an error, never replaced); with none set, a fresh one in a 0600 file (in ``/dev/shm``
-where there is one: memory, not disk), removed when the run ends — also on Ctrl-C, SIGTERM and
-SIGHUP, which stop every rank (SIGKILL cannot be caught: the file then stays).  Run under
-``mpiexec``/``mpirun``/``srun``/``torchrun``, a command uses the ranks it was given: this is how
-it scales past one machine.
+unusable is an error, never replaced); with none set, a fresh one in a 0600 file (in ``$TMPDIR``
+if set, else in ``/dev/shm`` where there is one: memory, not disk), removed when the run ends,
+also on Ctrl-C, SIGTERM and SIGHUP, which stop every rank (SIGKILL cannot be caught: the file
+then stays).  Run under ``mpiexec``/``mpirun``/``srun``/``torchrun``, a command uses the ranks
+it was given: this is how it scales past one machine.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ def mpi_rendezvous() -> tuple[str, int]:
 def secret_env() -> tuple[dict, str | None]:
     """(environment for the ranks, path of a secret file made here or None).  The user's secret
     when one is set (checked: ``LaunchError`` with the library's message when unusable), else a
-    fresh one in a 0600 file, in ``/dev/shm`` where it is a writable folder."""
+    fresh one in a 0600 file: in ``$TMPDIR`` when set, else in ``/dev/shm`` (memory) where it is
+    a writable folder, else in the system's temporary folder."""
     if os.environ.get("SECCOMM_PSK_FILE") or os.environ.get("SECCOMM_PSK"):
         try:
             load_secret()
@@ -125,7 +126,8 @@ def secret_env() -> tuple[dict, str | None]:
             raise LaunchError(str(e)) from None
         return {}, None
     shm = "/dev/shm"
-    path = new_secret_file(shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None)
+    in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
+    path = new_secret_file(shm if in_memory else None)
     return {"SECCOMM_PSK_FILE": path, FRESH_SECRET_ENV: "1"}, path
 
 
