@@ -38,10 +38,11 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _typed(parse, name: str):
-    """``parse`` as an argparse type: named ``name`` and marked as range-checked."""
+def _typed(parse, name: str, lo, hi):
+    """``parse`` as an argparse type: named ``name``, marked as range-checked, its bounds kept
+    (``lo``, ``hi``: what the tests probe)."""
     parse.__name__ = name
-    parse.range_checked = True
+    parse.range_checked, parse.lo, parse.hi = True, lo, hi
     return parse
 
 
@@ -69,7 +70,7 @@ def int_in(lo: int, hi: int | None = None):
         _bounds(v, lo, hi)
         return v
 
-    return _typed(parse, "integer")
+    return _typed(parse, "integer", lo, hi)
 
 
 def float_in(lo: float, hi: float | None = None, lo_open: bool = False):
@@ -85,7 +86,7 @@ def float_in(lo: float, hi: float | None = None, lo_open: bool = False):
         _bounds(v, lo, hi, lo_open)
         return v
 
-    return _typed(parse, "number")
+    return _typed(parse, "number", lo, hi)
 
 
 def size_in(lo: int, hi: int | None = None):
@@ -100,7 +101,7 @@ def size_in(lo: int, hi: int | None = None):
         _bounds(v, lo, hi)
         return v
 
-    return _typed(parse, "size")
+    return _typed(parse, "size", lo, hi)
 
 
 def size_arg(text: str) -> int:
