@@ -37,17 +37,31 @@ def byte_label(v: float, _pos=None) -> str:
     return f"{v:g} B"
 
 
+def byte_ticks(lo: float, hi: float, most: int = 7) -> list[int]:
+    """Powers of 2 from ``lo`` to ``hi`` [B], every 1, 2, 5 or 10th (10: 1 B, 1 KiB, 1 MiB...),
+    the finest step that gives at most ``most`` ticks."""
+    import math
+
+    e0, e1 = math.floor(math.log2(max(lo, 1))), math.ceil(math.log2(max(hi, 1)))
+    step = next((k for k in (1, 2, 5, 10, 20) if (e1 - e0) // k + 1 <= most), 30)
+    return [2**e for e in range(e0, e1 + 1) if e % step == 0]
+
+
 def _log_axes(ax, xlabel: str, ylabel: str, bytes_x: bool, times: bool = False) -> None:
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    """Log-log axes: x in bytes (``bytes_x``) or plain counts at powers of 2; y labelled in plain
+    numbers (with an ``x`` suffix for ``times``), at 1, 2 and 5 of each decade."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    if bytes_x:
-        ax.xaxis.set_major_locator(LogLocator(base=2, numticks=12))
-        ax.xaxis.set_major_formatter(FuncFormatter(byte_label))
-    if times:
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}x"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _p: f"{v:g}x" if str(v)[0] in "25" else ""))
+    lo, hi = ax.dataLim.x0, ax.dataLim.x1
+    ax.xaxis.set_major_locator(FixedLocator(byte_ticks(lo, hi)))
+    ax.xaxis.set_minor_locator(FixedLocator(byte_ticks(lo, hi, most=64)))
+    ax.xaxis.set_major_formatter(FuncFormatter(byte_label if bytes_x else lambda v, _p: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    unit = "x" if times else ""
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}{unit}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _p: f"{v:g}{unit}" if f"{v:e}"[0] in "25" else ""))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
@@ -107,10 +121,8 @@ def projection_figure(rows: list[dict], title: str, suite: str = "aes-256-gcm"):
         ax_e.plot(x, [r[f"efficiency_{key}"] for r in rows], label=label, **style)
     _log_axes(ax_o, "ranks (GPUs)", "secure / plain time [x]", False, times=True)
     _log_axes(ax_b, "ranks (GPUs)", "busbw [GB/s]", False)
-    ax_e.set_xscale("log", base=2)
-    ax_e.set_xlabel("ranks (GPUs)")
-    ax_e.set_ylabel("scaling efficiency (busbw / smallest)")
-    ax_e.grid(True, alpha=0.3)
+    _log_axes(ax_e, "ranks (GPUs)", "scaling efficiency (busbw / smallest)", False)
+    ax_e.set_yscale("linear")
     _legend(fig, axes, f"seccomm project: {title}")
     return fig
 
