@@ -377,3 +377,19 @@ def test_plain_bench_uses_the_users_secret_and_never_replaces_it(tmp_path):
     out = _plain_bench(tmp_path)
     assert out.returncode == 0 and "# job secret: a fresh secret made for this run" in out.stdout
     assert not list(tmp_path.glob("seccomm-psk-*"))  # $TMPDIR: where the fresh secret went
+
+
+@pytest.mark.mpi
+def test_workload_header_shows_only_what_applies(tmp_path):
+    """seccomm bench --workload: the header gives the loop settings, not the size sweep's."""
+    pytest.importorskip("torch")
+    out = _plain_bench_args(tmp_path, "--workload", "resnet50", "--scale", "0.01", "-n", "1", "-w", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "# workload resnet50 (float32 sum allreduce per DDP bucket) warmup iters: 0 iters: 1" in out.stdout
+    assert "minBytes" not in out.stdout and "maxBytes" not in out.stdout
+
+
+def _plain_bench_args(tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    cmd = [*SECCOMM, "bench", "--suites", "aes-256-gcm", *args]
+    return run_cmd(cmd, timeout=300, env={**env, "TMPDIR": str(tmp_path)}, cwd=tmp_path)

@@ -133,6 +133,7 @@ def _under_mpiexec(tmp_path, n: int, *args, **env_extra):
             "seccomm bench: error: --np 3 does not apply under a launcher, which started 2",
         ),
         (["attack", "--trials", "5"], "start 3 or more ranks (mpiexec -n 3 ...), or leave redirect out"),
+        (["bench", "--encrypt", "inter-node", "-e", "8"], "all 2 ranks are on one node, so no hop would be"),
         (["report", "--compliance"], "the evidence needs 3 ranks or more (the redirect attack)"),
         (
             ["report", "--compliance", "--pcap", "/etc/hostname/x", "-n3"],
