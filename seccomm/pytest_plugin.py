@@ -5,8 +5,9 @@ Fixtures
 - ``collective_bench(collective, suite, nbytes, dtype="float32", op="sum")``: times one secure
   collective with ``benchmark.pedantic`` (warm-up rounds, a barrier before each round and after the
   call, so a round lasts until the slowest rank is done: the time is the max over ranks), measures
-  native MPI the same way, and records ``extra_info``: suite, collective, bytes, ranks, dtype,
-  algbw/busbw [GB/s] (nccl-tests factors) and overhead vs native [x].
+  native MPI the same way in rounds that alternate with the secure ones, and records
+  ``extra_info``: suite, collective, bytes, ranks, dtype, algbw/busbw [GB/s] (nccl-tests
+  factors) and overhead vs native [x].
 
 Under ``mpiexec -n K python -m pytest ...`` every rank runs the same rounds; only rank 0 keeps
 timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 run silently; set
@@ -19,11 +20,12 @@ with ``SECCOMM_INSECURE_BENCH_SECRET=1``.  Bad option values stop the session be
 (``pytest.UsageError``, exit status 4).
 
 Regression gate (:mod:`seccomm.bench.gate`): ``--seccomm-gate=BASELINE.json`` compares every
-``collective_bench`` group's time relative to native MPI (min over rounds, same run) with the
-baseline's (a ``--benchmark-json`` file of an earlier run) and fails the session (exit status 1,
-rank 0) when the median growth of a suite's groups or of a collective's groups is more than
-``--seccomm-gate-tolerance`` (default 40%), or when native MPI's own times moved by more than
-30 % (inconclusive: the machine's load differs from the baseline's; rerun).
+``collective_bench`` group's time relative to native MPI (median over rounds of each secure round
+against the native round before it) with the baseline's (a ``--benchmark-json`` file of an earlier
+run) and fails the session (exit status 1, rank 0) when the median growth of a suite's groups or
+of a collective's groups is more than ``--seccomm-gate-tolerance`` (default 40%); when native
+MPI's own times in a family's groups moved by more than 30 %, the verdict is INCONCLUSIVE (other
+load on the machine, which can hide a regression as well as fake one; exit status 1: rerun).
 """
 
 from __future__ import annotations
@@ -204,18 +206,19 @@ def secure_comm(seccomm_world, request):
         sc.close()
 
 
-def _native_times(comm, rec, send, recv, op, rounds, warmup) -> list[float]:
-    """Seconds of each of ``rounds`` native calls (after ``warmup``), a barrier before and after."""
-    for _ in range(warmup):
-        rec.native(comm, send, recv, op, 0)
-    ts = []
-    for _ in range(rounds):
-        comm.Barrier()
+class _NativeRounds:
+    """pytest-benchmark's per-round ``setup``: one native call, timed between barriers, before
+    each secure round, so that native and secure rounds alternate under the same machine load."""
+
+    def __init__(self, comm, rec, send, recv, op):
+        self.comm, self.call, self.times = comm, lambda: rec.native(comm, send, recv, op, 0), []
+
+    def __call__(self):
+        self.comm.Barrier()
         t0 = time.perf_counter()
-        rec.native(comm, send, recv, op, 0)
-        comm.Barrier()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)
+        self.call()
+        self.comm.Barrier()
+        self.times.append(time.perf_counter() - t0)
 
 
 @pytest.fixture
@@ -242,18 +245,22 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
         recv = np.zeros(n.recv, dt)
         coll.reset(send, recv, rank, 0)
         sc = secure_comm(suite, **kw)
-        native = _native_times(comm, coll, send, recv, op, rounds, warmup)
-        native_t = native[len(native) // 2]
+        native = _NativeRounds(comm, coll, send, recv, op)
 
         def once():
             coll.secure(sc, send, recv, op, 0)
             comm.Barrier()
 
-        benchmark.pedantic(once, setup=comm.Barrier, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        benchmark.pedantic(once, setup=native, rounds=rounds, warmup_rounds=warmup, iterations=1)
         times = benchmark.stats.stats.data if benchmark.stats else [float("nan")]
+        nat = np.array(native.times[-len(times) :])  # the rounds paired with the secure ones
+        native_t = float(np.median(nat))
         row = result_row(coll, suite, n.total, dt.name, size, times, native_t, op=op, root=0)
         extra = {"suite": suite, "bytes": row["size_bytes"], "native_median_us": native_t * 1e6}
-        benchmark.extra_info.update({**row, **extra, "native_min_us": native[0] * 1e6})
+        paired = float(np.median(np.asarray(times) / nat))  # each round against the native one before it
+        benchmark.extra_info.update(
+            {**row, **extra, "native_min_us": nat.min() * 1e6, "paired_ratio_median": paired}
+        )
         request.config.stash[_GATE_ROWS].append(dict(benchmark.extra_info))
         return benchmark.extra_info
 
