@@ -7,7 +7,10 @@ from ..compliance.attack import CLASSES
 from ..suites import SUITES
 from .usage import UsageError, int_in, launcher_np
 
-HELP = "Run the on-path attacker harness on real ranks: every attack must be detected."
+HELP = (
+    "Run the on-path attacker harness on real ranks: every attack detected, or, for a suite that "
+    "authenticates nothing (none), what it should give."
+)
 DEFAULT_NP = 3
 
 
