@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .collectives import COLLECTIVES as _RECORDS
 from .collectives import Tuning, get_collective
 from .collectives.cost import Step
+from .suites import SUITES
 
 MIB = 1 << 20
 
@@ -34,8 +35,10 @@ class Link:
 
 @dataclass(frozen=True)
 class Params:
-    """Machine parameters.  ``seal``/``open``: seconds per byte for one crypto thread (or one GPU);
-    ``gamma``: reduction seconds per byte.  ``source``: where each number came from."""
+    """Machine parameters.  ``seal``/``open``: seconds per byte for one crypto thread (or one GPU)
+    of the suite in use; ``suites``: suite name -> ``{"seal": s/B, "open": s/B}`` for every suite
+    these parameters know (:func:`for_suite` picks one); ``gamma``: reduction seconds per byte.
+    ``source``: where each number came from."""
 
     intra: Link
     inter: Link
@@ -47,6 +50,7 @@ class Params:
     source: dict = field(default_factory=dict)
     pipelined: bool = True  # False: stages of a chunk run one after another (one core per rank)
     crypto_alpha: float = 0.0  # fixed seconds per sealed or opened chunk (launch, sync, bounce buffer)
+    suites: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -65,8 +69,12 @@ class Params:
                 source=dict(d.get("source", {})),
                 pipelined=bool(d.get("pipelined", True)),
                 crypto_alpha=float(d.get("crypto_alpha", 0.0)),
+                suites={
+                    k: {"seal": float(v["seal"]), "open": float(v["open"])}
+                    for k, v in d.get("suites", {}).items()
+                },
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(
                 f"malformed calibration: {e!r}; expected keys intra, inter (alpha, beta), gamma, seal, open"
             ) from None
@@ -186,57 +194,129 @@ def _gbps(rate_gbit: float) -> float:
     return 8.0 / (rate_gbit * 1e9)  # seconds per byte at rate Gb/s
 
 
+#: each suite's seal and open rate relative to AES-256-GCM's, on a CPU with AES-NI: the raw
+#: ``cryptography`` rates at 1 MiB measured on the development machine (docs/performance.md,
+#: "seal/open": AES-GCM 2.51/2.54 GB/s, ChaCha20-Poly1305 1.91/2.03, GMAC 5.36/7.22)
+CPU_SUITE_RATIOS = {
+    "aes-256-gcm": (1.0, 1.0),
+    "chacha20-poly1305": (1.91 / 2.51, 2.03 / 2.54),
+    "aes-256-gmac": (5.36 / 2.51, 7.22 / 2.54),
+}
+#: the same on a GPU: ratios of docs/gpu.md's first-principles bounds (AES-256-GCM ~0.13-0.22 TB/s,
+#: middle 0.175; ChaCha20-Poly1305 ~0.93; GMAC <= 0.48), not measured
+GPU_SUITE_RATIOS = {
+    "aes-256-gcm": (1.0, 1.0),
+    "chacha20-poly1305": (0.93 / 0.175, 0.93 / 0.175),
+    "aes-256-gmac": (0.48 / 0.175, 0.48 / 0.175),
+}
+
+
+def suite_rates(aes_gcm_bytes_per_s: float, ratios: dict) -> dict:
+    """``{suite: {"seal": s/B, "open": s/B}}`` from AES-256-GCM's rate [B/s] and each suite's
+    (seal, open) rate relative to it."""
+    return {
+        name: {"seal": 1 / (aes_gcm_bytes_per_s * rs), "open": 1 / (aes_gcm_bytes_per_s * ro)}
+        for name, (rs, ro) in ratios.items()
+    }
+
+
+def _preset(intra: Link, inter: Link, gamma, aes_rate, threads, chunk, source, ratios=CPU_SUITE_RATIOS):
+    rates = suite_rates(aes_rate, ratios)
+    gcm = rates["aes-256-gcm"]
+    return Params(intra, inter, gamma, gcm["seal"], gcm["open"], threads, chunk, source, suites=rates)
+
+
+_CPU_SUITES_SOURCE = (
+    "ChaCha20-Poly1305 and AES-256-GMAC: the AES-GCM rate times their measured rate relative to "
+    "AES-GCM on an AES-NI CPU (docs/performance.md, seal/open table)"
+)
 PRESETS: dict[str, Params] = {
-    "ib-ndr400": Params(
+    "ib-ndr400": _preset(
         Link(1.0e-6, 1 / 200e9),
         Link(2.0e-6, _gbps(400)),
         1 / 50e9,
-        1 / 5.5e9,
-        1 / 5.5e9,
+        5.5e9,
         8,
         MIB,
         {
             "inter": "400 Gb/s InfiniBand NDR, ~2 us MPI latency (vendor)",
             "intra": "shared memory ~200 GB/s, 1 us",
-            "crypto": "AES-GCM ~5.5 GB/s per thread (CryptMPI, arXiv 2010.06471)",
+            "crypto": "AES-GCM ~5.5 GB/s per thread, 8 threads (CryptMPI, arXiv 2010.06471)",
+            "suites": _CPU_SUITES_SOURCE,
         },
     ),
-    "roce-200": Params(
+    "roce-200": _preset(
         Link(1.0e-6, 1 / 200e9),
         Link(4.0e-6, _gbps(200)),
         1 / 50e9,
-        1 / 5.5e9,
-        1 / 5.5e9,
+        5.5e9,
         8,
         MIB,
-        {"inter": "200 Gb/s RoCE, ~4 us"},
+        {
+            "inter": "200 Gb/s RoCE, ~4 us",
+            "intra": "shared memory ~200 GB/s, 1 us",
+            "crypto": "AES-GCM ~5.5 GB/s per thread, 8 threads (CryptMPI, arXiv 2010.06471)",
+            "suites": _CPU_SUITES_SOURCE,
+        },
     ),
-    "eth-100": Params(
+    "eth-100": _preset(
         Link(1.0e-6, 1 / 200e9),
         Link(15e-6, _gbps(100)),
         1 / 50e9,
-        1 / 5.5e9,
-        1 / 5.5e9,
+        5.5e9,
         4,
         MIB,
-        {"inter": "100 Gb/s Ethernet (TCP), ~15 us", "crypto": "CryptMPI testbed: 100 Gb/s, 5.5 GB/s/thread"},
+        {
+            "inter": "100 Gb/s Ethernet (TCP), ~15 us",
+            "intra": "shared memory ~200 GB/s, 1 us",
+            "crypto": "CryptMPI testbed: 100 Gb/s, AES-GCM 5.5 GB/s per thread, 4 threads",
+            "suites": _CPU_SUITES_SOURCE,
+        },
     ),
-    "nvlink4-ndr400": Params(
+    "nvlink4-ndr400": _preset(
         Link(3.0e-6, 1 / 450e9),
         Link(5.0e-6, _gbps(400)),
         1 / 2000e9,
-        1 / 100e9,
-        1 / 100e9,
+        100e9,
         1,
         4 * MIB,
         {
             "intra": "NVLink 4: 450 GB/s per direction per H200 (vendor)",
             "inter": "400 Gb/s NDR per GPU",
-            "crypto": "placeholder 100 GB/s per GPU until benchmarks/gpu_check.py "
-            "is measured on an H200 (docs/gpu.md bounds: 0.35-1.2 TB/s)",
+            "crypto": "placeholder: AES-GCM 100 GB/s per GPU until benchmarks/gpu_check.py "
+            "is measured on an H200 (docs/gpu.md bounds: 0.13-0.22 TB/s)",
+            "suites": "ChaCha20-Poly1305 and AES-256-GMAC: the placeholder times the ratio of "
+            "docs/gpu.md's first-principles bounds (0.93 and 0.48 TB/s vs 0.175), not measured",
         },
+        GPU_SUITE_RATIOS,
     ),
 }
+
+
+def describe_preset(name: str) -> str:
+    """One line: the preset's links and crypto rate (for ``seccomm project --help``)."""
+    p = PRESETS[name]
+    return (
+        f"{name}: inter-node {8 / p.inter.beta / 1e9:g} Gb/s, {p.inter.alpha * 1e6:g} us; "
+        f"intra-node {1 / p.intra.beta / 1e9:g} GB/s; AES-GCM {1 / p.seal / 1e9:g} GB/s x "
+        f"{p.crypto_threads} thread(s)"
+    )
+
+
+def for_suite(prm: Params, suite: str) -> Params:
+    """``prm`` with the seal and open rates of ``suite`` (``none``: no crypto at all, so secure =
+    plain).  ``ValueError`` for an unknown suite, or one ``prm`` has no rates for."""
+    if suite == "none":
+        return replace(prm, seal=0.0, open=0.0, crypto_alpha=0.0)
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
+    rates = prm.suites.get(suite)
+    if rates is None:
+        raise ValueError(
+            f"no seal/open rates for suite {suite!r} in these parameters "
+            f"(they have: {', '.join(['none', *prm.suites])})"
+        )
+    return replace(prm, seal=float(rates["seal"]), open=float(rates["open"]))
 
 
 def get_preset(name: str) -> Params:
@@ -371,10 +451,8 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0, topo: Topology | None
 
 
 def params_for(cal: dict, suite: str) -> Params:
-    """Params of a calibration with the seal/open rates of ``suite``."""
-    prm = Params.from_json(cal)
-    s = cal.get("suites", {}).get(suite)
-    return replace(prm, seal=s["seal"], open=s["open"]) if s else prm
+    """Params of a calibration with the seal/open rates of ``suite`` (:func:`for_suite`)."""
+    return for_suite(Params.from_json(cal), suite)
 
 
 def validate(doc: dict, cal: dict, topo: Topology | None = None) -> list[dict]:

@@ -1,20 +1,27 @@
 """Start local ranks with the ``mpiexec`` of the ``mpich`` wheel, or use the launcher's ranks.
 
-Run plainly, ``seccomm bench`` re-executes itself as ``mpiexec -n N python -m seccomm bench ...``
-with a fresh job secret in a 0600 file (``SECCOMM_PSK_FILE``), removed when the run ends.  Run
-under ``mpiexec``/``mpirun``/``srun``, it uses the ranks it was given: this is how it scales past
-one machine.
+Run plainly, ``seccomm bench`` (``train``, ``attack``, ``report``) re-executes itself as
+``mpiexec -n N python -m seccomm CMD ...`` (:func:`relaunch`).  The ranks use the job secret the
+user set (``SECCOMM_PSK_FILE`` or ``SECCOMM_PSK``, checked here first: a secret that is set but
+unusable is an error, never replaced); with none set, a fresh one in a 0600 file (in ``$TMPDIR``
+if set, else in ``/dev/shm`` where there is one: memory, not disk), removed when the run ends,
+also on Ctrl-C, SIGTERM and SIGHUP, which stop every rank (SIGKILL cannot be caught: the file
+then stays).  Run under ``mpiexec``/``mpirun``/``srun``/``torchrun``, a command uses the ranks
+it was given: this is how it scales past one machine.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
-from .keys import new_secret_file
+from .errors import KeyScheduleError
+from .keys import load_secret, new_secret_file
 
 #: environment variables that MPI launchers (and torchrun) set in every rank they start
 LAUNCHER_VARS = (
@@ -35,6 +42,14 @@ _RANK_SIZE = (
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
     ("SLURM_PROCID", "SLURM_NTASKS"),
 )
+#: set (``1``) in the ranks :func:`relaunch` starts when it wrote their job secret itself
+FRESH_SECRET_ENV = "SECCOMM_FRESH_SECRET"
+#: what the ranks' header says about a secret :func:`relaunch` made
+FRESH_SOURCE = "a fresh secret made for this run (0600 file, removed when the run ends)"
+
+
+class LaunchError(Exception):
+    """The local ranks cannot be started: no ``mpiexec``, or the job secret set is unusable."""
 
 
 def rank_and_size() -> tuple[int, int]:
@@ -45,9 +60,24 @@ def rank_and_size() -> tuple[int, int]:
     return 0, 1
 
 
+def launcher() -> str | None:
+    """Who started this process: ``"torchrun"``, ``"mpi"`` (an MPI launcher, or :func:`relaunch`),
+    or None when run plainly."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if os.environ.get("SECCOMM_LAUNCHED") or any(v in os.environ for v in LAUNCHER_VARS):
+        return "mpi"
+    return None
+
+
 def under_launcher() -> bool:
-    """True when this process is a rank started by an MPI launcher (or by us)."""
-    return bool(os.environ.get("SECCOMM_LAUNCHED")) or any(v in os.environ for v in LAUNCHER_VARS)
+    """True when this process is a rank started by an MPI launcher, torchrun, or us."""
+    return launcher() is not None
+
+
+def started_by_us() -> bool:
+    """True in a rank that :func:`relaunch` started (its parent speaks for it)."""
+    return os.environ.get("SECCOMM_LAUNCHED") == "1"
 
 
 def find_mpiexec() -> str | None:
@@ -58,33 +88,131 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for torch.distributed rendezvous)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago (for torch.distributed rendezvous)."""
     import socket
 
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None) -> int:
-    """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks; return the launcher's exit code."""
+def mpi_rendezvous() -> tuple[str, int]:
+    """Under an MPI launcher: set ``MASTER_ADDR``/``MASTER_PORT`` for torch.distributed from MPI
+    (collective over ``COMM_WORLD``): 127.0.0.1 when every rank is on one host, else rank 0's host
+    name; a port free on rank 0.  Values already set are kept.  Returns (address, port)."""
+    import socket
+
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    local = len(set(comm.allgather(socket.gethostname()))) == 1
+    mine = (("127.0.0.1" if local else socket.gethostname()), free_port("127.0.0.1" if local else ""))
+    addr, port = comm.bcast(mine if comm.Get_rank() == 0 else None, root=0)
+    os.environ.setdefault("MASTER_ADDR", addr)
+    os.environ.setdefault("MASTER_PORT", str(port))
+    return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+
+
+def secret_env() -> tuple[dict, str | None]:
+    """(environment for the ranks, path of a secret file made here or None).  The user's secret
+    when one is set (checked: ``LaunchError`` with the library's message when unusable), else a
+    fresh one in a 0600 file: in ``$TMPDIR`` when set, else in ``/dev/shm`` (memory) where it is
+    a writable folder, else in the system's temporary folder."""
+    if os.environ.get("SECCOMM_PSK_FILE") or os.environ.get("SECCOMM_PSK"):
+        try:
+            load_secret()
+        except KeyScheduleError as e:
+            raise LaunchError(str(e)) from None
+        return {}, None
+    shm = "/dev/shm"
+    in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
+    path = new_secret_file(shm if in_memory else None)
+    return {"SECCOMM_PSK_FILE": path, FRESH_SECRET_ENV: "1"}, path
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise _Stopped(signum)
+
+
+class _Pump(threading.Thread):
+    """Copies one output pipe of ``mpiexec`` to ours until it closes, or drops it once ``mute``."""
+
+    def __init__(self, pipe, out):
+        super().__init__(daemon=True)
+        self.pipe, self.out, self.mute = pipe, out, False
+
+    def run(self):
+        fd = self.pipe.fileno()
+        while data := os.read(fd, 1 << 16):
+            if not self.mute:
+                try:
+                    out = getattr(self.out, "buffer", None)
+                    out.write(data) if out is not None else self.out.write(data.decode(errors="replace"))
+                    self.out.flush()
+                except (OSError, ValueError):
+                    self.mute = True
+
+
+def _stop(proc, pumps, sig) -> None:
+    """Mute the ranks' output, send ``sig`` to ``mpiexec`` (which passes it to every rank) and wait
+    for it; SIGTERM after 10 s, SIGKILL after 5 more."""
+    for p in pumps:
+        p.mute = True
+    for s, wait in ((sig, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if proc.poll() is not None:
+            break
+        proc.send_signal(s)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: str = "seccomm") -> int:
+    """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks and return their exit status.
+    Ctrl-C, SIGTERM and SIGHUP stop every rank: one line on standard error (``prog``: interrupted),
+    exit status 128 + the signal.  ``LaunchError`` when no ``mpiexec`` is found or the job secret
+    set is unusable (before anything starts)."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
-        raise FileNotFoundError(
+        raise LaunchError(
             "no mpiexec found: install the MPI wheel (pip install mpich) or "
             "start the ranks with your own launcher (mpiexec/srun)"
         )
-    secret = new_secret_file()
-    env = dict(os.environ, SECCOMM_PSK_FILE=secret, SECCOMM_LAUNCHED="1", PYTHONUNBUFFERED="1")
-    env.pop("SECCOMM_PSK", None)
-    env.update(extra_env or {})
-    if sys.stderr.isatty():  # ranks see a pipe from mpiexec: tell them a person is watching
+    env_secret, secret = secret_env()
+    env = {**os.environ, **env_secret, "SECCOMM_LAUNCHED": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    if sys.stderr.isatty():  # ranks see a pipe: tell them a person is watching
         env["SECCOMM_PROGRESS"] = "1"
+    cmd = [mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm", *argv]
+    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    proc = pumps = None
     try:
-        cmd = [mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm", *argv]
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 130
+        proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C reaches us only: we pass it on once
+        )  # fmt: skip
+        pumps = [_Pump(proc.stdout, sys.stdout), _Pump(proc.stderr, sys.stderr)]
+        for p in pumps:
+            p.start()
+        rc = proc.wait()
+        for p in pumps:
+            p.join()
+        return rc
+    except (KeyboardInterrupt, _Stopped) as e:
+        sig = e.signum if isinstance(e, _Stopped) else signal.SIGINT
+        if proc is not None:
+            _stop(proc, pumps, sig)
+        name = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+        print(f"\n{prog}: {name}; all ranks stopped", file=sys.stderr, flush=True)
+        return 128 + sig
     finally:
-        os.unlink(secret)
+        for s, h in old.items():
+            signal.signal(s, h)
+        if secret:
+            os.unlink(secret)

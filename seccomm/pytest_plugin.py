@@ -5,8 +5,9 @@ Fixtures
 - ``collective_bench(collective, suite, nbytes, dtype="float32", op="sum")``: times one secure
   collective with ``benchmark.pedantic`` (warm-up rounds, a barrier before each round and after the
   call, so a round lasts until the slowest rank is done: the time is the max over ranks), measures
-  native MPI the same way, and records ``extra_info``: suite, collective, bytes, ranks, dtype,
-  algbw/busbw [GB/s] (nccl-tests factors) and overhead vs native [x].
+  native MPI the same way in rounds that alternate with the secure ones, and records
+  ``extra_info``: suite, collective, bytes, ranks, dtype, algbw/busbw [GB/s] (nccl-tests
+  factors) and overhead vs native [x].
 
 Under ``mpiexec -n K python -m pytest ...`` every rank runs the same rounds; only rank 0 keeps
 timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 run silently; set
@@ -15,7 +16,16 @@ timings, prints and writes ``--benchmark-json``/``--benchmark-save`` (ranks > 0 
 them through ``pytest_generate_tests``.  Nothing here imports mpi4py until a fixture is used.
 The fixtures use the ranks' job secret (:mod:`seccomm.bench.secret`): with none on any rank the
 session stops with exit status 2, unless every rank opts in to a clear-text benchmark secret
-with ``SECCOMM_INSECURE_BENCH_SECRET=1``.
+with ``SECCOMM_INSECURE_BENCH_SECRET=1``.  Bad option values stop the session before any test
+(``pytest.UsageError``, exit status 4).
+
+Regression gate (:mod:`seccomm.bench.gate`): ``--seccomm-gate=BASELINE.json`` compares every
+``collective_bench`` group's time relative to native MPI (median over rounds of each secure round
+against the native round before it) with the baseline's (a ``--benchmark-json`` file of an earlier
+run) and fails the session (exit status 1, rank 0) when the median growth of a suite's groups or
+of a collective's groups is more than ``--seccomm-gate-tolerance`` (default 40%); when native
+MPI's own times in a family's groups moved by more than 30 %, the verdict is INCONCLUSIVE (other
+load on the machine, which can hide a regression as well as fake one; exit status 1: rerun).
 """
 
 from __future__ import annotations
@@ -47,12 +57,44 @@ def pytest_addoption(parser):
     g.addoption(
         "--seccomm-suites", default=",".join(SUITES), help="comma list (default: every registered suite)"
     )
-    g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark")
-    g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark")
+    g.addoption("--seccomm-rounds", type=int, default=20, help="timed rounds per benchmark (>= 1)")
+    g.addoption("--seccomm-warmup", type=int, default=3, help="warm-up rounds per benchmark (>= 0)")
+    g.addoption(
+        "--seccomm-gate",
+        metavar="BASELINE.json",
+        help="fail when a group's time relative to native MPI grew past the tolerance vs this baseline",
+    )
+    g.addoption(
+        "--seccomm-gate-tolerance",
+        default="40%",
+        help="allowed median growth of that ratio per suite and per collective (default 40%%)",
+    )
+
+
+def check_options(config) -> None:
+    """Every seccomm option's value, before any test; ``pytest.UsageError`` naming the first bad one."""
+    from .bench import gate
+
+    try:
+        sizes_option(config)
+        suites_option(config)
+        gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    if config.getoption("--seccomm-rounds") < 1 or config.getoption("--seccomm-warmup") < 0:
+        raise pytest.UsageError("--seccomm-rounds must be >= 1 and --seccomm-warmup >= 0")
+    base = config.getoption("--seccomm-gate")
+    if base:
+        try:
+            gate.load(base)
+        except ValueError as e:
+            raise pytest.UsageError(f"--seccomm-gate {e}") from None
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
+    check_options(config)
+    config.stash[_GATE_ROWS] = []
     if launcher_rank() != 0 and not os.environ.get("SECCOMM_BENCH_ALL_RANKS"):
         reporter = config.pluginmanager.getplugin("terminalreporter")
         if reporter is not None:  # ranks > 0 print nothing; their exit status still counts
@@ -73,18 +115,56 @@ def pytest_configure(config):
 
 
 def sizes_option(config) -> list[int]:
+    """``--seccomm-sizes`` in bytes; ``ValueError`` on a bad size or one below 1 byte."""
     from .units import parse_size
 
-    return [parse_size(s) for s in config.getoption("--seccomm-sizes").split(",") if s.strip()]
+    sizes = [parse_size(s) for s in config.getoption("--seccomm-sizes").split(",") if s.strip()]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(
+            f"--seccomm-sizes must list sizes >= 1 byte, got {config.getoption('--seccomm-sizes')!r}"
+        )
+    return sizes
 
 
 def suites_option(config) -> list[str]:
-    from .suites import get_suite
-
+    """``--seccomm-suites`` as names; ``ValueError`` naming an unknown one and the allowed."""
     names = [s.strip() for s in config.getoption("--seccomm-suites").split(",") if s.strip()]
-    for n in names:
-        get_suite(n)
+    bad = [n for n in names if n not in SUITES]
+    if bad or not names:
+        raise ValueError(
+            f"--seccomm-suites: unknown suite {','.join(bad) or '(none given)'}; allowed: {', '.join(SUITES)}"
+        )
     return names
+
+
+_GATE_ROWS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    """The regression gate (rank 0): compare this run's groups with ``--seccomm-gate``'s."""
+    from .bench import gate
+
+    config = session.config
+    base_path = config.getoption("--seccomm-gate")
+    rows = config.stash.get(_GATE_ROWS, [])
+    if not base_path or launcher_rank() != 0 or not rows:
+        return
+    tol = gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
+    base, now = gate.load(base_path), gate.points({"benchmarks": [{"extra_info": r} for r in rows]})
+    status, config.stash[_GATE_LINES] = gate.report(
+        gate.compare(base, now), tol, len(now.keys() - base.keys())
+    )
+    if status != "OK" and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+_GATE_LINES = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for line in config.stash.get(_GATE_LINES, []):
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -126,25 +206,26 @@ def secure_comm(seccomm_world, request):
         sc.close()
 
 
-def _median_native(comm, rec, send, recv, op, rounds, warmup):
-    for _ in range(warmup):
-        rec.native(comm, send, recv, op, 0)
-    ts = []
-    for _ in range(rounds):
-        comm.Barrier()
+class _NativeRounds:
+    """pytest-benchmark's per-round ``setup``: one native call, timed between barriers, before
+    each secure round, so that native and secure rounds alternate under the same machine load."""
+
+    def __init__(self, comm, rec, send, recv, op):
+        self.comm, self.call, self.times = comm, lambda: rec.native(comm, send, recv, op, 0), []
+
+    def __call__(self):
+        self.comm.Barrier()
         t0 = time.perf_counter()
-        rec.native(comm, send, recv, op, 0)
-        comm.Barrier()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2]
+        self.call()
+        self.comm.Barrier()
+        self.times.append(time.perf_counter() - t0)
 
 
 @pytest.fixture
 def collective_bench(benchmark, secure_comm, seccomm_world, request):
     """Return ``run(collective, suite, nbytes, dtype="float32", op="sum", **SecureComm kw)``;
     it records the bench row (:func:`seccomm.bench.rows.result_row`) in ``extra_info``, with
-    ``suite``, ``bytes`` (= ``size_bytes``) and ``native_median_us`` besides."""
+    ``suite``, ``bytes`` (= ``size_bytes``), ``native_median_us`` and ``native_min_us`` besides."""
     import numpy as np
 
     from .bench.rows import result_row
@@ -164,18 +245,23 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
         recv = np.zeros(n.recv, dt)
         coll.reset(send, recv, rank, 0)
         sc = secure_comm(suite, **kw)
-        native_t = _median_native(comm, coll, send, recv, op, rounds, warmup)
+        native = _NativeRounds(comm, coll, send, recv, op)
 
         def once():
             coll.secure(sc, send, recv, op, 0)
             comm.Barrier()
 
-        benchmark.pedantic(once, setup=comm.Barrier, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        benchmark.pedantic(once, setup=native, rounds=rounds, warmup_rounds=warmup, iterations=1)
         times = benchmark.stats.stats.data if benchmark.stats else [float("nan")]
+        nat = np.array(native.times[-len(times) :])  # the rounds paired with the secure ones
+        native_t = float(np.median(nat))
         row = result_row(coll, suite, n.total, dt.name, size, times, native_t, op=op, root=0)
+        extra = {"suite": suite, "bytes": row["size_bytes"], "native_median_us": native_t * 1e6}
+        paired = float(np.median(np.asarray(times) / nat))  # each round against the native one before it
         benchmark.extra_info.update(
-            {**row, "suite": suite, "bytes": row["size_bytes"], "native_median_us": native_t * 1e6}
+            {**row, **extra, "native_min_us": nat.min() * 1e6, "paired_ratio_median": paired}
         )
+        request.config.stash[_GATE_ROWS].append(dict(benchmark.extra_info))
         return benchmark.extra_info
 
     return run

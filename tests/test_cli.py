@@ -44,13 +44,25 @@ def test_parse_size():
         (["-b", "6"], "-b/--minbytes 6 is not a multiple of the float32 size (4 bytes)"),
         (["-e", "10", "-d", "float64", "-b", "8"], "-e/--maxbytes 10 is not a multiple of the float64 size"),
         (["-b", "12x"], "bad size '12x'"),
+        (["-e", "-1M"], "argument -e/--maxbytes: bad size '-1M'"),
+        (["-b", "0"], "argument -b/--minbytes: must be >= 1, got 0"),
         (["--np", "100000"], "--np 100000 is not sensible"),
-        (["-c", "2"], "check must be 0 or 1"),
-        (["-f", "1"], "stepfactor must be >= 2"),
+        (["--np", "0"], "argument --np: must be >= 1, got 0"),
+        (["-c", "2"], "argument -c/--check: must be in [0, 1], got 2"),
+        (["-f", "1"], "argument -f/--stepfactor: must be in [2, 1,048,576], got 1"),
+        (["-n", "0"], "argument -n/--iters: must be in [1, 1,000,000], got 0"),
+        (["-w", "-1"], "argument -w/--warmup: must be in [0, 1,000,000], got -1"),
+        (["--timeout", "0"], "argument --timeout: must be in (0, 1e+06], got 0"),
+        (["--timeout", "nan"], "argument --timeout: must be a finite number, got 'nan'"),
+        (["--chunk-bytes", "8"], "argument --chunk-bytes: must be in [16, 2,147,483,583], got 8"),
         (["--algorithm", "tree"], "invalid choice: 'tree'"),
-        (["--root", "-1"], "--root must be a rank >= 0"),
+        (["--root", "-1"], "argument --root: must be in [0, 16,777,216], got -1"),
         (["--root", "2", "--np", "2"], "--root 2 is not a rank of --np 2"),
-        (["--json", "/nonexistent/x.json"], "does not exist or is not writable"),
+        (["--scale", "0.5"], "--scale applies to --workload runs only"),
+        (["--bucket-cap-mb", "5"], "--bucket-cap-mb applies to --workload runs only"),
+        (["--encrypt", "inter-node"], "--encrypt inter-node: the ranks this starts are all on this machine"),
+        (["--json", "/nonexistent/x.json"], "--json /nonexistent/x.json: folder /nonexistent does not exist"),
+        (["--csv", "."], "--csv . is a directory; give a file name"),
     ],
 )
 def test_bad_arguments_one_line_exit_2(capsys, args, msg):
@@ -65,7 +77,13 @@ def test_workload_arguments(capsys):
     for args, msg in (
         (["--workload", "resnet50", "-d", "float16"], "runs float32 sum allreduces"),
         (["--workload", "alexnet"], "unknown workload 'alexnet'; allowed: resnet50"),
-        (["--workload", "resnet50", "--scale", "2"], "--scale must be in (0, 1]"),
+        (["--workload", "resnet50", "--scale", "2"], "argument --scale: must be in (0, 1], got 2"),
+        (["--workload", "resnet50", "--scale", "0"], "argument --scale: must be in (0, 1], got 0"),
+        (
+            ["--workload", "resnet50", "-b", "64", "--collective", "bcast"],
+            "-b, --collective: not used by --workload",
+        ),
+        (["--workload", "resnet50", "--root", "1"], "--root: not used by --workload"),
     ):
         assert cli.main(["bench", *args]) == 2
         assert msg in capsys.readouterr().err
@@ -297,21 +315,81 @@ def test_bench_under_a_launcher_needs_a_secret_or_the_opt_in(tmp_path):
 
 @pytest.mark.mpi
 def test_bench_never_replaces_a_secret_that_is_set_but_wrong(tmp_path):
-    """A secret that is set but unusable ends the run with the library's message (exit 2), even
-    with the opt-in: it is never silently replaced by the clear-text one."""
-    loose = tmp_path / "loose"
-    loose.write_text(GOOD_HEX)
-    os.chmod(loose, 0o644)
-    cases = [
-        (dict(SECCOMM_PSK_FILE=str(loose)), "is accessible by group or others (mode 644)"),
-        (dict(SECCOMM_PSK_FILE=str(tmp_path / "missing")), "cannot be opened: No such file"),
-        (dict(SECCOMM_PSK="ab" * 8), "holds 8 bytes; at least 32 needed"),
-        (dict(SECCOMM_PSK="xyz"), "SECCOMM_PSK is not valid hex"),
-        (dict(SECCOMM_PSK="ab" * 32), "too easy to guess offline"),
-    ]
-    for env, msg in cases:
-        out = _bench_under_mpiexec(tmp_path, SECCOMM_INSECURE_BENCH_SECRET="1", **env)
+    """A secret that is set but unusable ends the run with the library's message (exit 2), with
+    or without the opt-in: it is never silently replaced by the clear-text one."""
+    for (env, msg), opt_in in zip(_bad_secrets(tmp_path), [True, False] * 4):
+        extra = dict(SECCOMM_INSECURE_BENCH_SECRET="1") if opt_in else {}
+        out = _bench_under_mpiexec(tmp_path, **extra, **env)
         err = [ln for ln in out.stderr.splitlines() if ln.strip()]
         assert out.returncode == 2, (env, out.stderr[-2000:])
         assert len(err) == 1 and err[0].startswith("seccomm bench: error: rank 0: ") and msg in err[0], err
         assert "WARNING" not in out.stderr and "Traceback" not in out.stderr
+        assert "# Result" not in out.stdout
+
+
+def _bad_secrets(tmp_path) -> list[tuple[dict, str]]:
+    """(environment, the library's message) of every kind of secret that is set but unusable."""
+    loose = tmp_path / "loose"
+    loose.write_text(GOOD_HEX)
+    os.chmod(loose, 0o644)
+    short = tmp_path / "short"
+    short.write_bytes(os.urandom(16))
+    os.chmod(short, 0o600)
+    return [
+        (dict(SECCOMM_PSK_FILE=str(loose)), "is accessible by group or others (mode 644)"),
+        (dict(SECCOMM_PSK_FILE=str(short)), "holds 16 bytes; at least 32 needed"),
+        (dict(SECCOMM_PSK_FILE=str(tmp_path / "missing")), "cannot be opened: No such file"),
+        (dict(SECCOMM_PSK="abcd"), "SECCOMM_PSK holds 2 bytes; at least 32 needed"),
+        (dict(SECCOMM_PSK="ab" * 8), "holds 8 bytes; at least 32 needed"),
+        (dict(SECCOMM_PSK="xyz"), "SECCOMM_PSK is not valid hex"),
+        (dict(SECCOMM_PSK="ab" * 32), "too easy to guess offline"),
+    ]
+
+
+def _plain_bench(tmp_path, **env_extra):
+    """``seccomm bench`` run plainly (it starts its own 2 ranks), one tiny size."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in launch.LAUNCHER_VARS + ("SECCOMM_PSK", "SECCOMM_PSK_FILE")
+    }
+    env.update(env_extra, TMPDIR=str(tmp_path))
+    cmd = [*SECCOMM, "bench", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--suites", "aes-256-gcm"]
+    return run_cmd(cmd, timeout=300, env=env, cwd=tmp_path)
+
+
+@pytest.mark.mpi
+def test_plain_bench_uses_the_users_secret_and_never_replaces_it(tmp_path):
+    """Run plainly: a secret the user set and got wrong stops the run before any rank starts
+    (exit 2, the library's message); a good one is used as it is (the header names it, the file
+    is left as it was); with none, a fresh one is made, said so, and removed."""
+    for env, msg in _bad_secrets(tmp_path):
+        out = _plain_bench(tmp_path, **env)
+        assert out.returncode == 2 and out.stdout == "", (env, out.stdout[-500:], out.stderr[-500:])
+        assert out.stderr.startswith("seccomm bench: error: ") and msg in out.stderr, out.stderr
+        assert out.stderr.count("\n") == 1
+    mine = tmp_path / "mine"
+    mine.write_text(GOOD_HEX)
+    os.chmod(mine, 0o600)
+    out = _plain_bench(tmp_path, SECCOMM_PSK_FILE=str(mine))
+    assert out.returncode == 0 and "# job secret: SECCOMM_PSK_FILE\n" in out.stdout, out.stderr
+    assert mine.read_text() == GOOD_HEX and oct(mine.stat().st_mode & 0o777) == "0o600"
+    out = _plain_bench(tmp_path)
+    assert out.returncode == 0 and "# job secret: a fresh secret made for this run" in out.stdout
+    assert not list(tmp_path.glob("seccomm-psk-*"))  # $TMPDIR: where the fresh secret went
+
+
+@pytest.mark.mpi
+def test_workload_header_shows_only_what_applies(tmp_path):
+    """seccomm bench --workload: the header gives the loop settings, not the size sweep's."""
+    pytest.importorskip("torch")
+    out = _plain_bench_args(tmp_path, "--workload", "resnet50", "--scale", "0.01", "-n", "1", "-w", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "# workload resnet50 (float32 sum allreduce per DDP bucket) warmup iters: 0 iters: 1" in out.stdout
+    assert "minBytes" not in out.stdout and "maxBytes" not in out.stdout
+
+
+def _plain_bench_args(tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    cmd = [*SECCOMM, "bench", "--suites", "aes-256-gcm", *args]
+    return run_cmd(cmd, timeout=300, env={**env, "TMPDIR": str(tmp_path)}, cwd=tmp_path)

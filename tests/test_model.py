@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from seccomm import cli
 from seccomm import costmodel as m
+
+from conftest import run_cmd
+
+SECCOMM = [sys.executable, "-m", "seccomm"]
+CAL = Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json"
 
 MIB = 1 << 20
 
@@ -143,58 +151,212 @@ def test_sweep_to_16384_gpus_is_fast():
     assert all(0 < r["efficiency_secure"] <= 1.0 + 1e-9 for r in rows)
 
 
+def project(tmp_path, *args, ok=True):
+    """``seccomm project ARGS --json FILE`` as a user runs it; (process, rows) (rows None when
+    the command failed, which ``ok`` says it must not)."""
+    j = tmp_path / f"p{len(list(tmp_path.iterdir()))}.json"
+    proc = run_cmd([*SECCOMM, "project", *args, "--json", str(j)], timeout=120)
+    if ok:
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc, json.loads(j.read_text())["rows"] if proc.returncode == 0 else None
+
+
+def test_project_suite_changes_the_rates(tmp_path):
+    """--suite: none gives 1.00x (no crypto); the suites differ by the preset's rates (GMAC
+    fastest, ChaCha20-Poly1305 slowest on an AES-NI CPU); plaintext is the same for all."""
+    base = ("--nodes", "1,8,64")
+    rows = {s: project(tmp_path, *base, "--suite", s)[1] for s in ("none", *m.PRESETS["ib-ndr400"].suites)}
+    assert all(r["overhead_x"] == pytest.approx(1.0) for r in rows["none"])
+    for i in range(3):
+        assert len({rs[i]["plain_us"] for rs in rows.values()}) == 1
+        secure = {s: rs[i]["secure_us"] for s, rs in rows.items()}
+        assert secure["none"] < secure["aes-256-gmac"] < secure["aes-256-gcm"] < secure["chacha20-poly1305"]
+    proc, _ = project(tmp_path, "--suite", "foo", ok=False)
+    assert proc.returncode == 2 and "invalid choice: 'foo'" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_project_calibration_supplies_each_suites_rate(tmp_path):
+    """--calibration: the suite's fitted sigma applies; a suite the calibration lacks is an error."""
+    cal = json.loads(CAL.read_text())
+    rows = {
+        s: project(tmp_path, "--calibration", str(CAL), "--nodes", "1", "--suite", s)[1][0]
+        for s in cal["suites"]
+    }
+    sigma = {s: cal["suites"][s]["seal"] for s in cal["suites"]}
+    by_time = sorted(rows, key=lambda s: rows[s]["secure_us"])
+    assert by_time == sorted(sigma, key=sigma.get)  # slower crypto, longer secure time
+    thin = tmp_path / "thin.json"
+    thin.write_text(json.dumps({**cal, "suites": {"aes-256-gcm": cal["suites"]["aes-256-gcm"]}}))
+    proc, _ = project(tmp_path, "--calibration", str(thin), "--suite", "chacha20-poly1305", ok=False)
+    assert proc.returncode == 2 and "no seal/open rates for suite 'chacha20-poly1305'" in proc.stderr
+
+
+def _secure(rows, i=-1):
+    return rows[i]["secure_us"]
+
+
+@pytest.mark.parametrize(
+    "option,a,b,check",
+    [
+        ("--preset", "ib-ndr400", "eth-100", lambda x, y: y[-1]["plain_us"] > x[-1]["plain_us"]),
+        ("--nodes", "1,2", "1,2,4,...,64", lambda x, y: [r["nodes"] for r in y] == [1, 2, 4, 8, 16, 32, 64]),
+        ("--ranks-per-node", "8", "4", lambda x, y: [r["ranks"] for r in y] == [4 * r["nodes"] for r in y]),
+        ("--message", "25MiB", "100MiB", lambda x, y: y[-1]["plain_us"] > 3 * x[-1]["plain_us"]),
+        ("--collective", "allreduce", "allgather", lambda x, y: y[-1]["plain_us"] < x[-1]["plain_us"]),
+        (
+            "--encrypt",
+            "all",
+            "inter-node",
+            lambda x, y: _secure(y) < _secure(x) and y[0]["overhead_x"] == 1.0,
+        ),
+        ("--oversubscription", "1", "4", lambda x, y: y[-1]["plain_us"] > x[-1]["plain_us"]),
+        ("--jitter-us", "0", "50", lambda x, y: y[-1]["plain_us"] > x[-1]["plain_us"]),
+        (
+            "--crypto-threads",
+            "8",
+            "1",
+            lambda x, y: _secure(y) > _secure(x) and y[-1]["plain_us"] == x[-1]["plain_us"],
+        ),
+    ],
+)
+def test_each_project_option_changes_what_it_claims(tmp_path, option, a, b, check):
+    """Every option of the projection, given two values, changes the rows as its help says."""
+    nodes = [] if option == "--nodes" else ["--nodes", "1,64"]
+    x = project(tmp_path, *nodes, option, a)[1]
+    y = project(tmp_path, *nodes, option, b)[1]
+    assert check(x, y), (x, y)
+
+
+def test_oversubscription_within_a_leaf_says_it_does_not_apply(tmp_path):
+    proc, rows = project(tmp_path, "--nodes", "1,32", "--oversubscription", "4")
+    assert "oversubscription applies above a leaf switch (32 nodes)" in proc.stdout
+    assert rows == project(tmp_path, "--nodes", "1,32")[1]
+
+
 @pytest.mark.parametrize(
     "args,msg",
     [
-        (["--nodes", "0,2"], "must be >= 1"),
-        (["--nodes", "a,b"], "comma list of integers"),
-        (["--preset", "myrinet"], "unknown preset 'myrinet'; allowed: ib-ndr400"),
-        (["--collective", "scatter"], "unknown collective 'scatter'; allowed: allreduce"),
+        (["--nodes", "0,2"], "--nodes must be >= 1"),
+        (["--nodes", "a,b"], "comma list of integers or a progression"),
+        (["--nodes", "1,2,4,...,2000"], "2000 is not a term of the progression 1,2,4,..."),
+        (["--nodes", "1,2,...,8"], "give three terms"),
+        (["--nodes", "1,2,5,...,8"], "neither geometric"),
+        (["--preset", "myrinet"], "argument --preset: invalid choice: 'myrinet'"),
+        (["--collective", "scatter"], "argument --collective: invalid choice: 'scatter'"),
         (["--calibration", "/nonexistent.json"], "cannot read /nonexistent.json"),
         (["--validate", "x.json"], "--validate needs --calibration"),
+        (["--message", "0"], "argument --message: must be >= 1, got 0"),
+        (["-e", "1"], "unrecognized arguments: -e 1"),
+        (["--crypto-threads", "0"], "argument --crypto-threads: must be in [1, 4,096], got 0"),
+        (["--crypto-threads=-3"], "argument --crypto-threads: must be in [1, 4,096], got -3"),
+        (["--crypto-threads", "-3"], "argument --crypto-threads: must be in [1, 4,096], got -3"),
+        (["--jitter-us=-1"], "argument --jitter-us: must be in [0, 1e+09], got -1"),
+        (["--oversubscription", "0.5"], "argument --oversubscription: must be in [1, 1e+06], got 0.5"),
+        (["--oversubscription", "nan"], "must be a finite number, got 'nan'"),
+        (["--ranks-per-node", "0"], "argument --ranks-per-node: must be in [1, 65,536], got 0"),
+        (["--calibrate", "x.json", "--nodes", "4"], "--nodes does not apply to --calibrate"),
+        (["--validate", "x.json", "--suite", "none"], "--suite does not apply to --validate"),
+        (["--out", "c.json"], "--out is where --calibrate writes"),
+        (["--calibrate", "a.json", "--validate", "b.json"], "give --calibrate or --validate, not both"),
+        (["--preset", "eth-100", "--calibration", str(Path(__file__))], "give --calibration or --preset"),
     ],
 )
 def test_project_bad_input(capsys, args, msg):
     assert cli.main(["project", *args]) == 2
     err = capsys.readouterr().err
-    assert msg in err and err.count("\n") == 1
+    assert msg in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    "given,kind,found",
+    [
+        ("bench", "--calibrate", None),
+        ("calibration", "--calibrate", "found a calibration (seccomm project --calibrate)"),
+        ("projection", "--validate", "found a seccomm project --json result"),
+        ("pytest-benchmark", "--calibrate", "found a pytest-benchmark result"),
+        ("other", "--validate", "found JSON without the keys config, world_size, rows"),
+    ],
+)
+def test_project_names_the_file_it_expected_and_found(tmp_path, given, kind, found):
+    """A JSON file of the wrong kind to --calibrate/--validate (or --calibration): one line saying
+    what was expected and what was found, exit 2, no traceback."""
+    docs = {
+        "bench": {"world_size": 2, "config": {"chunk_bytes": MIB}, "rows": []},
+        "calibration": json.loads(CAL.read_text()),
+        "projection": {"params": {}, "rows": []},
+        "pytest-benchmark": {"benchmarks": []},
+        "other": [1, 2],
+    }
+    f = tmp_path / "f.json"
+    f.write_text(json.dumps(docs[given]))
+    args = [kind, str(f)] + (["--calibration", str(CAL)] if kind == "--validate" else [])
+    proc = run_cmd([*SECCOMM, "project", *args], timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    if found is None:  # the right kind, with no rows: the fit says so
+        assert "cannot calibrate from" in proc.stderr and "no allreduce rows" in proc.stderr
+    else:
+        assert f"expected a seccomm bench --json result, {found}" in proc.stderr, proc.stderr
+    bad_cal = (
+        run_cmd([*SECCOMM, "project", "--calibration", str(f)], timeout=120)
+        if given != "calibration"
+        else None
+    )
+    if bad_cal is not None:
+        assert bad_cal.returncode == 2 and "expected a calibration" in bad_cal.stderr
 
 
 def test_malformed_calibration(tmp_path, capsys):
     bad = tmp_path / "cal.json"
-    bad.write_text('{"intra": {"alpha": 1}}')
+    bad.write_text('{"intra": {"alpha": 1}, "inter": {}, "gamma": 1, "seal": 0, "open": 0}')
     assert cli.main(["project", "--calibration", str(bad)]) == 2
     assert "malformed calibration" in capsys.readouterr().err
     assert math.isfinite(m.get_preset("eth-100").inter.beta)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "/nonexistent/p.json"],
+        ["--csv", "/nonexistent/p.csv"],
+        ["--json", "."],
+        [
+            "--calibrate",
+            str(Path(__file__).parents[1] / "docs" / "calibration-dev-2ranks.json"),
+            "--out",
+            "/x/c.json",
+        ],
+    ],
+)
+def test_project_output_paths_checked_before_any_work(tmp_path, args):
+    proc = run_cmd([*SECCOMM, "project", *args], timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
 def test_project_cli_outputs(tmp_path, capsys):
     import csv
-    import json
 
     j, c = tmp_path / "p.json", tmp_path / "p.csv"
-    assert (
-        cli.main(
-            [
-                "project",
-                "--nodes",
-                "1,4,64",
-                "--ranks-per-node",
-                "4",
-                "--message",
-                "8MiB",
-                "--encrypt",
-                "inter-node",
-                "--json",
-                str(j),
-                "--csv",
-                str(c),
-            ]
-        )
-        == 0
-    )
+    argv = [
+        "project",
+        "--nodes",
+        "1,4,64",
+        "--ranks-per-node",
+        "4",
+        "--message",
+        "8MiB",
+        "--encrypt",
+        "inter-node",
+    ]
+    assert cli.main([*argv, "--json", str(j), "--csv", str(c)]) == 0
     out = capsys.readouterr().out
-    assert "overhead" in out and "busbw" in out and "algorithm" in out
+    assert (
+        "overhead" in out
+        and "busbw plain [GB/s]" in out
+        and "busbw secure [GB/s]" in out
+        and "algorithm" in out
+    )
+    assert "plain [us]" in out and "secure [us]" in out
     rows = json.loads(j.read_text())["rows"]
     assert [r["ranks"] for r in rows] == [4, 16, 256]
     assert rows[0]["overhead_x"] == pytest.approx(1.0)  # one node, inter-node policy: no crypto
@@ -203,8 +365,6 @@ def test_project_cli_outputs(tmp_path, capsys):
 
 
 def test_calibrate_and_validate_cli(tmp_path, capsys):
-    import json
-
     truth = m.Params(m.Link(20e-6, 1e-9), m.Link(20e-6, 1e-9), 1e-10, 4e-10, 4e-10, 1, MIB, {}, False)
     rows = [
         {

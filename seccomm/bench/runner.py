@@ -57,6 +57,18 @@ def main_ranks(cfg) -> int:
         for s in cfg.suites
     }
     del secret
+    nodes = len(set(next(iter(comms.values())).node_ids))
+    if cfg.encrypt == "inter-node" and nodes == 1:  # the same on every rank: stop together
+        for sc in comms.values():
+            sc.close()
+        if rank == 0:
+            print(
+                f"seccomm bench: error: --encrypt inter-node: all {size} ranks are on one node, so no hop "
+                "would be encrypted; use --encrypt all, or ranks on several nodes",
+                file=sys.stderr,
+                flush=True,
+            )
+        return 2
     if report:
         report.header(comms, source)
     total_wrong = 0

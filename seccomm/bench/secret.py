@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import KeyScheduleError, SecCommError
 from ..keys import load_secret, random_secret
+from ..launch import FRESH_SECRET_ENV, FRESH_SOURCE
 
 #: the one way to allow the benchmark-only secret broadcast in the clear (value ``1``)
 INSECURE_ENV = "SECCOMM_INSECURE_BENCH_SECRET"
@@ -54,13 +55,15 @@ class LocalSecret:
 
 
 def local_secret() -> LocalSecret:
-    """This rank's job secret as :func:`~seccomm.keys.load_secret` finds it."""
+    """This rank's job secret as :func:`~seccomm.keys.load_secret` finds it; its source says
+    when the command that started the ranks made it (:func:`seccomm.launch.relaunch`)."""
     if not (os.environ.get("SECCOMM_PSK_FILE") or os.environ.get("SECCOMM_PSK")):
         return LocalSecret(NONE)
     try:
-        return LocalSecret(OK, *load_secret())
+        secret, source = load_secret()
     except KeyScheduleError as e:
         return LocalSecret(BAD, text=str(e))
+    return LocalSecret(OK, secret, FRESH_SOURCE if os.environ.get(FRESH_SECRET_ENV) == "1" else source)
 
 
 def opted_in() -> bool:

@@ -72,11 +72,14 @@ class Report:
             f"# cpu: {m['cpu']['model']} ({m['cpu']['cores']} cores, aes={m['cpu']['aes']} "
             f"vaes={m['cpu']['vaes']} pclmulqdq={m['cpu']['pclmulqdq']})"
         )
-        self.line(
-            f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) "
+        loop = (
             f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
             f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B"
         )
+        if c.workload:
+            self.line(f"# workload {c.workload} (float32 sum allreduce per DDP bucket) {loop}")
+        else:
+            self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) {loop}")
         self.line(f"# job secret: {secret_source}")
         if os.environ.get("SECCOMM_LAB"):  # an emulated cluster (seccomm cluster): its hosts and links
             self.line(f"# lab: {os.environ['SECCOMM_LAB']}")
@@ -179,7 +182,9 @@ class Report:
         if c.csv:
             write_csv(c.csv, self.all_rows)
         if c.plot:
-            plot(c.plot, self.all_rows)
+            from .plot import plot_bench
+
+            plot_bench(c.plot, self.all_rows)
 
 
 def flatten(row: dict) -> dict:
@@ -195,45 +200,3 @@ def write_csv(path: str, rows: list[dict]) -> None:
         w.writeheader()
         for r in rows:
             w.writerow(flatten(r))
-
-
-def plot(path: str, rows: list[dict]) -> None:
-    """Overhead (x) and busbw (GB/s) vs size, log-x, one line per variant and collective."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    keys = sorted(
-        {(r["collective"], r["variant"]) for r in rows}, key=lambda k: (k[0], k[1] != "native", k[1])
-    )
-    for coll, var in keys:
-        rs = sorted(
-            (r for r in rows if r["collective"] == coll and r["variant"] == var),
-            key=lambda r: r["size_bytes"],
-        )
-        x = [r["size_bytes"] for r in rs]
-        label = f"{coll} {var}" if len({k[0] for k in keys}) > 1 else var
-        if var != "native":
-            ax1.plot(x, [r["overhead_x"] for r in rs], marker="o", ms=3, label=label)
-        ax2.plot(
-            x,
-            [r["busbw_gbps"] for r in rs],
-            marker="o",
-            ms=3,
-            label=label,
-            linestyle="--" if var == "native" else "-",
-        )
-    ax1.axhline(1.0, color="grey", lw=0.8)
-    for ax, yl in ((ax1, "overhead vs native [x]"), (ax2, "busbw [GB/s]")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size [B]")
-        ax.set_ylabel(yl)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    ranks = rows[0]["ranks"] if rows else "?"
-    fig.suptitle(f"seccomm bench, {ranks} ranks")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

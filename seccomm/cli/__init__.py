@@ -3,13 +3,17 @@
 Each command is a module of this package exposing ``HELP``, ``add_arguments(parser)`` and
 ``run(args, argv) -> exit status``; :data:`COMMANDS` lists them.  The commands import the tools
 (bench runner, cost model, attack harness, compliance report); no tool imports the CLI.
-Bad arguments print one line, ``seccomm CMD: error: ...``, and exit with status 2.
+Bad arguments print one line, ``seccomm CMD: error: ...``, and exit with status 2 (under a
+launcher, rank 0 prints it and every rank exits).  Ctrl-C prints one line and exits with 130.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
+from .. import __version__
+from ..launch import LaunchError, rank_and_size, started_by_us, under_launcher
 from . import attack, bench, cluster, project, report, train
 from .usage import Parser, UsageError
 
@@ -26,6 +30,7 @@ COMMANDS = {
 
 def _parser() -> Parser:
     top = Parser(prog="seccomm", description="Secure collectives: cost and evidence.")
+    top.add_argument("--version", action="version", version=f"seccomm {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, cmd in COMMANDS.items():
         cmd.add_arguments(sub.add_parser(name, help=cmd.HELP, description=cmd.HELP))
@@ -45,9 +50,32 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         prog = f"seccomm {args.command}"
         return COMMANDS[args.command].run(args, argv)
-    except UsageError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+    except (UsageError, LaunchError) as e:
+        if rank_and_size()[0] == 0:  # under a launcher every rank gets here; one says why
+            print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted(prog)
+    except BrokenPipeError:  # the reader went away (seccomm project | head): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
+
+
+def _interrupted(prog: str) -> int:
+    """Ctrl-C: one line (from rank 0; none from ranks that ``seccomm`` started, whose parent
+    says it), exit status 130.  A rank leaves at once: MPI's finalize could wait on ranks gone."""
+    if not started_by_us() and rank_and_size()[0] == 0:
+        print(f"\n{prog}: interrupted", file=sys.stderr, flush=True)
+    if not under_launcher():
+        return 130
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
 
 
 __all__ = ["COMMANDS", "Parser", "UsageError", "main"]

@@ -1,42 +1,58 @@
 """``seccomm attack``: the on-path attacker harness (:mod:`seccomm.compliance.attack`) on real
-ranks; every attack must be detected."""
+ranks; every attack must give what the suite promises (detected, for an authenticating suite)."""
 
 from __future__ import annotations
 
 from ..compliance.attack import CLASSES
 from ..suites import SUITES
-from .usage import UsageError
+from .usage import UsageError, int_in, launcher_np
 
-HELP = "Run the on-path attacker harness on real ranks: every attack must be detected."
+HELP = (
+    "Run the on-path attacker harness on real ranks: every attack detected, or, for a suite that "
+    "authenticates nothing (none), what it should give."
+)
+DEFAULT_NP = 3
 
 
 def add_arguments(p) -> None:
     """The harness's options on parser ``p``."""
-    p.add_argument("--np", type=int, default=3, help="local ranks when not under a launcher (default 3)")
-    p.add_argument("--trials", type=int, default=200, help="trials per attack class (default 200)")
-    p.add_argument("--classes", default=",".join(CLASSES), help=f"comma list of {', '.join(CLASSES)}")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--suite", default="aes-256-gcm", help="suite under attack (default aes-256-gcm)")
+    p.add_argument(
+        "--np", type=int_in(2, 64), help=f"local ranks when not under a launcher (default {DEFAULT_NP})"
+    )
+    p.add_argument(
+        "--trials", type=int_in(1, 10**6), default=200, help="trials per attack class (default 200)"
+    )
+    p.add_argument(
+        "--classes", default=",".join(CLASSES), help=f"comma list of {', '.join(CLASSES)} (default all)"
+    )
+    p.add_argument(
+        "--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the attack schedule (default 0)"
+    )
+    p.add_argument(
+        "--suite",
+        default="aes-256-gcm",
+        choices=list(SUITES),
+        help="suite under attack (default aes-256-gcm)",
+    )
 
 
 def run(args, argv) -> int:
     """Check the arguments; run plainly, start ``--np`` local ranks; as a rank, run the harness.
-    Returns the exit status (1 when an attack went undetected); ``UsageError`` on bad values."""
+    Returns the exit status (1 when an outcome does not fit the suite); ``UsageError`` on bad
+    values."""
     from ..compliance.attack import main_ranks
     from ..launch import relaunch, under_launcher
 
     classes = _classes(args)
     if not under_launcher():
-        try:
-            return relaunch(args.np, argv)
-        except FileNotFoundError as e:
-            raise UsageError(str(e)) from None
+        return relaunch(args.np or DEFAULT_NP, argv, prog="seccomm attack")
+    launcher_np(args.np)
     return main_ranks(classes, args.trials, args.seed, args.suite)
 
 
 def _classes(args) -> list[str]:
-    """The attack classes asked for, after checking every argument."""
-    from ..launch import under_launcher
+    """The attack classes asked for, after checking them against the ranks there will be."""
+    from ..launch import rank_and_size, under_launcher
 
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
     bad = [c for c in classes if c not in CLASSES]
@@ -44,15 +60,15 @@ def _classes(args) -> list[str]:
         raise UsageError(
             f"unknown attack class {','.join(bad) or args.classes!r}; allowed: {', '.join(CLASSES)}"
         )
-    if args.trials < 1 or not 2 <= args.np <= 64:
-        raise UsageError("--trials must be >= 1 and --np in 2..64")
-    if args.seed < 0:
-        raise UsageError("--seed must be >= 0")
-    if args.suite not in SUITES:
-        raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
-    if "redirect" in classes and args.np < 3 and not under_launcher():
+    ranks = rank_and_size()[1] if under_launcher() else args.np or DEFAULT_NP
+    if "redirect" in classes and ranks < 3:
+        start = "start 3 or more ranks (mpiexec -n 3 ...)" if under_launcher() else "--np 3 or more"
         raise UsageError(
-            "the redirect class needs a rank that seals for two peers: --np 3 or more "
-            "(or leave redirect out of --classes)"
+            f"the redirect class needs a rank that seals for two peers, so 3 ranks; this run has {ranks}: "
+            f"{start}, or leave redirect out of --classes"
+        )
+    if ranks < 2:
+        raise UsageError(
+            f"seccomm attack needs 2 ranks or more (an attacker and a victim); this run has {ranks}"
         )
     return classes

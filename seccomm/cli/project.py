@@ -1,43 +1,192 @@
-"""``seccomm project``: predicted cost of secure collectives at scale, calibration and validation."""
+"""``seccomm project``: predicted cost of secure collectives at scale, calibration and validation.
+
+Three modes: the projection table (default), ``--calibrate`` (fit a calibration to a bench
+result) and ``--validate`` (compare a calibration's predictions with a bench result).  Options of
+another mode are refused (an option given must change what it claims to change), every file is
+checked first (inputs: the right kind of JSON; outputs: writable), all before any work.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 
-from .usage import UsageError, size_arg
+from .. import costmodel
+from ..collectives import COLLECTIVES
+from ..suites import SUITES
+from .usage import (
+    UsageError,
+    check_file,
+    check_outputs,
+    flag,
+    float_in,
+    given,
+    int_in,
+    plot_suffixes,
+    size_in,
+)
 
 HELP = "Project the cost of secure collectives to many nodes (alpha-beta-gamma model)."
+DEFAULT_PRESET = "ib-ndr400"
 NODES_DEFAULT = ",".join(str(2**i) for i in range(12))  # 1 .. 2048 nodes
+#: the projection's options and their defaults (parsed with default None: given or not is known)
+DEFAULTS = {
+    "nodes": NODES_DEFAULT,
+    "ranks_per_node": 8,
+    "message": 25 << 20,
+    "collective": "allreduce",
+    "suite": "aes-256-gcm",
+    "encrypt": "all",
+    "oversubscription": 1.0,
+    "jitter_us": 0.0,
+}
+PROJECTION_ONLY = (*DEFAULTS, "preset", "crypto_threads", "json", "csv", "plot")
 
 
 def add_arguments(p) -> None:
-    """The projection's options on parser ``p``."""
-    p.add_argument("--preset", help="hardware preset (see docs/model.md); default ib-ndr400")
-    p.add_argument("--calibration", metavar="FILE", help="calibration JSON (from --calibrate)")
-    p.add_argument("--nodes", default=NODES_DEFAULT, help="node counts, comma list (default 1..2048)")
-    p.add_argument("--ranks-per-node", type=int, default=8)
-    p.add_argument("--message", default="25MiB", help="S in bytes (K/M/G suffixes; default 25MiB)")
-    p.add_argument("--collective", default="allreduce")
-    p.add_argument("--suite", default="aes-256-gcm")
-    p.add_argument("--encrypt", default="all", choices=("all", "inter-node"))
-    p.add_argument("--oversubscription", type=float, default=1.0, help="fat-tree taper (1 = full bisection)")
-    p.add_argument("--jitter-us", type=float, default=0.0, help="per-step std deviation of a rank's delay")
-    p.add_argument("--crypto-threads", type=int, help="override the preset's crypto threads per rank")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--csv", metavar="PATH")
-    p.add_argument("--plot", metavar="PATH.png")
-    p.add_argument("--calibrate", metavar="RESULTS.json", help="fit a calibration from seccomm bench --json")
-    p.add_argument("--out", metavar="CAL.json", help="where --calibrate writes (default stdout)")
-    p.add_argument("--validate", metavar="RESULTS.json", help="compare predictions with a bench result")
+    """The projection's options on parser ``p`` (defaults None: :data:`DEFAULTS` fills them)."""
+    presets = "; ".join(costmodel.describe_preset(n) for n in costmodel.PRESETS)
+    p.add_argument(
+        "--preset",
+        choices=list(costmodel.PRESETS),
+        help=f"hardware preset (default {DEFAULT_PRESET}): {presets}",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="model parameters from a calibration JSON (--calibrate) instead of a preset",
+    )
+    p.add_argument(
+        "--nodes", help="node counts: a comma list, or a progression 1,2,4,...,2048 (default 1,2,4,...,2048)"
+    )
+    p.add_argument("--ranks-per-node", type=int_in(1, 1 << 16), help="ranks (GPUs) per node (default 8)")
+    p.add_argument(
+        "--message",
+        type=size_in(1),
+        help="S in bytes as nccl-tests counts it (each rank's array; the whole gathered or "
+        "scattered array for allgather, reduce_scatter, alltoall), K/M/G suffixes (default 25MiB)",
+    )
+    p.add_argument(
+        "--collective", choices=list(COLLECTIVES), help="collective to project (default allreduce)"
+    )
+    p.add_argument(
+        "--suite",
+        choices=list(SUITES),
+        help="suite whose seal/open rates apply; none: no crypto, 1.00x (default aes-256-gcm)",
+    )
+    p.add_argument(
+        "--encrypt", choices=("all", "inter-node"), help="all hops, or only hops between nodes (default all)"
+    )
+    p.add_argument(
+        "--oversubscription",
+        type=float_in(1, 1e6),
+        help="fat-tree taper above a leaf switch of 32 nodes; 1 = full bisection (default 1)",
+    )
+    p.add_argument(
+        "--jitter-us",
+        type=float_in(0, 1e9),
+        help="std deviation of one rank's delay per step [us] (default 0)",
+    )
+    p.add_argument(
+        "--crypto-threads",
+        type=int_in(1, 1 << 12),
+        help="crypto threads per rank (default: the preset's or calibration's)",
+    )
+    p.add_argument("--json", metavar="PATH", help="write the parameters and rows as JSON")
+    p.add_argument("--csv", metavar="PATH", help="write one line per node count")
+    p.add_argument(
+        "--plot", metavar="PATH.png", help="plot overhead and scaling efficiency vs ranks (needs matplotlib)"
+    )
+    p.add_argument(
+        "--calibrate", metavar="RESULTS.json", help="fit a calibration to a seccomm bench --json result"
+    )
+    p.add_argument("--out", metavar="CAL.json", help="where --calibrate writes (default standard output)")
+    p.add_argument(
+        "--validate",
+        metavar="RESULTS.json",
+        help="compare --calibration's predictions with a seccomm bench --json result",
+    )
+    # fmt: skip
 
 
-def _load(path: str) -> dict:
+def run(a, argv) -> int:
+    """Calibrate (``--calibrate``), validate (``--validate``) or print the projection table;
+    returns the exit status, ``UsageError`` on bad values (before any work)."""
+    if a.calibrate and a.validate:
+        raise UsageError("give --calibrate or --validate, not both")
+    if a.calibrate or a.validate:
+        mode = "--calibrate" if a.calibrate else "--validate"
+        extra = given(a, *PROJECTION_ONLY, *(("calibration",) if a.calibrate else ("out",)))
+        if extra:
+            raise UsageError(f"{', '.join(map(flag, extra))} does not apply to {mode}")
+    elif a.out:
+        raise UsageError("--out is where --calibrate writes; use --json/--csv for the projection")
+    if a.calibrate:
+        return _calibrate(a)
+    if a.validate:
+        if not a.calibration:
+            raise UsageError("--validate needs --calibration FILE (make one with --calibrate)")
+        return _validate(_load(a.validate, "bench", "sweep"), _load(a.calibration, "calibration"))
+    return _project(a)
+
+
+# -- input files ------------------------------------------------------------------------------------
+#: kind -> (what it is, keys that make it one)
+KINDS = {
+    "bench": ("a seccomm bench --json result", ("config", "world_size", "rows")),
+    "sweep": ("a seccomm cluster --json result", ("runs",)),
+    "calibration": (
+        "a calibration (seccomm project --calibrate)",
+        ("intra", "inter", "gamma", "seal", "open"),
+    ),
+    "projection": ("a seccomm project --json result", ("params", "rows")),
+    "pytest-benchmark": ("a pytest-benchmark result", ("benchmarks",)),
+    "train": ("a seccomm train --json result", ("variants", "steps")),
+}
+
+
+def kind_of(doc) -> str | None:
+    """Which of :data:`KINDS` a loaded JSON document is, or None."""
+    if isinstance(doc, dict):
+        for kind, (_, keys) in KINDS.items():
+            if all(k in doc for k in keys):
+                return kind
+    return None
+
+
+def _load(path: str, kind: str, *also: str) -> dict:
+    """The JSON document at ``path``; ``UsageError`` when unreadable or not of ``kind`` (or one
+    of ``also``)."""
     try:
         with open(path) as f:
-            return json.load(f)
+            doc = json.load(f)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read {path}: {e}") from None
+    found = kind_of(doc)
+    if found != kind and found not in also:
+        what = KINDS[found][0] if found else f"JSON without the keys {', '.join(KINDS[kind][1])}"
+        raise UsageError(f"{path}: expected {KINDS[kind][0]}, found {what}")
+    return doc
+
+
+def _calibrate(a) -> int:
+    """Fit a calibration to a bench result (of a ``seccomm cluster`` sweep: its run with the
+    fewest ranks, on its hosts); write it to ``--out`` or standard output."""
+    doc = _load(a.calibrate, "bench", "sweep")
+    if a.out:
+        check_file("--out", a.out)
+    try:
+        doc, topo = costmodel.calibration_case(doc)
+        cal = costmodel.calibrate(doc, gamma=_gamma_here(), topo=topo)
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"cannot calibrate from {a.calibrate}: {e}") from None
+    text = json.dumps(cal, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
 
 
 def _gamma_here() -> float:
@@ -55,105 +204,115 @@ def _gamma_here() -> float:
     return sorted(ts)[len(ts) // 2] / a.nbytes
 
 
-def run(a, argv) -> int:
-    """Calibrate (``--calibrate``), validate (``--validate``) or print the projection table;
-    returns the exit status, ``UsageError`` on bad values."""
-    if a.calibrate:
-        return _calibrate(a)
-    if a.calibration and a.preset:
-        raise UsageError("give --calibration or --preset, not both")
-    if a.validate:
-        if not a.calibration:
-            raise UsageError("--validate needs --calibration FILE (make one with --calibrate)")
-        return _validate(_load(a.validate), _load(a.calibration))
-    return _project(a)
-
-
-def _calibrate(a) -> int:
-    """Fit a calibration to a bench result (of a ``seccomm cluster`` sweep: its run with the
-    fewest ranks, on its hosts); write it to ``--out`` or standard output."""
-    from .. import costmodel
-
-    try:
-        doc, topo = costmodel.calibration_case(_load(a.calibrate))
-    except (KeyError, ValueError) as e:
-        raise UsageError(f"cannot calibrate on {a.calibrate}: {e}") from None
-    cal = costmodel.calibrate(doc, gamma=_gamma_here(), topo=topo)
-    text = json.dumps(cal, indent=1)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    else:
-        print(text)
-    return 0
-
-
+# -- the projection -------------------------------------------------------------------------------
 def _project(a) -> int:
     """The projection table, one row per node count, and the files asked for."""
-    from .. import costmodel
-
-    nodes = _nodes(a)
-    if a.collective not in costmodel.COLLECTIVES:
-        raise UsageError(f"unknown collective {a.collective!r}; allowed: {', '.join(costmodel.COLLECTIVES)}")
-    nbytes = size_arg(a.message)
+    if a.calibration and a.preset:
+        raise UsageError("give --calibration or --preset, not both")
+    for k, v in DEFAULTS.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    nodes = parse_nodes(a.nodes)
+    prm = _params(a)
+    check_outputs(lambda: _check_outputs(a))
     try:
-        prm = _params(a)
-        rows = costmodel.sweep(
-            prm,
-            nodes,
-            a.ranks_per_node,
-            nbytes,
-            a.collective,
-            a.encrypt,
-            a.oversubscription,
-            a.jitter_us * 1e-6,
-        )
+        topo = (a.ranks_per_node, a.message, a.collective, a.encrypt, a.oversubscription, a.jitter_us * 1e-6)
+        rows = costmodel.sweep(prm, nodes, *topo)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    _print_rows(a, nbytes, rows)
+    _print_rows(a, rows)
     _write(a, prm, rows)
     return 0
 
 
-def _nodes(a) -> list[int]:
-    """``--nodes`` as sorted distinct node counts (and ``--ranks-per-node``), all >= 1."""
+def _check_outputs(a) -> None:
+    for opt, path in (("--json", a.json), ("--csv", a.csv)):
+        if path:
+            check_file(opt, path)
+    if a.plot:
+        check_file("--plot", a.plot, plot_suffixes())
+
+
+def parse_nodes(text: str) -> list[int]:
+    """Node counts from ``1,4,64`` or a progression ``1,2,4,...,2048`` / ``8,16,24,...,64`` (three
+    terms or more before ``...``, geometric with an integer ratio or arithmetic, ending on a term);
+    sorted, distinct, each >= 1.  ``UsageError`` otherwise."""
+    parts = [x.strip() for x in text.split(",") if x.strip()]
     try:
-        nodes = sorted({int(x) for x in a.nodes.split(",") if x.strip()})
+        if "..." in parts:
+            return _progression(parts)
+        nodes = sorted({int(x) for x in parts})
     except ValueError:
-        raise UsageError(f"--nodes must be a comma list of integers, got {a.nodes!r}") from None
-    if not nodes or nodes[0] < 1 or a.ranks_per_node < 1:
-        raise UsageError("--nodes and --ranks-per-node must be >= 1")
+        raise UsageError(
+            f"--nodes must be a comma list of integers or a progression like 1,2,4,...,2048, got {text!r}"
+        ) from None
+    if not nodes or nodes[0] < 1:
+        raise UsageError(f"--nodes must be >= 1, got {text!r}")
     return nodes
 
 
-def _params(a):
-    """Model parameters from ``--calibration`` or ``--preset``; ``ValueError`` on a bad one."""
-    from .. import costmodel
-
-    if a.calibration:
-        prm = costmodel.params_for(_load(a.calibration), a.suite)
+def _progression(parts: list[str]) -> list[int]:
+    i = parts.index("...")
+    head, last = [int(x) for x in parts[:i]], [int(x) for x in parts[i + 1 :]]
+    shown = ",".join(parts)
+    if len(head) < 3 or len(last) != 1 or head[0] < 1:
+        raise UsageError(f"--nodes {shown}: give three terms (>= 1) or more before '...' and one after")
+    steps = {b - a for a, b in zip(head, head[1:])}
+    ratios = {b / a for a, b in zip(head, head[1:])}
+    if len(ratios) == 1 and (r := ratios.pop()) == int(r) and r > 1:
+        nxt = lambda v: v * int(r)  # noqa: E731
+    elif len(steps) == 1 and (d := steps.pop()) > 0:
+        nxt = lambda v: v + d  # noqa: E731
     else:
-        prm = costmodel.get_preset(a.preset or "ib-ndr400")
-    if a.crypto_threads:
-        prm = costmodel.replace(prm, crypto_threads=a.crypto_threads)
-    return prm
+        raise UsageError(
+            f"--nodes {shown}: the terms before '...' are neither geometric (integer ratio) nor arithmetic"
+        )
+    out = [head[0]]
+    while out[-1] < last[0]:
+        out.append(nxt(out[-1]))
+    if out[-1] != last[0] or out[: len(head)] != head:
+        raise UsageError(
+            f"--nodes {shown}: {last[0]} is not a term of the progression {','.join(map(str, head))},..."
+        )
+    return out
 
 
-def _print_rows(a, nbytes: int, rows: list[dict]) -> None:
+def _params(a) -> costmodel.Params:
+    """Model parameters from ``--calibration`` or ``--preset`` with ``--suite``'s rates and
+    ``--crypto-threads``; ``UsageError`` on a bad file or a suite it has no rates for."""
+    try:
+        if a.calibration:
+            prm = costmodel.params_for(_load(a.calibration, "calibration"), a.suite)
+        else:
+            prm = costmodel.for_suite(costmodel.get_preset(a.preset or DEFAULT_PRESET), a.suite)
+    except ValueError as e:
+        raise UsageError(f"{a.calibration + ': ' if a.calibration else ''}{e}") from None
+    return costmodel.replace(prm, crypto_threads=a.crypto_threads) if a.crypto_threads else prm
+
+
+def _print_rows(a, rows: list[dict]) -> None:
+    src = f"calibration {a.calibration}" if a.calibration else f"preset {a.preset or DEFAULT_PRESET}"
     print(
-        f"# seccomm project: {a.collective} of {nbytes} B, {a.ranks_per_node} ranks/node, suite {a.suite}, "
-        f"encrypt {a.encrypt}, oversubscription {a.oversubscription}, "
-        f"{'calibration ' + a.calibration if a.calibration else 'preset ' + (a.preset or 'ib-ndr400')}"
+        f"# seccomm project: {a.collective} of S = {a.message} B, {a.ranks_per_node} ranks/node, "
+        f"suite {a.suite}, encrypt {a.encrypt}, oversubscription {a.oversubscription:g}, "
+        f"jitter {a.jitter_us:g} us, {src}"
     )
+    leaf = costmodel.Topology(1, 1).leaf_nodes
+    if a.oversubscription > 1 and max(r["nodes"] for r in rows) <= leaf:
+        print(
+            f"# note: oversubscription applies above a leaf switch ({leaf} nodes); "
+            "no node count here is above it"
+        )
     print(
         f"# {'nodes':>6} {'ranks':>7} {'algorithm':>18} {'plain [us]':>12} {'secure [us]':>12} "
-        f"{'overhead':>9} {'busbw plain':>12} {'busbw secure':>13} {'eff plain':>10} {'eff secure':>11}"
+        f"{'overhead':>9} {'busbw plain [GB/s]':>19} {'busbw secure [GB/s]':>20} {'eff plain':>10} "
+        f"{'eff secure':>11}"
     )
     for r in rows:
         print(
             f"  {r['nodes']:>6} {r['ranks']:>7} {r['algorithm_secure']:>18} {r['plain_us']:12.1f} "
-            f"{r['secure_us']:12.1f} {r['overhead_x']:8.2f}x {r['busbw_plain_gbps']:12.1f} "
-            f"{r['busbw_secure_gbps']:13.1f} {r['efficiency_plain']:10.2f} {r['efficiency_secure']:11.2f}"
+            f"{r['secure_us']:12.1f} {r['overhead_x']:8.2f}x {r['busbw_plain_gbps']:19.1f} "
+            f"{r['busbw_secure_gbps']:20.1f} {r['efficiency_plain']:10.2f} {r['efficiency_secure']:11.2f}"
         )
 
 
@@ -161,20 +320,21 @@ def _write(a, prm, rows: list[dict]) -> None:
     """``--json`` (parameters and rows), ``--csv`` (rows), ``--plot`` (PNG)."""
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"params": prm.to_json(), "rows": rows}, f, indent=1)
+            json.dump({"params": prm.to_json(), "suite": a.suite, "rows": rows}, f, indent=1)
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
     if a.plot:
-        _plot(a.plot, rows)
+        from ..bench.plot import plot_projection
+
+        title = f"{a.collective} of {a.message} B, encrypt {a.encrypt}"
+        plot_projection(a.plot, rows, title, a.suite)
 
 
 def _validate(doc, cal) -> int:
     import numpy as np
-
-    from .. import costmodel
 
     try:
         runs = [(d, topo) for d, topo in costmodel.cases(doc) if topo.p > 1 or "runs" not in doc]
@@ -204,28 +364,3 @@ def _validate(doc, cal) -> int:
                 f"max {e.max():.1f}%  (n={len(e)})"
             )
     return 0
-
-
-def _plot(path, rows):
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'seccomm[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    x = [r["ranks"] for r in rows]
-    a1.plot(x, [r["overhead_x"] for r in rows], marker="o")
-    a1.set_ylabel("secure / plain time [x]")
-    a2.plot(x, [r["efficiency_plain"] for r in rows], marker="o", label="plain")
-    a2.plot(x, [r["efficiency_secure"] for r in rows], marker="o", label="secure")
-    a2.set_ylabel("scaling efficiency (busbw / smallest)")
-    a2.legend()
-    for ax in (a1, a2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("ranks (GPUs)")
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -13,7 +13,7 @@ import tempfile
 from ..compliance.config import ReviewConfig
 from ..compliance.report import DEFAULT_CHUNK_BYTES, load_bench
 from ..suites import SUITES
-from .usage import UsageError
+from .usage import UsageError, check_dir, check_file, check_outputs, int_in, launcher_np
 
 HELP = "Write a compliance report with live evidence (attacker harness, wire checks)."
 
@@ -24,14 +24,30 @@ def add_arguments(p) -> None:
     p.add_argument("--format", choices=("md", "html"), default="md", help="md (default) or html")
     p.add_argument("-o", "--output", help="write the report here (default: standard output)")
     p.add_argument("--bench", metavar="RESULTS.json", help="a seccomm bench --json result to include")
-    p.add_argument("--np", type=int, default=3, help="local ranks when not under a launcher (default 3)")
-    p.add_argument("--trials", type=int, default=200, help="attacker-harness trials per class (default 200)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--suite", default="aes-256-gcm", help="the suite under review (default aes-256-gcm)")
-    p.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="frame payload in bytes")
+    p.add_argument(
+        "--np", type=int_in(3, 64), help="local ranks when not under a launcher (default 3; redirect needs 3)"
+    )
+    p.add_argument(
+        "--trials", type=int_in(1, 10**6), default=200, help="attacker-harness trials per class (default 200)"
+    )
+    p.add_argument(
+        "--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the attack schedule (default 0)"
+    )
+    p.add_argument(
+        "--suite",
+        default="aes-256-gcm",
+        choices=list(SUITES),
+        help="the suite under review (default aes-256-gcm)",
+    )
+    p.add_argument(
+        "--chunk-bytes",
+        type=int_in(16, (1 << 31) - 65),
+        default=DEFAULT_CHUNK_BYTES,
+        help=f"frame payload in bytes (default {DEFAULT_CHUNK_BYTES})",
+    )
     p.add_argument(
         "--rotate-after-frames",
-        type=int,
+        type=int_in(1),
         default=None,
         help="configured rotation point [frames per key] (default: the suite's usage limit; "
         "a point above it fails the report)",
@@ -55,58 +71,52 @@ def run(args, argv) -> int:
 
     _check(args)
     if under_launcher():
+        launcher_np(args.np)
+        check_outputs(lambda: _check_outputs(args))
         return _ranks(args, argv)
+    _check_outputs(args)
     cap = _capture(args)
     fd, path = tempfile.mkstemp(prefix="seccomm-capture-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(cap, f)
     try:
         return relaunch(
-            args.np,
+            args.np or 3,
             argv,
             extra_env={
                 "SECCOMM_CAPTURE_RESULT": path,
                 "SECCOMM_REPORT_COMMAND": "seccomm " + shlex.join(argv),
             },
         )
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
     finally:
         os.unlink(path)
 
 
 def _check(args) -> None:
-    """Every argument, before any rank starts; ``UsageError`` naming the first bad one."""
+    """Every argument but the output paths, before any rank starts; ``UsageError`` naming the
+    first bad one (the types checked the numbers' ranges)."""
+    from ..launch import rank_and_size, under_launcher
+
     if not args.compliance:
         raise UsageError("say which report: --compliance (the only one so far)")
-    if args.suite not in SUITES:
-        raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
-    if args.trials < 1 or not 3 <= args.np <= 64:
-        raise UsageError("--trials must be >= 1 and --np in 3..64 (the redirect attack needs 3 ranks)")
-    if args.seed < 0:
-        raise UsageError("--seed must be >= 0")
-    if not 16 <= args.chunk_bytes < (1 << 31) - 64:
-        raise UsageError("--chunk-bytes must be in [16, 2**31 - 64)")
-    if args.rotate_after_frames is not None and args.rotate_after_frames < 1:
-        raise UsageError("--rotate-after-frames must be >= 1")
+    if under_launcher() and rank_and_size()[1] < 3:
+        raise UsageError(
+            f"the evidence needs 3 ranks or more (the redirect attack); this launcher started "
+            f"{rank_and_size()[1]}: start 3 (mpiexec -n 3 ...)"
+        )
     if args.bench:
         try:
             load_bench(args.bench)
         except ValueError as e:
             raise UsageError(str(e)) from None
+
+
+def _check_outputs(args) -> None:
+    """``-o PATH`` (a file) and ``--pcap DIR`` (a folder) can be written."""
     if args.output:
-        _check_output(args.output)
-
-
-def _check_output(path: str) -> None:
-    """``-o PATH``: a file name in an existing, writable folder."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageError(f"--output {path}: no such directory {parent}")
-    if os.path.isdir(path):
-        raise UsageError(f"--output {path} is a directory; give a file name")
-    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UsageError(f"--output {path}: not writable")
+        check_file("--output", args.output)
+    if args.pcap:
+        check_dir("--pcap", args.pcap)
 
 
 def _capture(args) -> dict:

@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 from ..suites import SUITES
-from .usage import UsageError
+from .usage import UsageError, check_file, check_outputs, float_in, int_in, launcher_np
 
 HELP = "Train a small model on the digits set twice, default vs secure DDP hook (needs the torch extra)."
+DEFAULT_NP = 2
 
 
 def add_arguments(p) -> None:
     """The training run's options on parser ``p``."""
-    p.add_argument("--np", type=int, default=2, help="local ranks when not started by a launcher (default 2)")
-    p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
-    p.add_argument("--suite", default="aes-256-gcm", help=f"one of {', '.join(SUITES)} (default aes-256-gcm)")
     p.add_argument(
-        "--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size cap in MiB (default 25)"
+        "--np", type=int_in(1, 64), help=f"local ranks when not started by a launcher (default {DEFAULT_NP})"
     )
-    p.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
+    p.add_argument("--steps", type=int_in(1, 10**7), default=200, help="training steps (default 200)")
+    p.add_argument(
+        "--suite",
+        default="aes-256-gcm",
+        choices=list(SUITES),
+        help="suite of the secure hook (default aes-256-gcm)",
+    )
+    p.add_argument(
+        "--bucket-cap-mb",
+        type=float_in(0, 1e6, lo_open=True),
+        default=25.0,
+        help="DDP bucket size cap in MiB (default 25)",
+    )
+    p.add_argument("--batch", type=int_in(1, 1437), default=32, help="samples per rank per step (default 32)")
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
@@ -33,15 +44,11 @@ def add_arguments(p) -> None:
 
 def run(args, argv) -> int:
     """Check the arguments and this machine; run plainly, start ``--np`` local ranks (with a
-    torch.distributed rendezvous on 127.0.0.1); as a rank, train.  ``UsageError`` on bad values."""
-    from ..launch import free_port, relaunch, under_launcher
+    torch.distributed rendezvous on 127.0.0.1); as a rank, train.  Under an MPI launcher the
+    rendezvous comes from MPI (:func:`seccomm.launch.mpi_rendezvous`) unless ``MASTER_ADDR`` and
+    ``MASTER_PORT`` are set.  ``UsageError`` on bad values, before any training."""
+    from ..launch import free_port, launcher, mpi_rendezvous, rank_and_size, relaunch
 
-    if args.suite not in SUITES:
-        raise UsageError(f"unknown suite {args.suite!r}; allowed: {', '.join(SUITES)}")
-    if args.steps < 1 or args.batch < 1 or args.bucket_cap_mb <= 0:
-        raise UsageError("steps and batch must be >= 1 and bucket-cap-mb > 0")
-    if not 1 <= args.np <= 64:
-        raise UsageError(f"--np {args.np} is not sensible locally: use 1..64")
     try:
         import sklearn  # noqa: F401
         import torch  # noqa: F401
@@ -50,10 +57,18 @@ def run(args, argv) -> int:
             f"seccomm train needs the torch extra ({e.name} missing): "
             "pip install torch==2.13.0 && pip install -e '.[torch]'"
         ) from None
+    world = rank_and_size()[1] if launcher() else args.np or DEFAULT_NP
+    if args.batch * world > 1437:
+        raise UsageError(f"--batch {args.batch} x {world} ranks is more than the 1,437 training images")
     _check_device(args)
-    if not under_launcher():
+    if launcher() is None:
+        check_outputs(lambda: args.json and check_file("--json", args.json))
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-        return relaunch(args.np, argv, env)
+        return relaunch(args.np or DEFAULT_NP, argv, env, prog="seccomm train")
+    launcher_np(args.np)
+    check_outputs(lambda: args.json and check_file("--json", args.json))
+    if launcher() == "mpi":
+        mpi_rendezvous()
     from ..torch.train import main_train
 
     return main_train(args)
@@ -72,8 +87,8 @@ def _check_device(args) -> None:
         raise UsageError("--device cuda: torch finds no CUDA device (a CPU build of torch, or no GPU)")
     from ..launch import under_launcher
 
-    if (args.backend or "nccl") == "nccl" and not under_launcher() and args.np > gpus:
+    if (args.backend or "nccl") == "nccl" and not under_launcher() and (args.np or DEFAULT_NP) > gpus:
         raise UsageError(
-            f"--backend nccl needs one GPU per rank: --np {args.np} on {gpus} GPU(s); "
+            f"--np {args.np or DEFAULT_NP} on {gpus} GPU(s): --backend nccl needs one GPU per rank; "
             "use --np <= GPUs, or --backend gloo to share them"
         )

@@ -16,9 +16,18 @@ Every trial runs under one configuration (:class:`~seccomm.compliance.config.Rev
 key exchange, chunk size, rotation point, encrypt policy; the report's own), and each class's row
 records what it ran with (:func:`class_setup`).
 
-A trial counts as *detected* when the receiving rank raises ``AuthenticationError`` naming the
-attacking peer and the operation (``TransportTimeout`` naming it for drops), and as *silently
-accepted* when any rank returns a value that differs from the honest result.
+Each trial ends in exactly one of: *detected* (the receiving rank raises ``AuthenticationError``
+naming the attacking peer and the operation, ``TransportTimeout`` naming it for drops, and no rank
+returns a wrong result), *silently accepted* (no rank raises: the altered frame was consumed; the
+row counts how many of these changed the result), or *not applicable* (the attacker had nothing
+different to put on the wire: no earlier frame of that size, or one byte-identical to the honest
+frame; the row says why).  A trial in which some rank raised another error is none of these: it
+fails the class (``other``).  The honest operation before the attacked one runs on other data, so
+that a replayed or redirected frame carries other values even under the ``none`` suite.
+
+What each class should give depends on the suite (:func:`expected`): with an authenticating suite
+every trial is detected; with ``none`` the frames carry no tag, so the operation classes are
+silently accepted, except ``truncate`` (the frame length check) and ``drop`` (the deadline).
 
 Setup classes (each trial is one ``SecureComm`` construction on all ranks, psk and psk-dhe in
 turn; :mod:`seccomm.handshake`):
@@ -49,6 +58,7 @@ import numpy as np
 from ..errors import AuthenticationError, ConfigMismatchError, SecCommError, TransportTimeout
 from ..handshake import HELLO_BYTES, decode_hello, encode_hello
 from ..keys import KEY_EXCHANGES
+from ..suites import get_suite
 from ..transports import RecordingTransport, TransportWrapper, host_bytes
 from .config import ReviewConfig
 
@@ -80,6 +90,7 @@ class AttackTransport(TransportWrapper):
         super().__init__(inner)
         self.cls, self.target, self.rng = cls, target, rng
         self.armed, self.sent, self.fired, self.victim = False, 0, False, None
+        self.altered, self.na_reason = False, ""  # whether the frame put in differs from the honest one
         self.history: dict = {}  # (peer, nbytes) -> [frames], in sending order
         self._held = None
         self.replay, self.senders, self.forge = replay, set(senders), forge
@@ -124,14 +135,14 @@ class AttackTransport(TransportWrapper):
                 self._held = None
                 self.send_own(held, held_peer)
             return r
-        self.fired, self.victim = True, peer
+        self.fired, self.victim, self.altered = True, peer, True
         out = frame.copy()
         if self.cls == "flip-payload":
             out[self.rng.integers(0, max(1, out.size - 16))] ^= 1 << int(self.rng.integers(0, 8))
         elif self.cls == "flip-tag":
             out[out.size - 16 + int(self.rng.integers(0, 16))] ^= 1 << int(self.rng.integers(0, 8))
         elif self.cls == "replay":  # the same hop's frame of the previous operation
-            out = mine[0].copy() if mine else out
+            out = self._substitute(frame, mine[:1], "to this peer")
         elif self.cls == "truncate":
             out = out[: max(0, out.size - int(self.rng.integers(1, 17)))].copy()
         elif self.cls == "inject":
@@ -141,13 +152,23 @@ class AttackTransport(TransportWrapper):
             out = np.frombuffer(AESGCM(os.urandom(32)).encrypt(os.urandom(12), body, b""), np.uint8).copy()
         elif self.cls == "redirect":  # a frame sealed for another peer, delivered here
             other = [f for (p, n), fs in self.history.items() if p != peer and n == frame.size for f in fs]
-            out = other[-1].copy() if other else out
+            out = self._substitute(frame, other[-1:], "for another peer")
         elif self.cls == "swap":
             self._held = (peer, out)
             return _Done()
         elif self.cls == "drop":
             return _Done()
         return self.send_own(out, peer)
+
+    def _substitute(self, frame: np.ndarray, material: list, where: str) -> np.ndarray:
+        """The earlier frame in ``material`` in place of ``frame``; without one, or when it is
+        byte-identical, the honest frame, and the trial is not applicable (``na_reason``)."""
+        if not material:
+            self.altered, self.na_reason = False, f"no earlier frame of {frame.size} bytes {where}"
+            return frame.copy()
+        if np.array_equal(material[0], frame):
+            self.altered, self.na_reason = False, "the earlier frame is byte-identical to the honest one"
+        return material[0].copy()
 
 
 def forge_hello(block: np.ndarray, edit) -> np.ndarray:
@@ -343,7 +364,19 @@ def run_setup_class(
     if leaks:
         what = "plaintext windows crossed hosts" if cls == "forge-node-map" else "keys equal to session A's"
         ex = f"{leaks} {what}; {ex}"
-    return {**_row(cls, trials, detected, silent, ex, record), "leaks": leaks}
+    row = _row(
+        cls, trials, detected, silent, ex, record, other=trials - detected - silent, suite=config.suite
+    )
+    return {**row, "leaks": leaks}
+
+
+def expected(cls: str, suite: str) -> str:
+    """What class ``cls`` should give under ``suite``: ``"detected"``, or ``"silently accepted"``
+    for the operation classes under a suite without authentication (``none``) — but ``truncate``
+    (the frame length check) and ``drop`` (the deadline), which every suite detects."""
+    if cls in SETUP_CLASSES or cls in ("truncate", "drop") or get_suite(suite).authenticated:
+        return "detected"
+    return "silently accepted"
 
 
 #: largest payload [B] the swap class sizes for the configured chunk (2 full chunks per hop)
@@ -385,29 +418,27 @@ def run_class(
     """Run ``trials`` attacks of class ``cls`` (collective over ``comm``, >= 2 ranks; ``redirect``
     needs >= 3) under ``config`` (default: ``suite`` with default settings), ``count`` float32
     elements per rank (see :func:`class_setup`), the job secret or ``psk``.  Returns, identical
-    on every rank: class, trials, detected, silently_accepted, example, config (what it ran
-    with; ``trials`` 0 and the reason as example when the configuration cannot run it)."""
-    from mpi4py import MPI
-
+    on every rank, the class's row (:func:`_row`; every trial not applicable, with the reason, when
+    the configuration cannot run it)."""
     from ..comm import SecureComm
 
     config = config or ReviewConfig(suite=suite)
     size, rank = comm.Get_size(), comm.Get_rank()
     rng = np.random.default_rng(seed + 7919 * CLASSES.index(cls))
-    detected = silent = 0
+    tally = {"detected": 0, "silent": 0, "changed": 0, "na": 0, "other": 0}
     examples: list[str] = []
+    na_reasons: list[str] = []
     count, alg, record = class_setup(cls, config, count)
     settings = {k: record[k] for k in ("key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt")}
     x = np.arange(count, dtype=np.float32) + rank
+    earlier = x * 2 + 1  # the honest operation's data: other values than the attacked one's
     honest = np.empty_like(x)
     comm.Allreduce(x, honest)
     for t in range(trials):
         # redirect: rank 1 is the rank that seals frames of one size for two peers (recursive
         # doubling's fold on 3 ranks, or its two partners on 4); elsewhere any rank attacks
         attacker = 1 if cls == "redirect" else int(rng.integers(0, size))
-        target = 0  # the first frame of the attacked operation (on 2 ranks the only one)
-        if cls == "redirect":
-            target = 1  # the second partner's frame is replaced by the first partner's
+        target = 1 if cls == "redirect" else 0  # redirect: the second partner gets the first's frame
         wrap = (
             (lambda tr: AttackTransport(tr, cls, target, np.random.default_rng(seed * 1000 + t)))
             if rank == attacker
@@ -418,49 +449,94 @@ def run_class(
         sc = SecureComm(
             comm, config.suite, psk=psk, timeout=wait, algorithm=alg, wrap_transport=wrap, **settings
         )
-        y = np.empty_like(x)
         try:
-            sc.allreduce(x, y)  # honest operation: its frames are the attacker's material
+            sc.allreduce(earlier, np.empty_like(x))  # honest operation: the attacker's material
         except ValueError as e:  # on every rank, before any traffic: the configuration cannot run it
             sc.close()
-            return _row(cls, 0, 0, 0, f"not run: {e}", record)
-        if rank == attacker:
-            sc.transport.armed = True
-        y.fill(np.nan)
-        err = None
-        try:
-            sc.allreduce(x, y)
-        except SecCommError as e:
-            err = e
-        victim = sc.transport.victim if rank == attacker else None
-        sc.close()
-        info = np.array([-1 if victim is None else victim], np.int64)
-        comm.Allreduce(MPI.IN_PLACE, info, MPI.MAX)
-        victim = int(info[0])
-        wrong = err is None and not np.array_equal(y, honest)
-        if rank == victim:
-            want = TransportTimeout if cls == "drop" else AuthenticationError
-            ok_here = isinstance(err, want) and err.peer == attacker and "allreduce" in str(err.op)
-            if err is not None and not examples:
-                examples.append(f"{type(err).__name__}: {err}")
-        else:
-            ok_here = not wrong and victim >= 0
-        flags = np.array([0 if ok_here else 1, 1 if wrong else 0], np.int64)
-        comm.Allreduce(MPI.IN_PLACE, flags, MPI.SUM)
-        detected += int(flags[0] == 0)
-        silent += int(flags[1] > 0)
+            return _row(cls, trials, 0, 0, "", record, na=trials, reason=f"not run: {e}", suite=config.suite)
+        outcome, note = _attacked_trial(comm, sc, cls, x, honest, attacker, rank == attacker)
+        tally[outcome] += 1
+        tally["changed"] += outcome == "silent" and note == "changed"
+        if outcome == "na" and note not in na_reasons:
+            na_reasons.append(note)
+        if outcome in ("detected", "other") and note and not examples:
+            examples.append(note)
         comm.Barrier()
-    ex = comm.allgather(examples)
-    return _row(cls, trials, detected, silent, next((e for part in ex for e in part), ""), record)
+    ex = next((e for part in comm.allgather(examples) for e in part), "")
+    counts = {"na": tally["na"], "changed": tally["changed"], "other": tally["other"]}
+    return _row(cls, trials, tally["detected"], tally["silent"], ex, record, reason="; ".join(na_reasons),
+                suite=config.suite, **counts)  # fmt: skip
 
 
-def _row(cls: str, trials: int, detected: int, silent: int, example: str, record: dict) -> dict:
-    """One class's result row (identical on every rank)."""
+def _attacked_trial(comm, sc, cls: str, x, honest, attacker: int, attacking: bool) -> tuple[str, str]:
+    """One attacked allreduce of ``x`` on ``sc`` (the attacker's transport armed); (outcome, note),
+    identical on every rank but the note: ``"detected"`` (note: the victim's error),
+    ``"silent"`` (note ``"changed"`` when some rank's result differs from ``honest``), ``"na"``
+    (note: why), ``"other"`` (note: the unexpected error)."""
+    from mpi4py import MPI
+
+    if attacking:
+        sc.transport.armed = True
+    y = np.full_like(x, np.nan)
+    err = None
+    try:
+        sc.allreduce(x, y)
+    except SecCommError as e:
+        err = e
+    t = sc.transport if attacking else None
+    victim, altered = (t.victim if t.victim is not None else -1, int(t.altered)) if t else (-1, 0)
+    reason = comm.bcast(t.na_reason if t else None, root=attacker)
+    sc.close()
+    info = np.array([victim, altered], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, info, MPI.MAX)
+    victim = int(info[0])
+    want = TransportTimeout if cls == "drop" else AuthenticationError
+    named = isinstance(err, want) and err.peer == attacker and "allreduce" in str(err.op)
+    wrong = err is None and not np.array_equal(y, honest)
+    is_victim = comm.Get_rank() == victim
+    flags = np.array([int(is_victim and named), int(err is not None), int(wrong)], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, flags, MPI.SUM)
+    text = f"{type(err).__name__}: {err}" if err is not None else ""
+    if not info[1]:
+        return "na", reason or "the attack did not fire"
+    if flags[0] == 1 and flags[2] == 0:
+        return "detected", text if is_victim else ""
+    if flags[1] == 0:
+        return "silent", "changed" if flags[2] else ""
+    return "other", text
+
+
+def _row(
+    cls: str,
+    trials: int,
+    detected: int,
+    silent: int,
+    example: str,
+    record: dict,
+    *,
+    na: int = 0,
+    reason: str = "",
+    changed: int = 0,
+    other: int = 0,
+    suite: str | None = None,
+) -> dict:
+    """One class's result row (identical on every rank): trials, detected, silently_accepted
+    (``changed_results`` of them changed a result), not_applicable (``reason``), other (trials
+    that raised an unexpected error), expected (:func:`expected`), passed (the outcome fits the
+    expectation: nothing silently accepted that should be detected, no other error), example."""
+    want = expected(cls, suite or record.get("suite", "aes-256-gcm"))
+    passed = other == 0 and (silent == 0 if want == "detected" else detected == 0)
     return {
         "class": cls,
         "trials": trials,
         "detected": detected,
         "silently_accepted": silent,
+        "changed_results": changed,
+        "not_applicable": na,
+        "not_applicable_reason": reason,
+        "other": other,
+        "expected": want,
+        "passed": passed,
         "example": example,
         "config": record,
     }
@@ -483,7 +559,8 @@ def run_classes(
 ) -> list[dict]:
     """Run every attack class in ``classes`` (collective over ``comm``) under ``config`` (default:
     ``suite`` with default settings); ``log(line)`` is called on rank 0 with the header and one
-    table row per class.  Returns the rows (:func:`run_class`) on every rank."""
+    table row per class.  Returns the rows (:func:`_row`) on every rank; ``redirect`` on fewer
+    than 3 ranks is not applicable (every trial, with the reason)."""
     from mpi4py import MPI
 
     config = config or ReviewConfig(suite=suite)
@@ -496,8 +573,8 @@ def run_classes(
             f"{config.describe()}"
         )
         log(
-            f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} "
-            f"{'time [s]':>9}  example"
+            f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'n/a':>5} "
+            f"{'expected':>18} {'time [s]':>9}  example or reason"
         )
     # Two ranks for every class but redirect (the victim is the attacker's only peer, so no rank
     # is left waiting for a deadline); redirect needs a rank that seals for two peers: 3 or more.
@@ -506,13 +583,10 @@ def run_classes(
         tc = time.time()
         if cls in SETUP_CLASSES:
             r = run_setup_class(comm, cls, trials, seed, config=config)
+        elif cls == "redirect" and comm.Get_size() < 3:
+            why = f"needs >= 3 ranks (one that seals for two peers); this run has {comm.Get_size()}"
+            r = _row(cls, trials, 0, 0, "", config.record(), na=trials, reason=why, suite=config.suite)
         elif cls == "redirect":
-            if comm.Get_size() < 3:  # reported as a class with 0 of 0 detected: the run fails
-                r = _row(cls, 0, 0, 0, "not run: needs >= 3 ranks", config.record())
-                rows.append({**r, "seconds": 0.0})
-                if rank == 0:
-                    log(f"  {cls:>14} {'-':>7} {'-':>9} {'-':>18}  needs >= 3 ranks (run with --np 3)")
-                continue
             r = run_class(comm, cls, trials, seed, config=config)
         else:
             r = run_class(pair, cls, trials, seed, config=config) if pair != MPI.COMM_NULL else None
@@ -523,25 +597,65 @@ def run_classes(
         if rank == 0:
             log(
                 f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
-                f"{r['seconds']:9.1f}  {r['example'][:90]}"
+                f"{r['not_applicable']:>5} {r['expected']:>18} {r['seconds']:9.1f}  {explain(r)[:110]}"
             )
     if pair != MPI.COMM_NULL:
         pair.Free()
     return rows
 
 
+def explain(r: dict) -> str:
+    """The row's last column: what went wrong, why trials were not applicable, what the silently
+    accepted trials did, or an example of a detection."""
+    parts = []
+    if r["other"]:
+        parts.append(f"FAILED: {r['other']} trial(s) raised another error: {r['example']}")
+    if r["not_applicable"]:
+        parts.append(f"n/a: {r['not_applicable_reason']}")
+    if r["silently_accepted"]:
+        parts.append(
+            f"{r['silently_accepted']} altered frame(s) consumed without an error, "
+            f"{r.get('changed_results', 0)} changed the result"
+        )
+    if r["detected"] and r["expected"] != "detected":
+        parts.append(f"detected although the suite authenticates nothing: {r['example']}")
+    elif r["detected"] and not parts:
+        how = (
+            "by the frame length check (no tag): "
+            if r["class"] == "truncate"
+            and r["expected"] == "detected"
+            and not get_suite(r["config"].get("suite", "aes-256-gcm")).authenticated
+            else ""
+        )
+        parts.append(how + r["example"])
+    return "; ".join(parts)
+
+
 def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> int:
     """Every rank of ``seccomm attack``: run ``classes`` on ``MPI.COMM_WORLD``, rank 0 prints the
-    table and a verdict line.  Exit status 1 when any attack went undetected or a class did not
-    run, else 0."""
+    table and a verdict line.  Exit status 1 when a class's outcome does not fit what the suite
+    should give (:func:`expected`: an attack silently accepted that should be detected, or a trial
+    that raised another error), else 0."""
     from mpi4py import MPI
 
     t0 = time.time()
     rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=lambda s: print(s, flush=True), suite=suite)
-    bad = [r for r in rows if r["silently_accepted"] or r["detected"] < r["trials"] or not r["trials"]]
     if MPI.COMM_WORLD.Get_rank() == 0:
-        print(
-            f"# {'OK' if not bad else 'FAILED'}: {sum(r['trials'] for r in rows)} attacks, "
-            f"{sum(r['silently_accepted'] for r in rows)} silently accepted, {time.time() - t0:.0f} s"
-        )
-    return 1 if bad else 0
+        print(verdict(rows, suite, time.time() - t0), flush=True)
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+def verdict(rows: list[dict], suite: str, seconds: float) -> str:
+    """The last line of ``seccomm attack``: OK or FAILED, the totals, and what was expected."""
+    bad = [r["class"] for r in rows if not r["passed"]]
+    na = [r["class"] for r in rows if r["not_applicable"]]
+    total = sum(r["trials"] for r in rows)
+    counts = (
+        f"{total} attacks: {sum(r['detected'] for r in rows)} detected, "
+        f"{sum(r['silently_accepted'] for r in rows)} silently accepted, "
+        f"{sum(r['not_applicable'] for r in rows)} not applicable"
+    )
+    head = f"FAILED ({', '.join(bad)})" if bad else "OK"
+    if not get_suite(suite).authenticated:
+        counts += f"; suite {suite} authenticates no frame: silently accepted is what it should give"
+    return f"# {head}: {counts}{f' (n/a: {chr(44).join(na)})' if na else ''}, {seconds:.0f} s"

@@ -1,0 +1,171 @@
+"""Every option of every ``seccomm`` command, held to the same rules and run as the real command:
+numbers are range-checked (out of range, NaN, infinite: exit 2, one line naming the option),
+output paths are checked before any work (exit 2, one line, nothing on standard output), every
+option is described in ``--help``; ``seccomm --version``; the ``--plot`` hint is the README's."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from seccomm import __version__, cli, launch
+from seccomm.cli.usage import PLOT_HINT
+
+from conftest import run_cmd
+
+SECCOMM = [sys.executable, "-m", "seccomm"]
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _actions():
+    """(command, action) for every option of every command."""
+    top = cli._parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            if not isinstance(action, argparse._HelpAction):
+                yield name, action
+
+
+def _numeric(action) -> bool:
+    return (
+        action.type in (int, float)
+        or getattr(action.type, "range_checked", False)
+        or (isinstance(action.default, (int, float)) and not isinstance(action.default, bool))
+    )
+
+
+def test_every_numeric_option_has_a_range_checked_type():
+    """A number typed int/float, or any option with a numeric default, must be parsed by
+    usage.int_in/float_in/size_in (so out-of-range values fail at parse time, naming the option)."""
+    loose = [
+        f"{cmd} {a.option_strings[-1]}"
+        for cmd, a in _actions()
+        if _numeric(a) and not getattr(a.type, "range_checked", False) and a.choices is None
+    ]
+    assert not loose, loose
+
+
+def _bad_values(action) -> list[str]:
+    """Values just outside the option's bounds, and non-finite ones for real numbers."""
+    t = action.type
+    out = [str(t.lo - 1) if t.__name__ != "number" else str(t.lo - 0.5)]
+    if t.hi is not None:
+        out.append(str(t.hi + 1))
+    if t.__name__ == "number":
+        out += ["nan", "inf"]
+    return out
+
+
+CASES = [
+    (cmd, a.option_strings[-1], v)
+    for cmd, a in _actions()
+    if getattr(a.type, "range_checked", False)
+    for v in _bad_values(a)
+]
+
+
+def user_env(tmp_path) -> dict:
+    drop = launch.LAUNCHER_VARS + ("SECCOMM_PSK", "SECCOMM_PSK_FILE")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, "TMPDIR": str(tmp_path)}
+
+
+@pytest.mark.parametrize("cmd,option,value", CASES, ids=[f"{c} {o}={v}" for c, o, v in CASES])
+def test_out_of_range_numbers_exit_2_naming_the_option(tmp_path, cmd, option, value):
+    extra = ["--compliance"] if cmd == "report" else []
+    proc = run_cmd(
+        [*SECCOMM, cmd, *extra, f"{option}={value}"], timeout=120, env=user_env(tmp_path), cwd=tmp_path
+    )
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout[-500:], proc.stderr[-500:])
+    assert proc.stderr.startswith(f"seccomm {cmd}: error: argument ") and option in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+#: every output option of every command: (command, option, extra arguments)
+OUTPUTS = [
+    ("bench", "--json", []),
+    ("bench", "--csv", []),
+    ("bench", "--plot", []),
+    ("train", "--json", []),
+    ("project", "--json", []),
+    ("project", "--csv", []),
+    ("project", "--plot", []),
+    ("project", "--out", ["--calibrate", "BENCH"]),
+    ("report", "--output", ["--compliance", "--no-capture"]),
+    ("report", "--pcap", ["--compliance"]),
+]
+
+
+def test_every_output_option_is_in_the_table():
+    outputs = {
+        (cmd, a.option_strings[-1])
+        for cmd, a in _actions()
+        if a.dest in ("json", "csv", "plot", "out", "output", "pcap")
+    }
+    assert outputs == {(c, o) for c, o, _ in OUTPUTS}
+
+
+@pytest.mark.parametrize("cmd,option,extra", OUTPUTS, ids=[f"{c} {o}" for c, o, _ in OUTPUTS])
+@pytest.mark.parametrize("where", ["missing folder", "a folder", "a file as folder"])
+def test_bad_output_paths_stop_before_any_work(tmp_path, cmd, option, extra, where):
+    """Exit 2 and one line before anything runs: nothing on standard output, no rank started
+    (no job secret was made), whatever the path's fault."""
+    if cmd == "train":
+        pytest.importorskip("torch")
+        pytest.importorskip("sklearn")
+    (tmp_path / "file").write_text("x")
+    bench = tmp_path / "bench.json"  # a bench result for --calibrate (its fit comes after the check)
+    bench.write_text('{"config": {}, "world_size": 2, "rows": []}')
+    extra = [str(bench) if x == "BENCH" else x for x in extra]
+    paths = {
+        "missing folder": "/nonexistent/out.png",
+        "a folder": str(tmp_path),
+        "a file as folder": str(tmp_path / "file" / "o.png"),
+    }
+    if option == "--pcap":  # a folder, made if missing: a file is what it cannot use
+        paths.update({"missing folder": str(tmp_path / "file"), "a folder": str(tmp_path / "file" / "sub")})
+    path = paths[where]
+    proc = run_cmd([*SECCOMM, cmd, *extra, option, path], timeout=120, env=user_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout[-500:], proc.stderr[-500:])
+    assert proc.stderr.startswith(f"seccomm {cmd}: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not list(tmp_path.glob("seccomm-psk-*"))
+
+
+@pytest.mark.parametrize("cmd", ["bench", "project"])
+def test_plot_path_of_a_type_matplotlib_cannot_write(tmp_path, cmd):
+    proc = run_cmd([*SECCOMM, cmd, "--plot", "out.txt"], timeout=120, env=user_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    try:
+        import matplotlib  # noqa: F401
+
+        assert "--plot out.txt: unknown file type 'txt'; use one of " in proc.stderr and ".png" in proc.stderr
+    except ImportError:
+        assert PLOT_HINT in proc.stderr
+
+
+def test_plot_hint_is_the_readmes():
+    """The --plot hint names the install command the README gives."""
+    assert "pip install -e '.[plot]'" in PLOT_HINT and "pip install -e '.[plot]'" in README.read_text()
+
+
+def test_every_option_is_described():
+    bare = [f"{cmd} {a.option_strings[-1]}" for cmd, a in _actions() if not a.help]
+    assert not bare, bare
+
+
+def test_project_help_lists_the_presets(capsys):
+    from seccomm.costmodel import PRESETS
+
+    assert cli.main(["project", "--help"]) == 0
+    out = capsys.readouterr().out
+    flat = "".join(out.split())  # argparse wraps lines, also at hyphens
+    assert all(f"{name}:inter-node" in flat for name in PRESETS)
+
+
+def test_version():
+    proc = run_cmd([*SECCOMM, "--version"], timeout=60)
+    assert proc.returncode == 0 and proc.stdout == f"seccomm {__version__}\n"

@@ -1,0 +1,173 @@
+"""How the commands start and stop, run as a user runs them: Ctrl-C, SIGTERM and SIGHUP stop every
+rank with one line and leave no job secret behind; under a user's ``mpiexec`` a usage error is
+printed once, ``--np`` is checked, and ``seccomm train`` finds its rendezvous without
+``MASTER_PORT``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from seccomm import launch
+
+from conftest import kill_tree, mpiexec, run_cmd
+
+SECCOMM = [sys.executable, "-m", "seccomm"]
+GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()
+#: a bench that runs far longer than any test waits: it must be stopped
+LONG_BENCH = ["bench", "-b", "16M", "-e", "64M", "-n", "100000", "--suites", "aes-256-gcm"]
+
+
+def clean_env(tmp_path, **extra) -> dict:
+    """This process's environment without launcher, secret or rendezvous variables; TMPDIR is
+    ``tmp_path`` (where a fresh job secret goes)."""
+    drop = launch.LAUNCHER_VARS + ("SECCOMM_PSK", "SECCOMM_PSK_FILE", "SECCOMM_INSECURE_BENCH_SECRET")
+    env = {k: v for k, v in os.environ.items() if k not in drop + ("MASTER_ADDR", "MASTER_PORT")}
+    return {**env, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _processes_with(marker: str) -> list[int]:
+    """pids of processes (not zombies) whose command line contains ``marker``."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if marker in cmd and not zombie:
+            out.append(int(pid))
+    return out
+
+
+def stop_midway(cmd: list, env: dict, sig: int, marker: str) -> tuple[int, str, str]:
+    """Start ``cmd`` in a session of its own, wait until rank 0 has printed its header (the ranks
+    are timing), send ``sig`` to its process group (as a terminal sends Ctrl-C to the foreground
+    group), and return (exit status, stdout, stderr).  Fails if it does not stop by itself."""
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    err: list[str] = []
+    ereader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    ereader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any(ln.startswith("# time:") for ln in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, ("".join(lines), err)
+            time.sleep(0.05)
+        os.killpg(proc.pid, sig)
+        rc = proc.wait(timeout=60)
+        reader.join(10)
+        ereader.join(10)
+    except BaseException:
+        kill_tree(proc)
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+        raise
+    return rc, "".join(lines), "".join(err)
+
+
+def _gone(marker: str) -> bool:
+    """Whether every process of the run has exited (polled for up to 10 s: exits are asynchronous)."""
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _processes_with(marker)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_plain_bench_stops_every_rank_on_a_signal(tmp_path, sig):
+    """Run plainly: Ctrl-C (SIGINT), SIGTERM or SIGHUP ends the run with one line on standard
+    error, status 128 + signal, every rank gone, and the fresh job secret removed."""
+    marker = str(tmp_path / "marker.csv")
+    rc, out, err = stop_midway([*SECCOMM, *LONG_BENCH, "--csv", marker], clean_env(tmp_path), sig, marker)
+    name = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    assert rc == 128 + sig, (rc, out[-1000:], err[-2000:])
+    assert [ln for ln in err.splitlines() if ln.strip()] == [f"seccomm bench: {name}; all ranks stopped"], err
+    assert "Traceback" not in out + err and "BAD TERMINATION" not in out
+    assert _gone(marker), "ranks left running"
+    assert not list(tmp_path.glob("seccomm-psk-*")), "the job secret was left on disk"
+
+
+@pytest.mark.mpi
+def test_ctrl_c_under_the_users_mpiexec_prints_one_line(tmp_path):
+    """Under the user's mpiexec, Ctrl-C reaches mpiexec, which passes it to the ranks: rank 0
+    says so once, no rank prints a traceback, exit status 130."""
+    marker = str(tmp_path / "marker.csv")
+    cmd = [mpiexec(), "-n", "2", *SECCOMM, *LONG_BENCH, "--csv", marker]
+    rc, out, err = stop_midway(cmd, clean_env(tmp_path, SECCOMM_PSK=GOOD_HEX), signal.SIGINT, marker)
+    assert rc == 130, (rc, out[-1000:], err[-2000:])
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["seccomm bench: interrupted"], err
+    assert "Traceback" not in out + err
+    assert _gone(marker)
+
+
+def _under_mpiexec(tmp_path, n: int, *args, **env_extra):
+    env = clean_env(tmp_path, SECCOMM_PSK=GOOD_HEX, **env_extra)
+    return run_cmd([mpiexec(), "-n", str(n), *SECCOMM, *args], timeout=300, env=env, cwd=tmp_path)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["bench", "-n", "0"], "seccomm bench: error: argument -n/--iters: must be in [1, 1,000,000], got 0"),
+        (
+            ["bench", "--json", "/nonexistent/r.json"],
+            "seccomm bench: error: --json /nonexistent/r.json: folder",
+        ),
+        (
+            ["bench", "--np", "3"],
+            "seccomm bench: error: --np 3 does not apply under a launcher, which started 2",
+        ),
+        (["attack", "--trials", "5"], "start 3 or more ranks (mpiexec -n 3 ...), or leave redirect out"),
+        (["bench", "--encrypt", "inter-node", "-e", "8"], "all 2 ranks are on one node, so no hop would be"),
+        (["report", "--compliance"], "the evidence needs 3 ranks or more (the redirect attack)"),
+        (
+            ["report", "--compliance", "--pcap", "/etc/hostname/x", "-n3"],
+            "--pcap /etc/hostname/x: /etc/hostname is a file, not a folder",
+        ),
+        (["report", "--compliance", "-o", "/nonexistent/r.md", "-n3"], "--output /nonexistent/r.md: folder"),
+    ],
+)
+def test_usage_errors_under_mpiexec_are_printed_once(tmp_path, args, msg):
+    """Every rank parses the same arguments; one says what is wrong, all exit 2 together."""
+    n = 3 if "-n3" in args else 2
+    out = _under_mpiexec(tmp_path, n, *[a for a in args if a != "-n3"])
+    err = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(err) == 1 and msg in err[0], (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+@pytest.mark.mpi
+def test_train_under_mpiexec_needs_no_master_port(tmp_path):
+    """mpiexec -n 2 seccomm train: the torch.distributed rendezvous comes from MPI (no
+    MASTER_ADDR/MASTER_PORT set); a bad --json stops every rank before training."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    j = tmp_path / "t.json"
+    out = _under_mpiexec(tmp_path, 2, "train", "--steps", "3", "--json", str(j))
+    assert out.returncode == 0 and j.exists(), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "# seccomm train:" in out.stdout
+    out = _under_mpiexec(tmp_path, 2, "train", "--steps", "3", "--json", "/nonexistent/t.json")
+    err = [
+        ln
+        for ln in out.stderr.splitlines()
+        if ln.strip() and "UserWarning" not in ln and "from_numpy" not in ln
+    ]
+    assert out.returncode == 2 and len(err) == 1 and "--json /nonexistent/t.json: folder" in err[0], (
+        out.stderr
+    )
+    assert "# seccomm train:" not in out.stdout
