@@ -97,6 +97,7 @@ OUTPUTS = [
     ("project", "--out", ["--calibrate", "BENCH"]),
     ("report", "--output", ["--compliance", "--no-capture"]),
     ("report", "--pcap", ["--compliance"]),
+    ("cluster", "--json", ["--hosts", "1"]),
 ]
 
 

@@ -125,13 +125,13 @@ def test_scaling_rows_overhead_efficiency_and_tunnel_label():
         (["--hosts", "2,x"], "bad --hosts '2,x'"),
         (["--hosts", ","], "give at least one host count"),
         (["--link", "fast"], "bad link rate 'fast'"),
-        (["--mtu", "100"], "mtu must be in 1280..9000"),
-        (["--oversubscription", "0.5"], "oversubscription >= 1"),
+        (["--mtu", "100"], "argument --mtu: must be in [1_280, 9_000], got 100"),
+        (["--oversubscription", "0.5"], "argument --oversubscription: must be >= 1, got 0.5"),
         (["--", "--np", "4"], "--np: the lab sets these itself"),
         (["--", "--json", "x.json"], "--json: the lab sets these itself"),
         (["--", "--suites", "rot13"], "unknown suite rot13"),
         (["--at", "3M", "--", "-b", "1M", "-e", "4M"], "--at 3145728 is not a benched size"),
-        (["--json", "/nonexistent/x.json"], "does not exist or is not writable"),
+        (["--json", "/nonexistent/x.json"], "folder /nonexistent does not exist"),
     ],
 )
 def test_bad_arguments_one_line_before_anything_is_built(capsys, monkeypatch, args, msg):

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from .usage import Parser, UsageError, size_arg
+from .usage import Parser, UsageError, check_file, float_in, int_in, size_arg
 
 HELP = "Emulate a cluster of hosts on this machine (namespaces, shaped links) and bench on it."
 #: the bench options used when none are given after ``--`` (bounded: a few iterations per size)
@@ -25,24 +25,29 @@ _OWN = ("--np", "--json", "--csv", "--plot")
 def add_arguments(p) -> None:
     """The lab's options on parser ``p``; the bench's follow ``--``."""
     p.add_argument("--hosts", default="2", help="host counts, comma list: one cluster each (default 2)")
-    p.add_argument("--ranks-per-host", type=int, default=1, help="ranks on each host (default 1)")
+    p.add_argument("--ranks-per-host", type=int_in(1, 64), default=1, help="ranks on each host (default 1)")
     p.add_argument(
         "--link", default="1gbit", help="each host's link rate, e.g. 500mbit, 10gbit (default 1gbit)"
     )
     p.add_argument(
-        "--hosts-per-rack", type=int, default=0, help="hosts per rack switch (default 0: one switch)"
+        "--hosts-per-rack", type=int_in(0), default=0, help="hosts per rack switch (default 0: one switch)"
     )
     p.add_argument(
         "--oversubscription",
-        type=float,
+        type=float_in(1.0),
         default=1.0,
         help="rack uplink = hosts per rack x link / this (default 1)",
     )
-    p.add_argument("--mtu", type=int, default=1500, help="MTU of every link [B] (default 1500)")
+    p.add_argument(
+        "--mtu", type=int_in(1280, 9000), default=1500, help="MTU of every link [B] (default 1500)"
+    )
     p.add_argument("--tunnel", choices=("wireguard",), help="also run native MPI through this tunnel")
     p.add_argument("--at", help="message size of the scaling table (default: the largest benched)")
     p.add_argument(
-        "--time-limit", type=float, default=900.0, help="seconds one bench run may take (default 900)"
+        "--time-limit",
+        type=float_in(0.0, lo_open=True),
+        default=900.0,
+        help="seconds one bench run may take (default 900)",
     )
     p.add_argument("--json", metavar="PATH", help="write the clusters, every run's bench JSON and the table")
     p.add_argument(
@@ -61,7 +66,7 @@ def run(args, argv) -> int:
     if at not in cfg.sizes():
         raise UsageError(f"--at {at} is not a benched size ({', '.join(map(str, cfg.sizes()))})")
     if args.json:
-        _check_folder(args.json)
+        check_file("--json", args.json)
     if not privilege.privileged():
         if privilege.in_userns() or not privilege.userns_works():
             raise UsageError(privilege.NEEDS)
@@ -151,9 +156,3 @@ def _bench_config(bench_args: list[str]):
     if cfg.workload:
         raise UsageError("--workload: use the lab with a size sweep (-b/-e), not a workload")
     return cfg
-
-
-def _check_folder(path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UsageError(f"--json {path}: folder {folder} does not exist or is not writable")

@@ -47,7 +47,8 @@ def _typed(parse, name: str, lo, hi):
 
 
 def _num(v) -> str:
-    return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+    """``1_048_576`` (a comma would read as a list separator inside ``[lo, hi]``)."""
+    return f"{v:_}" if isinstance(v, int) else f"{v:g}"
 
 
 def _bounds(v, lo, hi, lo_open=False) -> None:
