@@ -123,7 +123,7 @@ def _under_mpiexec(tmp_path, n: int, *args, **env_extra):
 @pytest.mark.parametrize(
     "args,msg",
     [
-        (["bench", "-n", "0"], "seccomm bench: error: argument -n/--iters: must be in [1, 1,000,000], got 0"),
+        (["bench", "-n", "0"], "seccomm bench: error: argument -n/--iters: must be in [1, 1_000_000], got 0"),
         (
             ["bench", "--json", "/nonexistent/r.json"],
             "seccomm bench: error: --json /nonexistent/r.json: folder",
