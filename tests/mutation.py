@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -43,6 +42,9 @@ EQUIVALENT_ROW = re.compile(r"^\|\s*`([\w.ǁ]+__mutmut_\d+)`\s*\|")
 
 
 def config() -> dict:
+    """``[tool.mutmut]`` of pyproject.toml (tomllib: Python 3.11+, as mutmut 3 itself needs)."""
+    import tomllib
+
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
 
 
@@ -108,7 +110,15 @@ def dotted(module: str) -> str:
 def score(module: str, codes: dict[str, int], eq: dict[str, str]) -> dict:
     """Counts for one module; the score leaves out the survivors written down as equivalent."""
     kind = Counter(
-        "killed" if v in KILLED else "no tests" if v in NO_TESTS else "survived" if v == 0 else "other"
+        "killed"
+        if v in KILLED
+        else "no tests"
+        if v in NO_TESTS
+        else "survived"
+        if v == 0
+        else "not run"
+        if v is None
+        else "other"
         for v in codes.values()
     )
     alive = sorted(k for k, v in codes.items() if v not in KILLED)
@@ -121,6 +131,7 @@ def score(module: str, codes: dict[str, int], eq: dict[str, str]) -> dict:
         "survived": kind["survived"],
         "no_tests": kind["no tests"],
         "other": kind["other"],
+        "not_run": kind["not run"],
         "equivalent": len(equiv),
         "score": kind["killed"] / judged if judged else 1.0,
         "unexplained": [k for k in alive if k not in eq],
@@ -145,7 +156,9 @@ def report(per: dict[str, dict], target: float) -> int:
         f"{'all':<40} {tot['mutants']:>7} {tot['killed']:>7} {'':>13} {tot['equivalent']:>5} "
         f"{100 * tot['killed'] / judged:>6.1f}%"
     )
-    for s in per.values():
+    for m, s in per.items():
+        if s["not_run"]:
+            print(f"{m}: {s['not_run']} mutants not run (counted as not killed)")
         for k in s["unexplained"]:
             print(f"not explained: {k}")
         for k in s["stale"]:
@@ -176,9 +189,11 @@ def main(argv=None) -> int:
     print(f"mutmut in {work} (log: {log}) on {len(modules)} modules ...", flush=True)
     rc = run_mutmut(work, a.max_children, log)
     codes = results(work, modules)
-    if rc != 0 or not any(codes.values()):
+    if not any(codes.values()):
         print(f"mutmut failed (exit {rc}); the end of {log}:\n" + log.read_text()[-3000:])
         return 2
+    if rc != 0:  # e.g. mutmut itself crashed near the end: report what it checked, say what it did not
+        print(f"WARNING: mutmut exited with {rc} (see {log}); mutants it did not check are 'not run'")
     eq = equivalents()
     per = {m: score(m, c, eq) for m, c in codes.items()}
     rc = report(per, a.target)
