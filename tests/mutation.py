@@ -42,7 +42,7 @@ EQUIVALENT_ROW = re.compile(r"^\|\s*`([\w.ǁ]+__mutmut_\d+)`\s*\|")
 
 
 def config() -> dict:
-    """``[tool.mutmut]`` of pyproject.toml (tomllib: Python 3.11+, as mutmut 3 itself needs)."""
+    """``[tool.mutmut]`` of pyproject.toml (tomllib: this script needs Python 3.11+)."""
     import tomllib
 
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
