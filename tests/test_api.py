@@ -3,6 +3,7 @@ world size 1 on COMM_SELF)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -68,6 +69,67 @@ def test_suite_registry():
     assert 2**23.4 < limit < 2**23.6
     with pytest.raises(ValueError, match="allowed: none, aes-256-gcm"):
         seccomm.get_suite("aes-128-cbc")
+
+
+def test_suite_registration_refuses_a_taken_name_or_id(monkeypatch):
+    """``suites.register`` on a scratch registry: a second suite of an existing name or AAD
+    suite id is refused (two suites must never share the byte bound into the AAD), and nothing
+    is added; a new one is added and returned.  ``get_suite`` refuses any other key, hashable or
+    not, with ``ValueError`` listing the names."""
+    import dataclasses
+
+    from seccomm import suites
+
+    reg, before = dict(suites.SUITES), dict(suites.SUITES)
+    monkeypatch.setattr(suites, "SUITES", reg)
+    gcm = reg["aes-256-gcm"]
+    for name, sid in (("aes-256-gcm", 9), ("aes-999", 1), ("none", 0)):
+        with pytest.raises(ValueError, match=f"^suite '{name}' or id {sid} already registered$"):
+            suites.register(dataclasses.replace(gcm, name=name, suite_id=sid))
+    assert reg == before and list(reg) == list(before)
+    new = dataclasses.replace(gcm, name="aes-999", suite_id=9)
+    assert suites.register(new) is new and suites.get_suite("aes-999") is new
+    assert list(reg)[-1] == "aes-999"
+    allowed = "allowed: none, aes-256-gcm, chacha20-poly1305, aes-256-gmac, aes-999$"
+    for bad in ("AES-256-GCM", ["aes-256-gcm"], None):
+        with pytest.raises(ValueError, match=f"^unknown suite {re.escape(repr(bad))}; {allowed}"):
+            suites.get_suite(bad)
+
+
+def test_collective_registration_checks_name_and_wire_code(monkeypatch):
+    """``collectives.register`` on a scratch registry: a wire code outside the AAD's op kind byte
+    (1..255), or a name or code already taken, is refused and nothing is added; new records are
+    kept in wire-code order whatever order they register in.  ``get_collective`` refuses any
+    other key with ``ValueError`` listing the registered names."""
+    import dataclasses
+
+    from seccomm import collectives
+
+    reg, before = dict(collectives.COLLECTIVES), dict(collectives.COLLECTIVES)
+    monkeypatch.setattr(collectives, "COLLECTIVES", reg)
+    base = reg["alltoall"]
+
+    def rec(name, code):
+        return dataclasses.replace(base, name=name, code=code)
+
+    for code in (0, -1, 256, 1000):
+        msg = f"wire code {code} of 'x' does not fit the AAD's op kind byte (1..255)"
+        with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+            collectives.register(rec("x", code))
+    for name, code in (("alltoall", 200), ("x", 1), ("x", 5), ("bcast", 4)):
+        with pytest.raises(ValueError, match=f"^collective '{name}' or wire code {code} already registered$"):
+            collectives.register(rec(name, code))
+    builtin = ["allreduce", "reduce_scatter", "allgather", "bcast", "alltoall"]
+    assert list(reg) == builtin and reg == before
+    hi, lo = rec("hi", 255), rec("lo", 6)
+    assert collectives.register(hi) is hi and collectives.register(lo) is lo
+    assert list(reg) == builtin + ["lo", "hi"]
+    assert collectives.get_collective("hi") is hi and collectives.get_collective("lo") is lo
+    assert collectives.get_collective("bcast") is reg["bcast"]
+    for bad in ("gather", ["bcast"], None):
+        msg = f"unknown collective {bad!r}; allowed: {', '.join(builtin + ['lo', 'hi'])}"
+        with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+            collectives.get_collective(bad)
 
 
 @pytest.mark.parametrize(
