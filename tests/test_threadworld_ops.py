@@ -540,3 +540,41 @@ def test_bench_records_count_seed_reset_and_check(name, dname, op):
         bad[:: max(1, bad.size // 7)] += bad.dtype.type(1)
         altered = int(np.count_nonzero(bad.astype(np.float64) != recv.astype(np.float64)))
         assert altered > 0 and coll.wrong(bad, ref) == altered
+
+
+@pytest.mark.parametrize("root", [0, 2])
+def test_bench_bcast_data_and_reset_follow_the_root(root):
+    """bcast's record: every rank's bench data is the root's (each rank then holds the result a
+    correct bcast gives), and ``reset`` gives the root its data and every other rank zeros (so a
+    bcast that moved nothing fails the check)."""
+    coll, p, n = COLLECTIVES["bcast"], 3, 100
+    root_data = coll.init("float32", "sum", n, root, p, root)
+    assert not np.array_equal(root_data, coll.init("float32", "sum", n, (root + 1) % p, p, (root + 1) % p))
+    for r in range(p):
+        send = coll.init("float32", "sum", n, r, p, root)
+        assert np.array_equal(send, root_data), r
+        buf = np.full(n, 9, np.float32)
+        coll.reset(send, buf, r, root)
+        assert np.array_equal(buf, root_data if r == root else np.zeros(n, np.float32)), r
+        assert not np.shares_memory(buf, send)
+
+
+@pytest.mark.parametrize("dname", ["uint8", "float16", "bfloat16", "int32", "float32", "int64", "float64"])
+def test_bench_check_counts_elements_whose_bits_differ(dname):
+    """``wrong`` (every record's: ``common.bitwise_wrong``) counts the elements whose bits differ
+    from the native result, in every dtype: one element with several bits changed counts once,
+    a change in any byte of an element counts, and -0.0 against 0.0 counts."""
+    ref = data(dname, 64, 0)
+    isz = ref.dtype.itemsize
+    for name in sorted(COLLECTIVES):
+        assert COLLECTIVES[name].wrong(ref, ref.copy()) == 0
+    out = ref.copy()
+    u8 = out.view(np.uint8)
+    u8[0] ^= 0x01  # element 0: lowest byte (little-endian)
+    u8[7 * isz + isz - 1] ^= 0x80  # element 7: highest byte
+    u8[20 * isz : 21 * isz] ^= 0xFF  # element 20: every byte
+    assert COLLECTIVES["bcast"].wrong(out, ref) == 3
+    assert COLLECTIVES["allreduce"].wrong(ref, out) == 3
+    if dname in ("float16", "bfloat16", "float32", "float64"):
+        zero = np.zeros(4, ref.dtype)
+        assert COLLECTIVES["alltoall"].wrong(-zero, zero) == 4
