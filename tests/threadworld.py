@@ -7,6 +7,8 @@ Host keys come from the world (``hosts``), so a test can lay ranks out on simula
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
+A send buffer must stay as it was until its send completed (MPI may read it until then): the
+send's wait raises ``AssertionError`` when it changed.
 """
 
 from __future__ import annotations
@@ -61,6 +63,15 @@ class _Recv:
         self.buf, self.index = buf, index
 
 
+class _Sent:
+    """A posted send: the buffer and the bytes it held when posted."""
+
+    __slots__ = ("buf", "data", "peer")
+
+    def __init__(self, buf, data, peer):
+        self.buf, self.data, self.peer = buf, data, peer
+
+
 class ThreadTransport(Transport):
     """Rank ``rank`` of ``world``; ``timeout``: seconds for the setup collectives."""
 
@@ -103,10 +114,11 @@ class ThreadTransport(Transport):
         np.asarray(buf).reshape(-1).view(np.uint8)[:] = np.frombuffer(whole, np.uint8)
 
     def isend(self, buf, peer):
-        w = self.world
+        w, data = self.world, bytes(host_bytes(buf))
         with w.cv:
-            w.mail[(self.rank, peer)].append(bytes(host_bytes(buf)))
+            w.mail[(self.rank, peer)].append(data)
             w.cv.notify_all()
+        return _Sent(buf, data, peer)
 
     def irecv(self, buf, peer):
         req = _Recv(buf, self.posted[peer])
@@ -140,7 +152,11 @@ class ThreadTransport(Transport):
         return len(data)
 
     def wait_sends(self, reqs, timeout, peers, op_label):
-        pass
+        for req in reqs:
+            if isinstance(req, _Sent) and bytes(host_bytes(req.buf)) != req.data:
+                raise AssertionError(
+                    f"{op_label}: a send buffer to rank {req.peer} changed before its send completed"
+                )
 
     def abort(self, blame):
         with self.world.cv:
