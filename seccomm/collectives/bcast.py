@@ -21,7 +21,7 @@ def bcast(self, buf: np.ndarray, root: int = 0) -> None:
     self._collective("bcast", buf, buf, root=root)
 
 
-def _args(sendbuf, buf, rank, size, device, root=0) -> Call:
+def _args(sendbuf, buf, rank, size, device, root) -> Call:
     dname = check_buffer(buf, "buf", device=device)
     if not device:
         writeable(buf, "buf")
