@@ -543,16 +543,17 @@ def test_bench_records_count_seed_reset_and_check(name, dname, op):
         assert altered > 0 and coll.wrong(bad, ref) == altered
 
 
-@pytest.mark.parametrize("root", [0, 2])
-def test_bench_bcast_data_and_reset_follow_the_root(root):
-    """bcast's record: every rank's bench data is the root's (each rank then holds the result a
-    correct bcast gives), and ``reset`` gives the root its data and every other rank zeros (so a
-    bcast that moved nothing fails the check)."""
+@pytest.mark.parametrize("root, op", [(0, "sum"), (2, "sum"), (1, "prod")])
+def test_bench_bcast_data_and_reset_follow_the_root(root, op):
+    """bcast's record: every rank's bench data is the root's own (what the other records' ``init``
+    gives rank ``root`` for the same dtype and op), so each rank holds the result a correct bcast
+    gives; ``reset`` gives the root its data and every other rank zeros (so a bcast that moved
+    nothing fails the check)."""
     coll, p, n = COLLECTIVES["bcast"], 3, 100
-    root_data = coll.init("float32", "sum", n, root, p, root)
-    assert not np.array_equal(root_data, coll.init("float32", "sum", n, (root + 1) % p, p, (root + 1) % p))
+    root_data = COLLECTIVES["allreduce"].init("float32", op, n, root, p, root)
+    assert not np.array_equal(root_data, COLLECTIVES["allreduce"].init("float32", op, n, root - 1, p, root))
     for r in range(p):
-        send = coll.init("float32", "sum", n, r, p, root)
+        send = coll.init("float32", op, n, r, p, root)
         assert np.array_equal(send, root_data), r
         buf = np.full(n, 9, np.float32)
         coll.reset(send, buf, r, root)
