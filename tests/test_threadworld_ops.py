@@ -272,6 +272,20 @@ def test_node_ids_split_a_host_into_nodes_that_encrypt():
     assert not any(plaintext_hops(res, 2).values())
 
 
+def test_inter_node_policy_protects_group_frames_only_across_nodes():
+    """``inter-node``: a direction frame is protected when its two ranks are on different nodes;
+    a group frame (forwarded to every rank) whenever the job spans more than one node, and on one
+    node never; ``all``: every frame."""
+    from seccomm.policy import EncryptPolicy
+
+    one, two = EncryptPolicy("inter-node", [0, 0, 0]), EncryptPolicy("inter-node", [0, 0, 2])
+    assert not one.encrypts(0, 1, True) and not one.encrypts(2, 0, False)
+    assert two.encrypts(0, 1, True) and two.encrypts(1, 2, False) and not two.encrypts(0, 1, False)
+    assert EncryptPolicy("all", [0, 0, 0]).encrypts(0, 1, True) and EncryptPolicy("all", [0]).encrypts(
+        0, 0, False
+    )
+
+
 @pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305"])
 def test_no_key_nonce_pair_repeats_within_a_session(suite):
     """Every frame sealed by every rank (direction and group keys) over ops of every collective
