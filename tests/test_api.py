@@ -433,3 +433,15 @@ def test_auto_rules_at_their_thresholds():
     assert bc.pick(t, t.bcast_chain_bytes, 10**6, 4) == "binomial"
     assert bc.pick(t, t.bcast_chain_bytes + 1, 10**6, 4) == "chain"
     assert bc.pick(Tuning(bcast_chain_bytes=0), 1, 1, 4) == "chain"
+
+
+def test_bcast_routes_its_one_buffer_as_both(sc, monkeypatch):
+    """bcast's buffer is routed as its send and its receive buffer, as allreduce's in-place
+    buffer is: a device buffer then takes the device engine like the other collectives' (a
+    device buffer beside anything else would be staged through the host)."""
+    seen, route = [], sc._route
+    monkeypatch.setattr(sc, "_route", lambda a, b: seen.append((a, b)) or route(a, b))
+    x = np.ones(4, np.float32)
+    sc.bcast(x)
+    sc.allreduce(x, x)
+    assert [(a is x, b is x) for a, b in seen] == [(True, True)] * 2
