@@ -3,6 +3,7 @@ world size 1 on COMM_SELF)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -68,6 +69,67 @@ def test_suite_registry():
     assert 2**23.4 < limit < 2**23.6
     with pytest.raises(ValueError, match="allowed: none, aes-256-gcm"):
         seccomm.get_suite("aes-128-cbc")
+
+
+def test_suite_registration_refuses_a_taken_name_or_id(monkeypatch):
+    """``suites.register`` on a scratch registry: a second suite of an existing name or AAD
+    suite id is refused (two suites must never share the byte bound into the AAD), and nothing
+    is added; a new one is added and returned.  ``get_suite`` refuses any other key, hashable or
+    not, with ``ValueError`` listing the names."""
+    import dataclasses
+
+    from seccomm import suites
+
+    reg, before = dict(suites.SUITES), dict(suites.SUITES)
+    monkeypatch.setattr(suites, "SUITES", reg)
+    gcm = reg["aes-256-gcm"]
+    for name, sid in (("aes-256-gcm", 9), ("aes-999", 1), ("none", 0)):
+        with pytest.raises(ValueError, match=f"^suite '{name}' or id {sid} already registered$"):
+            suites.register(dataclasses.replace(gcm, name=name, suite_id=sid))
+    assert reg == before and list(reg) == list(before)
+    new = dataclasses.replace(gcm, name="aes-999", suite_id=9)
+    assert suites.register(new) is new and suites.get_suite("aes-999") is new
+    assert list(reg)[-1] == "aes-999"
+    allowed = "allowed: none, aes-256-gcm, chacha20-poly1305, aes-256-gmac, aes-999$"
+    for bad in ("AES-256-GCM", ["aes-256-gcm"], None):
+        with pytest.raises(ValueError, match=f"^unknown suite {re.escape(repr(bad))}; {allowed}"):
+            suites.get_suite(bad)
+
+
+def test_collective_registration_checks_name_and_wire_code(monkeypatch):
+    """``collectives.register`` on a scratch registry: a wire code outside the AAD's op kind byte
+    (1..255), or a name or code already taken, is refused and nothing is added; new records are
+    kept in wire-code order whatever order they register in.  ``get_collective`` refuses any
+    other key with ``ValueError`` listing the registered names."""
+    import dataclasses
+
+    from seccomm import collectives
+
+    reg, before = dict(collectives.COLLECTIVES), dict(collectives.COLLECTIVES)
+    monkeypatch.setattr(collectives, "COLLECTIVES", reg)
+    base = reg["alltoall"]
+
+    def rec(name, code):
+        return dataclasses.replace(base, name=name, code=code)
+
+    for code in (0, -1, 256, 1000):
+        msg = f"wire code {code} of 'x' does not fit the AAD's op kind byte (1..255)"
+        with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+            collectives.register(rec("x", code))
+    for name, code in (("alltoall", 200), ("x", 1), ("x", 5), ("bcast", 4)):
+        with pytest.raises(ValueError, match=f"^collective '{name}' or wire code {code} already registered$"):
+            collectives.register(rec(name, code))
+    builtin = ["allreduce", "reduce_scatter", "allgather", "bcast", "alltoall"]
+    assert list(reg) == builtin and reg == before
+    hi, lo = rec("hi", 255), rec("lo", 6)
+    assert collectives.register(hi) is hi and collectives.register(lo) is lo
+    assert list(reg) == builtin + ["lo", "hi"]
+    assert collectives.get_collective("hi") is hi and collectives.get_collective("lo") is lo
+    assert collectives.get_collective("bcast") is reg["bcast"]
+    for bad in ("gather", ["bcast"], None):
+        msg = f"unknown collective {bad!r}; allowed: {', '.join(builtin + ['lo', 'hi'])}"
+        with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+            collectives.get_collective(bad)
 
 
 @pytest.mark.parametrize(
@@ -223,3 +285,163 @@ def test_long_labels_and_errors_fit_the_setup():
         assert s.job_id == "\u00e9x" * 5000
     with pytest.raises(ValueError, match="unknown algorithm"):
         SecureComm(self_comm(), "aes-256-gcm", psk=PSK, algorithm="\u0001" * 100000)
+
+
+def test_argument_errors_name_the_buffer(sc):
+    """Each refusal names the buffer at fault (sendbuf, recvbuf, or bcast's buf) in full."""
+    x = np.ones(8, np.float32)
+    ro = x.copy()
+    ro.flags.writeable = False
+    big = np.ones(16, np.float32)
+    cases = [
+        (lambda: sc.allreduce([1.0] * 8, x), TypeError, "sendbuf must be a numpy.ndarray, got list"),
+        (lambda: sc.allreduce(x, [1.0] * 8), TypeError, "recvbuf must be a numpy.ndarray, got list"),
+        (lambda: sc.allreduce(big[::2], x.copy()), ValueError, "sendbuf must be C-contiguous"),
+        (lambda: sc.allreduce(x, big[::2]), ValueError, "recvbuf must be C-contiguous"),
+        (lambda: sc.alltoall(x, ro), ValueError, "recvbuf is read-only"),
+        (lambda: sc.bcast([1.0]), TypeError, "buf must be a numpy.ndarray, got list"),
+        (lambda: sc.bcast(big[::2]), ValueError, "buf must be C-contiguous"),
+        (lambda: sc.bcast(ro), ValueError, "buf is read-only"),
+        (
+            lambda: sc.allgather(big[:8], big[4:12]),
+            ValueError,
+            "sendbuf and recvbuf overlap: only allreduce works in place (pass the same array twice); "
+            "use separate buffers",
+        ),
+        (
+            lambda: sc.reduce_scatter(np.ones(4, np.int32), np.ones(4, np.int32), op="avg"),
+            ValueError,
+            "op 'avg' needs a floating-point dtype",
+        ),
+    ]
+    for fn, exc, msg in cases:
+        with pytest.raises(exc, match=f"^{re.escape(msg)}"):
+            fn()
+
+
+class DeviceArray:
+    """A device array as the device engine hands it to the records (CuPy's interface, emulated
+    on host memory): dtype, flags, size, itemsize, reshape and ``__cuda_array_interface__``, never
+    a numpy.ndarray; ``numpy.may_share_memory`` dispatches to it (NEP 18), as it does to CuPy."""
+
+    def __init__(self, a):
+        self.a, self.dtype, self.flags, self.size, self.itemsize = a, a.dtype, a.flags, a.size, a.itemsize
+
+    def reshape(self, *shape):
+        return DeviceArray(self.a.reshape(*shape))
+
+    @property
+    def __cuda_array_interface__(self):
+        return {
+            "shape": self.a.shape,
+            "typestr": self.a.dtype.str,
+            "data": (self.a.ctypes.data, False),
+            "version": 3,
+        }
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is not np.may_share_memory:
+            return NotImplemented
+        return func(*(x.a if isinstance(x, DeviceArray) else x for x in args), **kwargs)
+
+
+def test_records_take_device_arrays_on_the_device_engine():
+    """With ``device=True`` (the device engine) the records check device arrays as they check
+    numpy ones (dtype, contiguity, sizes, overlap; the buffer named) and hand them on to the
+    algorithms; allreduce in place (the same memory twice) passes, a partial overlap does not."""
+    from seccomm.collectives import get_collective
+
+    def dev(shape, dtype=np.float32):
+        return DeviceArray(np.zeros(shape, dtype))
+
+    x = dev((3, 4))
+    calls = {
+        "allreduce": get_collective("allreduce").args(x, DeviceArray(x.a), 0, 2, True, op="max"),
+        "reduce_scatter": get_collective("reduce_scatter").args(x, dev(6), 1, 2, True, op="sum"),
+        "allgather": get_collective("allgather").args(dev(6), x, 1, 2, True),
+        "bcast": get_collective("bcast").args(x, x, 0, 2, True, root=1),
+        "alltoall": get_collective("alltoall").args(x, dev((2, 6)), 0, 2, True),
+    }
+    for name, call in calls.items():
+        assert call.dtype == "float32" and call.itemsize == 4, name
+        assert any(isinstance(b, DeviceArray) for b in call.args), name  # taken as they are
+    assert calls["allreduce"].redop == "max" and calls["allreduce"].count == 12
+    big = np.zeros(16, np.float32)
+    for fn, exc, msg in [
+        (
+            lambda: get_collective("allreduce").args(
+                DeviceArray(big[:8]), DeviceArray(big[4:12]), 0, 2, True, op="sum"
+            ),
+            ValueError,
+            "sendbuf and recvbuf overlap",
+        ),
+        (
+            lambda: get_collective("alltoall").args(DeviceArray(big[::2]), dev(8), 0, 2, True),
+            ValueError,
+            "sendbuf must be C-contiguous",
+        ),
+        (
+            lambda: get_collective("alltoall").args(dev(8), DeviceArray(big[::2]), 0, 2, True),
+            ValueError,
+            "recvbuf must be C-contiguous",
+        ),
+        (
+            lambda: get_collective("bcast").args(None, DeviceArray(big[::2]), 0, 2, True, root=0),
+            ValueError,
+            "buf must be C-contiguous",
+        ),
+        (
+            lambda: get_collective("allgather").args(dev(8), dev(16, np.float64), 0, 2, True),
+            TypeError,
+            "sendbuf is float32 but recvbuf is float64",
+        ),
+    ]:
+        with pytest.raises(exc, match=f"^{re.escape(msg)}"):
+            fn()
+
+
+def test_a_world_of_one_returns_its_input_bit_for_bit(sc):
+    """On one rank nothing is reduced and nothing divided: every op, avg included, returns the
+    input bit for bit, signaling NaNs and signed zeros too (as MPI does on one rank)."""
+    x = np.array([1.5, -0.0, 0.0, np.nan, 3.0], np.float32)
+    x.view(np.uint32)[3] = 0x7F800001  # a signaling NaN: any arithmetic would quiet it
+    for alg in ("ring", "recursive_doubling"):
+        sc.algorithm = alg
+        for op in ("avg", "sum", "max"):
+            y = np.zeros_like(x)
+            sc.allreduce(x, y, op=op)
+            assert y.tobytes() == x.tobytes(), (alg, op)
+    sc.algorithm = "auto"
+    z = np.zeros_like(x)
+    sc.reduce_scatter(x, z, op="avg")
+    assert z.tobytes() == x.tobytes()
+
+
+def test_auto_rules_at_their_thresholds():
+    """allreduce: recursive doubling at or below ``small_bytes`` or for fewer elements than
+    ranks, else ring, unless an algorithm is set; bcast: binomial tree at or below
+    ``bcast_chain_bytes``, pipelined chain above."""
+    from seccomm.collectives import Tuning, get_collective
+
+    ar, bc, t = get_collective("allreduce"), get_collective("bcast"), Tuning()
+    assert ar.pick(t, t.small_bytes, 10**6, 4) == "recursive_doubling"
+    assert ar.pick(t, t.small_bytes + 1, 10**6, 4) == "ring"
+    assert ar.pick(t, 10**9, 3, 4) == "recursive_doubling"
+    assert ar.pick(t, 10**9, 4, 4) == "ring"
+    assert ar.pick(Tuning(algorithm="ring"), 8, 1, 4) == "ring"
+    assert ar.pick(Tuning(algorithm="recursive_doubling"), 10**9, 10**8, 4) == "recursive_doubling"
+    assert bc.pick(t, t.bcast_chain_bytes, 10**6, 4) == "binomial"
+    assert bc.pick(t, t.bcast_chain_bytes + 1, 10**6, 4) == "chain"
+    assert bc.pick(Tuning(bcast_chain_bytes=0), 1, 1, 4) == "chain"
+
+
+def test_bcast_routes_its_one_buffer_as_both(sc, monkeypatch):
+    """bcast's buffer is routed as its send and its receive buffer, as allreduce's in-place
+    buffer is: a device buffer then takes the device engine like the other collectives' (a
+    device buffer beside anything else would be staged through the host)."""
+    seen, route = [], sc._route
+    monkeypatch.setattr(sc, "_route", lambda a, b: seen.append((a, b)) or route(a, b))
+    x = np.ones(4, np.float32)
+    sc.bcast(x)
+    sc.allreduce(x, x)
+    assert [(a is x, b is x) for a, b in seen] == [(True, True)] * 2

@@ -11,6 +11,7 @@ from seccomm.framing import (
     AAD_BYTES,
     GROUP_STEP,
     MAX_CHUNKS_PER_HOP,
+    SLOT_ALIGN,
     FrameContext,
     Workspace,
     block_counts,
@@ -156,3 +157,93 @@ def test_wire_codes_and_header_unchanged():
         )
         assert bytes(slot.nonce).hex() == NONCE_V1
         assert bytes(slot.header).hex() == HEADER_V1.format(op=coll.code), coll.name
+
+
+@given(fields, st.integers(0, 2**16 - 1), st.integers(0, 2**32 - 1))
+def test_fill_writes_the_nonce_of_its_fields(f, dst, elems):
+    """The nonce a frame is sealed with is :func:`nonce_bytes` of (op index, step, chunk,
+    sender), for every field value (chunk indices above 2^8 included)."""
+    op_index, step, chunk, sender = f
+    (slot,) = Workspace().slots("w", [16])
+    FrameContext(1, 1, 3, b"j" * 16, b"c" * 16, 0, 1, op_index, 10).fill(
+        slot, 0, 1, step, chunk, chunk + 1, sender, dst, elems
+    )
+    assert bytes(slot.nonce) == nonce_bytes(op_index, step, chunk, sender)
+
+
+def test_frame_context_without_a_reduction_binds_none():
+    (slot,) = Workspace().slots("w", [16])
+    args = (1, 3, 3, b"j" * 16, b"c" * 16, 0, 1, 2, 10)
+    FrameContext(*args).fill(slot, 1, 1, GROUP_STEP, 0, 1, 2, 0xFFFFFFFF, 4)
+    default = bytes(slot.header)
+    FrameContext(*args, redop="none").fill(slot, 1, 1, GROUP_STEP, 0, 1, 2, 0xFFFFFFFF, 4)
+    assert bytes(slot.header) == default and AAD.unpack(default)[4] == 0
+
+
+def test_workspace_buffers_are_reused_and_grow():
+    """A named buffer is allocated once and reused for any size up to the largest asked for,
+    then replaced by a larger one when a larger size is asked; slot layouts are computed once
+    per (buffer, sizes), and a buffer that grew gets new layouts inside it."""
+    ws = Workspace()
+    a = ws.get("w", 100)
+    assert a.nbytes >= 100 and ws.get("w", 100) is a and ws.get("w", 10) is a and ws.get("v", 10) is not a
+    s1 = ws.slots("w", [10, 20])
+    assert ws.slots("w", [10, 20]) is s1 and ws.slots("w", [10, 21]) is not s1
+    other = ws.slots("v", [8])
+    b = ws.get("w", 100_000)
+    assert b.nbytes >= 100_000 and b is not a and ws.get("w", 100_000) is b
+    s2 = ws.slots("w", [10, 20])
+    base, end = b.ctypes.data, b.ctypes.data + b.nbytes
+    for s in s2:
+        start = np.frombuffer(s.nonce, np.uint8).ctypes.data
+        assert base <= start and start + len(s.nonce) + len(s.header) + len(s.frame) <= end
+    assert ws.slots("v", [8]) is other  # another buffer's layouts stay
+
+
+def test_slots_are_aligned_and_packed():
+    """Each slot starts SLOT_ALIGN-aligned from the buffer's start, right after the previous
+    slot rounded up to SLOT_ALIGN (nonce + header + body + tag)."""
+    ws = Workspace()
+    for sizes in (
+        [0],
+        [1, 27, 64, 63, 100],
+        [SLOT_ALIGN - (NONCE_BYTES + AAD_BYTES + TAG_BYTES) % SLOT_ALIGN] * 3,
+    ):
+        slots = ws.slots("w", sizes)
+        base = ws.get("w", 0).ctypes.data
+        pos = 0
+        for s, n in zip(slots, sizes):
+            assert np.frombuffer(s.nonce, np.uint8).ctypes.data - base == pos
+            pos += -(-(NONCE_BYTES + AAD_BYTES + n + TAG_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
+
+
+def test_scratch_is_one_buffer_per_thread():
+    """``scratch`` gives the calling thread its own buffer, reused for any size up to the
+    largest asked for, and another thread a different one."""
+    import threading
+
+    ws = Workspace()
+    a = ws.scratch(100)
+    assert len(a) == 100 and np.shares_memory(ws.scratch(100), a) and np.shares_memory(ws.scratch(10), a)
+    b = ws.scratch(5000)
+    assert len(b) == 5000 and not np.shares_memory(b, a) and np.shares_memory(ws.scratch(100), b)
+    other = []
+    t = threading.Thread(target=lambda: other.append(ws.scratch(100)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(other[0], b)
+
+
+#: frames a key may seal in one ring or tree op: (2p + 2 bitlen(p) + 4) * chunks since protocol 1
+#: (comm rotates keys on it: ranks of one job must agree on it)
+FRAME_BOUNDS_V1 = {(1, 1): 8, (2, 3): 36, (3, 1): 14, (5, 2): 40, (64, 10): 1460, (65536, 7): 917770}
+
+
+def test_frame_bounds_unchanged():
+    from seccomm.collectives import COLLECTIVES
+
+    for name in ("allreduce", "reduce_scatter", "allgather", "bcast"):
+        bound = COLLECTIVES[name].frame_bound
+        assert {k: bound(*k) for k in FRAME_BOUNDS_V1} == FRAME_BOUNDS_V1, name
+        assert all(type(bound(*k)) is int for k in FRAME_BOUNDS_V1)
+    assert COLLECTIVES["alltoall"].frame_bound(5, 7) == 7  # one block per direction key

@@ -4,10 +4,13 @@ ChaCha20-Poly1305 vectors of OpenSSL and BoringSSL, from the ``cryptography-vect
 
 from __future__ import annotations
 
+from decimal import Decimal, localcontext
+
 import numpy as np
 import pytest
 from cryptography.exceptions import InvalidTag
 
+from seccomm.framing import AAD_BYTES
 from seccomm.suites import NONCE_BYTES, TAG_BYTES, Slot, get_suite
 from vectors import load_chacha, load_nist_gcm
 
@@ -144,3 +147,33 @@ def test_none_suite_is_identity():
     suite.keyed(None).seal(slot, memoryview(v["pt"]))
     assert bytes(slot.body) == v["pt"]
     assert bytes(suite.keyed(None).open(slot, None)) == v["pt"]
+
+
+def cfrg_gcm_limit(blocks: int) -> int:
+    """draft-irtf-cfrg-aead-limits §5.1, AES-GCM confidentiality: q <= (sqrt(p) * 2^64.5 - 1) /
+    (L + 1) with p = 2^-50 (so sqrt(p) * 2^64.5 = sqrt(2^79)), in exact decimal arithmetic,
+    capped at 2^32 invocations (NIST SP 800-38D §8.3)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        q = ((Decimal(2) ** 79).sqrt() - 1) / (blocks + 1)
+    return min(int(q), 2**32)
+
+
+#: chunk sizes [B]: the 2^32 cap, the defaults, and L + 1 = 259 and 1301 (where the bound is an
+#: integer plus under 1: a term off by one changes it)
+CHUNKS = (16, 4030, 4032, 20700, 20704, 1 << 16, 1 << 20, 1 << 24)
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_usage_limits_follow_the_cfrg_draft(chunk):
+    """Frames per key: AES-GCM with L = the 16-byte blocks of payload plus AAD header; GMAC with
+    L = the blocks of header plus payload, all AAD; ChaCha20-Poly1305 the 2^48 cap (no
+    confidentiality limit below 2^96 nonces, §5.2); ``none`` 2^63 (no key)."""
+    blocks = -(-chunk // 16) + -(-AAD_BYTES // 16)
+    assert get_suite("aes-256-gcm").usage_limit(chunk, AAD_BYTES) == cfrg_gcm_limit(blocks)
+    assert get_suite("aes-256-gmac").usage_limit(chunk, AAD_BYTES) == cfrg_gcm_limit(
+        -(-(chunk + AAD_BYTES) // 16)
+    )
+    assert get_suite("chacha20-poly1305").usage_limit(chunk, AAD_BYTES) == 2**48
+    assert get_suite("none").usage_limit(chunk, AAD_BYTES) == 2**63
+    assert get_suite("aes-256-gcm").usage_limit(chunk, 1000) == cfrg_gcm_limit(-(-chunk // 16) + 63)

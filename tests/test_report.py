@@ -17,6 +17,7 @@ from seccomm import launch
 from seccomm.compliance.config import ReviewConfig
 from seccomm.compliance.doc import to_html, to_markdown
 from seccomm.compliance.report import build
+from seccomm.compliance.review import review
 
 MACHINE = {
     "utc": "2026-11-29T12:00:00+00:00",
@@ -136,6 +137,66 @@ def test_verdicts_follow_the_evidence():
     assert not build(ev, CFG, None, None)[1]
     del ev["rotation"]  # or never ran
     assert not build(ev, CFG, None, None)[1]
+
+
+def capture(cfg=CFG, plaintext=0, missed=0):
+    """Packet-capture evidence as ``capture.capture_check`` returns it (two suites)."""
+    config = ReviewConfig.from_dict(cfg)
+    rows = []
+    for s, h, e in (("aes-256-gcm", plaintext, "absent"), ("none", 300, "present")):
+        found = 12 - (missed if s == "aes-256-gcm" else 0)
+        ok = (h == 0) == (e == "absent") and found == 12
+        rows.append(dict(suite=s, packets=40, captured_bytes=90_000, frames_found=found, frames=12, hits=h))
+        rows[-1].update(expect=e, ok=ok, config=config.record(s))
+    return {"rows": rows, "nranks": 2, "pcap_dir": None}
+
+
+def test_a_packet_capture_that_ran_decides_its_check():
+    """A capture that ran passes when every row did and fails the report when plaintext was
+    found under an encrypting suite or the capture missed frames; a capture that could not run
+    (no rows) or is absent is "not run" and fails nothing."""
+    what = "wire evidence, packet capture (live)"
+    for cap, verdict in (
+        (capture(), True),
+        (capture(plaintext=2), False),
+        (capture(missed=1), False),
+        ({"rows": None, "reason": "--no-capture"}, None),
+        (None, None),
+    ):
+        ev = evidence()
+        if cap is None:
+            del ev["capture"]
+        else:
+            ev["capture"] = cap
+        rv = review(ev, CFG, None, None)
+        assert rv.verdicts["capture"] is verdict and rv.cap == (cap or None), cap
+        assert rv.passed is (verdict is not False) and (what in rv.failed) is (verdict is False)
+        md = to_markdown(build(ev, CFG, None, None)[0])
+        assert f"| {what} | {'not run' if verdict is None else 'PASS' if verdict else 'FAIL'} |" in md
+
+
+def test_the_bench_result_reaches_the_report():
+    bench = {
+        "machine": MACHINE,
+        "world_size": 2,
+        "rows": [
+            dict(collective="allreduce", size_bytes=4096, variant="native", time_us={"median": 10.0}),
+            dict(
+                collective="allreduce",
+                size_bytes=4096,
+                variant="aes-256-gcm",
+                time_us={"median": 25.0},
+                busbw_gbps=0.5,
+                overhead_x=2.5,
+                wrong=0,
+            ),
+        ],
+    }
+    rv = review(evidence(), CFG, bench, "results.json")
+    assert rv.bench is bench and rv.bench_name == "results.json"
+    md = to_markdown(build(evidence(), CFG, bench, "results.json")[0])
+    assert "From results.json: measured 2026-11-29T12:00:00+00:00 on h (cpu), commit abc123, 2 ranks." in md
+    assert "| allreduce | 4,096 | aes-256-gcm | 10.0 | 25.0 | 0.500 | 2.50 | 0 |" in md
 
 
 def test_html_is_one_strict_self_contained_file_and_escapes_text():

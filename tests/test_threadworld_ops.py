@@ -272,6 +272,20 @@ def test_node_ids_split_a_host_into_nodes_that_encrypt():
     assert not any(plaintext_hops(res, 2).values())
 
 
+def test_inter_node_policy_protects_group_frames_only_across_nodes():
+    """``inter-node``: a direction frame is protected when its two ranks are on different nodes;
+    a group frame (forwarded to every rank) whenever the job spans more than one node, and on one
+    node never; ``all``: every frame."""
+    from seccomm.policy import EncryptPolicy
+
+    one, two = EncryptPolicy("inter-node", [0, 0, 0]), EncryptPolicy("inter-node", [0, 0, 2])
+    assert not one.encrypts(0, 1, True) and not one.encrypts(2, 0, False)
+    assert two.encrypts(0, 1, True) and two.encrypts(1, 2, False) and not two.encrypts(0, 1, False)
+    assert EncryptPolicy("all", [0, 0, 0]).encrypts(0, 1, True) and EncryptPolicy("all", [0]).encrypts(
+        0, 0, False
+    )
+
+
 @pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305"])
 def test_no_key_nonce_pair_repeats_within_a_session(suite):
     """Every frame sealed by every rank (direction and group keys) over ops of every collective
@@ -541,3 +555,42 @@ def test_bench_records_count_seed_reset_and_check(name, dname, op):
         bad[:: max(1, bad.size // 7)] += bad.dtype.type(1)
         altered = int(np.count_nonzero(bad.astype(np.float64) != recv.astype(np.float64)))
         assert altered > 0 and coll.wrong(bad, ref) == altered
+
+
+@pytest.mark.parametrize("root, op", [(0, "sum"), (2, "sum"), (1, "prod")])
+def test_bench_bcast_data_and_reset_follow_the_root(root, op):
+    """bcast's record: every rank's bench data is the root's own (what the other records' ``init``
+    gives rank ``root`` for the same dtype and op), so each rank holds the result a correct bcast
+    gives; ``reset`` gives the root its data and every other rank zeros (so a bcast that moved
+    nothing fails the check)."""
+    coll, p, n = COLLECTIVES["bcast"], 3, 100
+    root_data = COLLECTIVES["allreduce"].init("float32", op, n, root, p, root)
+    assert not np.array_equal(root_data, COLLECTIVES["allreduce"].init("float32", op, n, root - 1, p, root))
+    for r in range(p):
+        send = coll.init("float32", op, n, r, p, root)
+        assert np.array_equal(send, root_data), r
+        buf = np.full(n, 9, np.float32)
+        coll.reset(send, buf, r, root)
+        assert np.array_equal(buf, root_data if r == root else np.zeros(n, np.float32)), r
+        assert not np.shares_memory(buf, send)
+
+
+@pytest.mark.parametrize("dname", ["uint8", "float16", "bfloat16", "int32", "float32", "int64", "float64"])
+def test_bench_check_counts_elements_whose_bits_differ(dname):
+    """``wrong`` (every record's: ``common.bitwise_wrong``) counts the elements whose bits differ
+    from the native result, in every dtype: one element with several bits changed counts once,
+    a change in any byte of an element counts, and -0.0 against 0.0 counts."""
+    ref = data(dname, 64, 0)
+    isz = ref.dtype.itemsize
+    for name in sorted(COLLECTIVES):
+        assert COLLECTIVES[name].wrong(ref, ref.copy()) == 0
+    out = ref.copy()
+    u8 = out.view(np.uint8)
+    u8[0] ^= 0x01  # element 0: lowest byte (little-endian)
+    u8[7 * isz + isz - 1] ^= 0x80  # element 7: highest byte
+    u8[20 * isz : 21 * isz] ^= 0xFF  # element 20: every byte
+    assert COLLECTIVES["bcast"].wrong(out, ref) == 3
+    assert COLLECTIVES["allreduce"].wrong(ref, out) == 3
+    if dname in ("float16", "bfloat16", "float32", "float64"):
+        zero = np.zeros(4, ref.dtype)
+        assert COLLECTIVES["alltoall"].wrong(-zero, zero) == 4

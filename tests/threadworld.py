@@ -10,6 +10,8 @@ deadlines > 0, a label for the error): a breach raises ``AssertionError`` inside
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
+A send buffer must stay as it was until its send completed (MPI may read it until then): the
+send's wait raises ``AssertionError`` when it changed.
 """
 
 from __future__ import annotations
@@ -64,13 +66,6 @@ class _Recv:
         self.buf, self.index, self.peer = buf, index, peer
 
 
-class _Send:
-    __slots__ = ("peer",)
-
-    def __init__(self, peer):
-        self.peer = peer
-
-
 def _check_wait(timeout, op_label) -> None:
     """The transport contract the engine must keep (the MPI transport relies on it too): a
     deadline in seconds > 0, and a label naming the op for the error messages."""
@@ -78,6 +73,15 @@ def _check_wait(timeout, op_label) -> None:
         raise AssertionError(f"wait with timeout {timeout!r}")
     if not isinstance(op_label, str) or not op_label:
         raise AssertionError(f"wait with op_label {op_label!r}")
+
+
+class _Sent:
+    """A posted send: the buffer and the bytes it held when posted."""
+
+    __slots__ = ("buf", "data", "peer")
+
+    def __init__(self, buf, data, peer):
+        self.buf, self.data, self.peer = buf, data, peer
 
 
 class ThreadTransport(Transport):
@@ -132,11 +136,11 @@ class ThreadTransport(Transport):
 
     def isend(self, buf, peer):
         self._check_peer(peer)
-        w = self.world
+        w, data = self.world, bytes(host_bytes(buf))
         with w.cv:
-            w.mail[(self.rank, peer)].append(bytes(host_bytes(buf)))
+            w.mail[(self.rank, peer)].append(data)
             w.cv.notify_all()
-        return _Send(peer)
+        return _Sent(buf, data, peer)
 
     def irecv(self, buf, peer):
         self._check_peer(peer)
@@ -176,9 +180,14 @@ class ThreadTransport(Transport):
     def wait_sends(self, reqs, timeout, peers, op_label):
         _check_wait(timeout, op_label)
         if len(reqs) != len(peers) or any(
-            not isinstance(q, _Send) or q.peer != peer for q, peer in zip(reqs, peers)
+            not isinstance(q, _Sent) or q.peer != peer for q, peer in zip(reqs, peers)
         ):
             raise AssertionError(f"rank {self.rank}: wait_sends of {reqs!r} to peers {peers!r}")
+        for req in reqs:
+            if isinstance(req, _Sent) and bytes(host_bytes(req.buf)) != req.data:
+                raise AssertionError(
+                    f"{op_label}: a send buffer to rank {req.peer} changed before its send completed"
+                )
 
     def abort(self, blame):
         with self.world.cv:

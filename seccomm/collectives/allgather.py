@@ -54,7 +54,8 @@ def ring_allgather(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> Non
                 pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
                 send = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws=f"fwd{(s + 1) % 2}")
             else:
-                send = Send(dst=nxt, group=True, origin=sb, frames=[sl.frame for sl in prev.slots])
+                # origin sb's group frames, forwarded as they arrived (nothing is sealed here)
+                send = Send(dst=nxt, frames=[sl.frame for sl in prev.slots])
         recv = None
         if blocks.counts[rb]:
             outs, elems = blocks.views(out_u8, rb, ce, isz)

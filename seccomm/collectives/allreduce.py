@@ -35,7 +35,7 @@ def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -
     self._collective("allreduce", sendbuf, recvbuf, op=op)
 
 
-def _args(sendbuf, recvbuf, rank, size, device, op="sum") -> Call:
+def _args(sendbuf, recvbuf, rank, size, device, op) -> Call:
     dname = check_pair(sendbuf, recvbuf, same_size=True, device=device, in_place=True)
     ufunc = check_op(op, recvbuf.dtype)
     flat = (sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
@@ -55,7 +55,7 @@ def _divide(arr: np.ndarray, p: int) -> None:
         np.divide(arr, arr.dtype.type(p), out=arr)
 
 
-def ring(run, send, recv, ufunc, avg=False):
+def ring(run, send, recv, ufunc, avg):
     blocks = Blocks(recv.size, run.size)
     mine = blocks.typed(recv, run.rank)
     ring_reduce_scatter(run, send, mine, ufunc, blocks)
@@ -64,7 +64,7 @@ def ring(run, send, recv, ufunc, avg=False):
     ring_allgather(run, mine, recv, blocks)
 
 
-def recursive_doubling(run, send, recv, ufunc, avg=False):
+def recursive_doubling(run, send, recv, ufunc, avg):
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     if not np.may_share_memory(send, recv):
         np.copyto(recv, send)

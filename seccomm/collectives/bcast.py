@@ -21,13 +21,13 @@ def bcast(self, buf: np.ndarray, root: int = 0) -> None:
     self._collective("bcast", buf, buf, root=root)
 
 
-def _args(sendbuf, buf, rank, size, device, root=0) -> Call:
+def _args(sendbuf, buf, rank, size, device, root) -> Call:
     dname = check_buffer(buf, "buf", device=device)
     if not device:
         writeable(buf, "buf")
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ValueError(f"root must be a rank in [0, {size - 1}], got {root!r}")
-    return Call(dname, buf.size, buf.itemsize, "none", (buf.reshape(-1), int(root)))
+    return Call(dname, buf.size, buf.itemsize, "none", (buf, int(root)))  # tree() reads it as bytes
 
 
 def _choose(tuning, nbytes, count, p) -> str:

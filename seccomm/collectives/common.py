@@ -26,7 +26,7 @@ class Blocks:
     def __init__(self, count: int, size: int):
         self.counts = block_counts(count, size)
         self.offsets = block_offsets(self.counts)
-        self.max = max(self.counts) if self.counts else 0
+        self.max = max(self.counts)  # size >= 1: never an empty partition
 
     def views(self, u8, b, chunk_elems, itemsize):
         return chunk_views(u8, self.offsets[b], self.counts[b], chunk_elems, itemsize)
@@ -43,7 +43,7 @@ def writeable(arr, what: str) -> None:
         raise ValueError(f"{what} is read-only")
 
 
-def check_pair(sendbuf, recvbuf, same_size: bool, device: bool = False, in_place: bool = False) -> str:
+def check_pair(sendbuf, recvbuf, same_size: bool, device: bool, in_place: bool = False) -> str:
     """Dtype name of a (sendbuf, recvbuf) pair.  ``TypeError`` for a bad buffer or two dtypes;
     ``ValueError`` for a non-contiguous or read-only buffer, sizes that differ (``same_size``)
     or overlapping buffers (``in_place``: the very same array twice is allowed)."""

@@ -22,7 +22,7 @@ def reduce_scatter(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "su
     self._collective("reduce_scatter", sendbuf, recvbuf, op=op)
 
 
-def _args(sendbuf, recvbuf, rank, size, device, op="sum") -> Call:
+def _args(sendbuf, recvbuf, rank, size, device, op) -> Call:
     dname = check_pair(sendbuf, recvbuf, same_size=False, device=device)
     ufunc = check_op(op, recvbuf.dtype)
     want = block_counts(sendbuf.size, size)[rank]
@@ -69,7 +69,7 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
         )
 
 
-def _run(run, sendbuf, recvbuf, ufunc, avg=False):
+def _run(run, sendbuf, recvbuf, ufunc, avg):
     blocks = Blocks(sendbuf.size, run.size)
     ring_reduce_scatter(run, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, blocks)
     if avg and run.size > 1 and recvbuf.size:
