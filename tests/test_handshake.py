@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from seccomm import AuthenticationError, ConfigMismatchError, SecureComm, TransportTimeout
-from seccomm.handshake import HELLO_BYTES, Hello, encode_hello, decode_hello, job_label
+from seccomm.handshake import HELLO_BYTES, Hello, decode_hello, encode_hello, establish, job_label
 from seccomm.keys import KEY_EXCHANGES, KeySchedule
 from seccomm.suites import get_suite
 from seccomm.transports import TransportWrapper
@@ -353,18 +353,17 @@ def share_of_rank_2(share):
 
 
 @pytest.mark.parametrize(
-    "kx, share, what",
+    "kx, share, want",
     [
-        ("psk-dhe", None, "has no X25519 share"),
-        ("psk", "11" * 32, "carries an X25519 share under key_exchange 'psk'"),
-        ("psk-dhe", "00" * 32, "X25519 share of rank 2 gives no shared secret"),  # a low-order point
+        ("psk-dhe", None, "the hello from rank 2 has no X25519 share"),
+        ("psk", "11" * 32, "the hello from rank 2 carries an X25519 share under key_exchange 'psk'"),
+        ("psk-dhe", "00" * 32, "the X25519 share of rank 2 gives no shared secret"),  # a low-order point
     ],
 )
-def test_a_share_that_does_not_fit_the_key_exchange_names_its_rank(kx, share, what):
+def test_a_share_that_does_not_fit_the_key_exchange_names_its_rank(kx, share, want):
     res, _ = run_setup(3, kx, edits=share_of_rank_2(share))
     assert all(isinstance(e, ConfigMismatchError) and e.peer == 2 for e in res), res
-    for e in res[:2]:
-        assert str(e).startswith("setup: ") and what in str(e) and "rank 2" in str(e)
+    assert str(res[0]) == str(res[1]) == "setup: " + want
 
 
 class StopsAt(TransportWrapper):
@@ -399,3 +398,39 @@ def test_a_rank_that_leaves_at_a_setup_message_times_out_the_others_naming_it(in
     assert isinstance(res[2], RuntimeError), res
     for e in res[:2]:
         assert isinstance(e, TransportTimeout) and e.op == label and str(e).startswith(label + ":"), res
+
+
+def _long_error(base: int, target: int) -> str:
+    """512 characters whose hello body (``base`` bytes without them) is ``target`` bytes: JSON
+    writes "é" as 6 bytes, a newline as 2, "x" as 1."""
+    extra = target - base - 512
+    return "é" * (extra // 5) + "\n" * (extra % 5) + "x" * (512 - extra // 5 - extra % 5)
+
+
+def test_an_argument_error_of_any_text_reaches_every_rank_in_a_hello_that_fits():
+    """Rank 1's argument error as the others read it in its hello: whole when the hello fits its
+    block (to the last byte), else its first 512 characters, halved until the hello fits
+    (docs/design.md); an error without text shows its type.  Rank 1 raises its own error."""
+    base = len(Hello(1, bytes(32), 7, None, {"protocol": 2}, "").body())
+    exact = _long_error(base, BODY_MAX)
+    assert len(Hello(1, bytes(32), 7, None, {"protocol": 2}, exact).body()) == BODY_MAX
+    for error, carried in (
+        (ValueError(exact), exact),
+        (ValueError(exact + "tail"), exact),
+        (ValueError("é" * 600), "é" * 256),  # 512 characters are 3072 bytes: halved once
+        (ValueError(), "ValueError"),
+        (KeyError(), "KeyError"),
+    ):
+        world = World(3)
+        trs = world.transports()
+        suite = get_suite(SUITE)
+
+        def one(r):
+            bad = error if r == 1 else None
+            return establish(trs[r], {"protocol": 2}, PSK, suite, JOB_ID, 7, None, bad)
+
+        res = world.run(one)
+        assert res[1] is error, res
+        for e in res[::2]:
+            assert isinstance(e, ConfigMismatchError) and e.peer == 1, res
+            assert str(e) == f"setup: rank 1 rejected its SecureComm arguments: {carried}"
