@@ -54,11 +54,11 @@ JOB_ID = hashlib.sha256(b"seccomm job " + LABEL.encode()).digest()[:16]
 K_HELLO = hkdf(PSK, JOB_ID, b"seccomm/1 hello")
 
 
-def raw_hello(body: bytes, key: bytes | None = K_HELLO, n: int | None = None) -> np.ndarray:
-    """A hello block laid out as documented: u32 length (``n``, default the body's), body, zeros,
-    HMAC-SHA256(key, "seccomm/1 hello" | body) (zeros without a key)."""
-    head = struct.pack(">I", len(body) if n is None else n) + body
-    tag = mac(key, b"seccomm/1 hello" + body) if key is not None else bytes(32)
+def raw_hello(body: bytes) -> np.ndarray:
+    """A hello block laid out as documented: u32 length, body, zeros, HMAC-SHA256(K_hello,
+    "seccomm/1 hello" | body)."""
+    head = struct.pack(">I", len(body)) + body
+    tag = mac(K_HELLO, b"seccomm/1 hello" + body)
     return np.frombuffer(head.ljust(HELLO_BYTES - 32, b"\0") + tag, np.uint8).copy()
 
 
@@ -208,9 +208,8 @@ def test_a_hello_is_read_only_in_its_canonical_encoding(case):
         if i == 0:
             d, raw = body_of(rows[1]), rows[1].tobytes()
             if case == "length wraps":
-                n = struct.unpack(">I", raw[:4])[0]
-                rows[1] = raw_hello(raw[4 : 4 + n], n=(n - HELLO_BYTES) % 2**32)
-                rows[1, -32:] = np.frombuffer(raw[-32:], np.uint8)
+                n = struct.unpack(">I", raw[:4])[0]  # the MAC stays valid: it covers the body only
+                rows[1, :4] = np.frombuffer(struct.pack(">I", (n - HELLO_BYTES) % 2**32), np.uint8)
             else:
                 rows[1] = raw_hello(RESPELLED[case](d))
 
