@@ -112,7 +112,7 @@ class Hello:
             "settings": self.settings,
             "error": self.error,
         }
-        return json.dumps(d, sort_keys=True, separators=(",", ":"), default=str).encode()
+        return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 
 
 def encode_hello(hello: Hello, key: bytes | None) -> np.ndarray:
@@ -266,7 +266,8 @@ def _check_settings(t: Transcript) -> None:
     dhe = ref.get("key_exchange") == "psk-dhe"
     odd = [j for j, h in enumerate(t.hellos) if (h.share is not None) != dhe]
     if odd:
-        raise ConfigMismatchError(f"setup: the hello from rank {odd[0]} has no X25519 share", peer=odd[0])
+        what = "has no X25519 share" if dhe else "carries an X25519 share under key_exchange 'psk'"
+        raise ConfigMismatchError(f"setup: the hello from rank {odd[0]} {what}", peer=odd[0])
 
 
 # -- the run of one rank -------------------------------------------------------------------
@@ -352,8 +353,8 @@ class _Setup:
                 if self.dhe:
                     keys.use_dhe(self._pairwise(t))
                 self.keys, self.session = keys, Session(keys, t.digest()[:16], ids, local)
-        except SecCommError as e:
-            self._fail(e, REJECTED, self.rank if getattr(e, "peer", None) is None else e.peer)
+        except ConfigMismatchError as e:  # every one raised here names the rank whose hello failed
+            self._fail(e, REJECTED, e.peer)
         finally:
             self._eph = None  # the ephemeral private key is never used again
 

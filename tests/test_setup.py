@@ -105,11 +105,16 @@ def test_mismatch_and_bad_arguments_raise_on_every_rank():
     trs = world.transports()
     res = world.run(lambda r: build(trs[r], algorithm="tree" if r == 1 else "auto"))
     assert isinstance(res[1], ValueError) and "unknown algorithm" in str(res[1])
-    assert all(isinstance(e, ConfigMismatchError) and "rank 1 rejected" in str(e) for e in res[::2]), res
+    for e in res[::2]:
+        assert isinstance(e, ConfigMismatchError) and e.peer == 1 and e.op == "setup", res
+        assert str(e).startswith(f"setup: rank 1 rejected its SecureComm arguments: {res[1]}")
     world = World(3)
     trs = world.transports()
     res = world.run(lambda r: build(trs[r], psk=PSK[::-1] if r == 0 else PSK))
     assert all(isinstance(e, ConfigMismatchError) and "job secret differs" in str(e) for e in res), res
+    assert [e.peer for e in res] == [1, 0, 0]
+    for r, e in enumerate(res):  # the rank on which it failed, and what to check
+        assert f"failed authentication on rank {r} (check SECCOMM_PSK_FILE" in str(e)
 
 
 def test_numpy_integers_are_the_same_settings():
@@ -169,7 +174,16 @@ def test_altered_key_delivery_fails_on_every_rank(kx):
     wraps = [None, None, lambda t: Replayer(t, edit=edit)]
     res = world.run(lambda r: build(trs[r], wraps[r], key_exchange=kx))
     assert all(isinstance(e, AuthenticationError) and e.peer == 0 and e.op == "setup" for e in res), res
-    assert "key delivery" in str(res[0]) and "key delivery" in str(res[2])
+    assert all(e.suite == "AES-256-GCM" and e.seq is None for e in res)
+    head = "AES-256-GCM authentication failed on a setup message from rank 0 (setup): "
+    why = {
+        "psk": "psk mode delivers zeros; these were altered in transit",
+        "psk-dhe": "the group secret failed authentication (altered or replayed in transit)",
+    }
+    assert str(res[2]) == head + "key delivery from rank 0: " + why[kx]
+    reported = "rank 2 could not authenticate the key delivery from rank 0 (altered or replayed)"
+    for e in res[:2]:
+        assert str(e) == head + reported
 
 
 @pytest.mark.parametrize("kx", KEY_EXCHANGES)
@@ -259,7 +273,11 @@ def test_forged_failure_report_blames_its_sender(kx, status, blamed):
     res = world.run(lambda r: build(trs[r], wraps[r], key_exchange=kx))
     for e in res[::2]:
         assert isinstance(e, AuthenticationError) and e.peer == 1 and e.op == "setup", res
-        assert "failure report" in str(e)
+        assert e.suite == "HMAC-SHA256" and e.seq is None
+        assert str(e).endswith(
+            ": the failure report in the finished message of rank 1 failed authentication: the "
+            "message was altered in transit (no key of this session was used)"
+        )
 
 
 def test_unauthenticated_argument_error_is_named_as_such():
