@@ -6,7 +6,8 @@ in posting order per (sender, receiver) pair; every wait has a deadline (``Trans
 Host keys come from the world (``hosts``), so a test can lay ranks out on simulated hosts.
 Every point-to-point call is checked against the transport contract the MPI transport relies on
 (peers in range and not itself, the request waited on is one of this transport's for that peer,
-deadlines > 0, a label for the error): a breach raises ``AssertionError`` inside the op.
+deadlines > 0, a label for the error, a send buffer unchanged until its send was waited on): a
+breach raises ``AssertionError`` inside the op.
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
@@ -65,10 +66,10 @@ class _Recv:
 
 
 class _Send:
-    __slots__ = ("peer",)
+    __slots__ = ("peer", "buf", "data")
 
-    def __init__(self, peer):
-        self.peer = peer
+    def __init__(self, peer, buf, data):
+        self.peer, self.buf, self.data = peer, buf, data  # the buffer, and what it held when sent
 
 
 def _check_wait(timeout, op_label) -> None:
@@ -132,11 +133,11 @@ class ThreadTransport(Transport):
 
     def isend(self, buf, peer):
         self._check_peer(peer)
-        w = self.world
+        w, data = self.world, bytes(host_bytes(buf))
         with w.cv:
-            w.mail[(self.rank, peer)].append(bytes(host_bytes(buf)))
+            w.mail[(self.rank, peer)].append(data)
             w.cv.notify_all()
-        return _Send(peer)
+        return _Send(peer, buf, data)
 
     def irecv(self, buf, peer):
         self._check_peer(peer)
@@ -179,6 +180,9 @@ class ThreadTransport(Transport):
             not isinstance(q, _Send) or q.peer != peer for q, peer in zip(reqs, peers)
         ):
             raise AssertionError(f"rank {self.rank}: wait_sends of {reqs!r} to peers {peers!r}")
+        for q in reqs:  # MPI: a send buffer must not change until its send completed
+            if bytes(host_bytes(q.buf)) != q.data:
+                raise AssertionError(f"rank {self.rank}: a send buffer to {q.peer} changed before its wait")
 
     def abort(self, blame):
         with self.world.cv:
