@@ -320,3 +320,71 @@ def test_device_buffers_without_the_device_engine_are_staged(monkeypatch):
         assert np.array_equal(y, np.min([data("float32", 50, q) for q in range(2)], axis=0))
         assert np.array_equal(b, data("int64", 30, 1))
         assert np.array_equal(g, np.concatenate([data("float16", 30, q) for q in range(2)]))
+
+
+class NoKernel(CudaArray):
+    """A device buffer the device engine cannot take (as CuPy has no bfloat16)."""
+
+
+def test_device_buffers_go_to_the_device_engine_when_it_takes_them(monkeypatch, host_backend):
+    """No device_backend given: a call whose buffers are both on the device runs on the device
+    engine when it can take them, probed once per comm until a probe succeeds (later calls
+    check the buffers without probing), else staged; a device buffer beside a host one is
+    staged (the device engine would write a copy of the host buffer).  Stand-ins here for CuPy:
+    ``device_ready`` answers with the host backend, ``as_cupy`` views a device buffer and copies
+    a host one (as cupy.asarray does), ``staged_call`` runs on the host arrays."""
+    from seccomm.gpu import engine, staging
+
+    probes, staged = [], []
+
+    def device_ready(sc, *bufs, probe=True):
+        assert isinstance(sc, SecureComm) and len(bufs) == 2, (sc, bufs)
+        probes.append((sc.rank, probe, all(b is bufs[0] for b in bufs)))
+        if any(isinstance(b, NoKernel) for b in bufs):
+            return None
+        return host_backend if probe else True
+
+    def as_cupy(buf):
+        return DevArray(buf.a) if isinstance(buf, DevArray) else DevArray(np.array(buf))
+
+    def staged_call(fn, sendbuf, recvbuf, **kw):
+        staged.append(kw)
+        fn(getattr(sendbuf, "a", sendbuf), getattr(recvbuf, "a", recvbuf), **kw)
+
+    monkeypatch.setattr(engine, "device_ready", device_ready)
+    monkeypatch.setattr(staging, "as_cupy", as_cupy)
+    monkeypatch.setattr(staging, "staged_call", staged_call)
+    full = np.sum([data("float32", 40, q) for q in range(2)], axis=0)
+
+    def body(sc):
+        r, out = sc.rank, []
+        for send, recv in (
+            (CudaArray(data("float32", 40, r)), CudaArray(np.zeros(40, np.float32))),  # probe: device
+            (CudaArray(data("float32", 40, r)), CudaArray(np.zeros(40, np.float32))),  # no probe
+            (CudaArray(data("float32", 40, r)), np.zeros(40, np.float32)),  # mixed: staged
+            (NoKernel(data("float32", 40, r)), NoKernel(np.zeros(40, np.float32))),  # staged
+        ):
+            sc.allreduce(send, recv)
+            out.append(getattr(recv, "a", recv))
+        z = CudaArray(data("float32", 40, r))
+        sc.allreduce(z, z)  # in place, on the device engine
+        return out + [z.a], len(staged)
+
+    res = ok(world_run(2, body))
+    for outs, _ in res:
+        assert all(np.array_equal(y, full) for y in outs)
+    assert sorted(map(repr, staged)) == ["{'op': 'sum'}"] * 4  # the mixed and NoKernel calls, 2 ranks
+    for r in range(2):
+        mine = [(p, same) for rank, p, same in probes if rank == r]
+        assert mine == [(True, False), (False, False), (False, False), (False, True)], mine
+    probes.clear()
+
+    def fresh(sc):  # the first device call cannot run there: the next call probes again
+        r = sc.rank
+        sc.allreduce(NoKernel(data("float32", 40, r)), NoKernel(np.zeros(40, np.float32)))
+        y = CudaArray(np.zeros(40, np.float32))
+        sc.allreduce(CudaArray(data("float32", 40, r)), y)
+        return y.a
+
+    assert all(np.array_equal(y, full) for y in ok(world_run(2, fresh)))
+    assert sorted(p for _, p, _ in probes) == [True] * 4
