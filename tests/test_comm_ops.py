@@ -255,11 +255,27 @@ def host_backend(tmp_path_factory):
     return HostBackend(build(tmp_path_factory.mktemp("hostcore")))
 
 
+class Counted:
+    """A device-engine backend that counts the batches it seals or opens."""
+
+    def __init__(self, inner):
+        self.inner, self.batches = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def aead(self, suite):
+        self.batches += 1
+        return self.inner.aead(suite)
+
+
 def test_device_engine_ranks_and_cpu_engine_ranks_interoperate(host_backend):
     """device_backend given: every call of that rank runs on the device engine with that
     backend's arrays; its frames open on CPU-engine ranks and the other way round."""
     world = World(3)
     trs = world.transports(timeout=3)
+
+    backends = [Counted(host_backend) for _ in range(3)]
 
     def body(r):
         dev = r % 2 == 0
@@ -270,20 +286,24 @@ def test_device_engine_ranks_and_cpu_engine_ranks_interoperate(host_backend):
             timeout=2,
             crypto_threads=1,
             chunk_bytes=256,
-            device_backend=host_backend if dev else None,
+            device_backend=backends[r] if dev else None,
         )
         wrap = DevArray if dev else (lambda a: a)
-        out = {}
+        out, used = {}, []
         for alg in ("ring", "recursive_doubling"):
             sc.algorithm = alg
             x, y = data("float32", 301, r), np.zeros(301, np.float32)
+            before = backends[r].batches
             sc.allreduce(wrap(x), wrap(y), op="max")
             out[alg] = y
+            used.append(backends[r].batches > before)
         b = data("int32", 100, r, 3)
         sc.bcast(wrap(b), root=1)
-        return out, b
+        return out, b, used
 
     res = ok(world.run(body))
+    assert [used for _, _, used in res] == [[True, True], [False, False], [True, True]]
+    res = [(out, b) for out, b, _ in res]
     full = np.max([data("float32", 301, q) for q in range(3)], axis=0)
     for out, b in res:
         assert all(np.array_equal(y, full) for y in out.values())
@@ -335,14 +355,14 @@ def test_device_buffers_go_to_the_device_engine_when_it_takes_them(monkeypatch, 
     a host one (as cupy.asarray does), ``staged_call`` runs on the host arrays."""
     from seccomm.gpu import engine, staging
 
-    probes, staged = [], []
+    probes, staged, backends = [], [], [Counted(host_backend) for _ in range(2)]
 
     def device_ready(sc, *bufs, probe=True):
         assert isinstance(sc, SecureComm) and len(bufs) == 2, (sc, bufs)
         probes.append((sc.rank, probe, all(b is bufs[0] for b in bufs)))
         if any(isinstance(b, NoKernel) for b in bufs):
             return None
-        return host_backend if probe else True
+        return backends[sc.rank] if probe else True
 
     def as_cupy(buf):
         return DevArray(buf.a) if isinstance(buf, DevArray) else DevArray(np.array(buf))
@@ -357,22 +377,25 @@ def test_device_buffers_go_to_the_device_engine_when_it_takes_them(monkeypatch, 
     full = np.sum([data("float32", 40, q) for q in range(2)], axis=0)
 
     def body(sc):
-        r, out = sc.rank, []
+        r, out, engine_used = sc.rank, [], []
         for send, recv in (
             (CudaArray(data("float32", 40, r)), CudaArray(np.zeros(40, np.float32))),  # probe: device
             (CudaArray(data("float32", 40, r)), CudaArray(np.zeros(40, np.float32))),  # no probe
             (CudaArray(data("float32", 40, r)), np.zeros(40, np.float32)),  # mixed: staged
             (NoKernel(data("float32", 40, r)), NoKernel(np.zeros(40, np.float32))),  # staged
         ):
+            before = backends[r].batches
             sc.allreduce(send, recv)
             out.append(getattr(recv, "a", recv))
+            engine_used.append(backends[r].batches > before)
         z = CudaArray(data("float32", 40, r))
         sc.allreduce(z, z)  # in place, on the device engine
-        return out + [z.a], len(staged)
+        return out + [z.a], engine_used
 
     res = ok(world_run(2, body))
-    for outs, _ in res:
+    for outs, used in res:
         assert all(np.array_equal(y, full) for y in outs)
+        assert used == [True, True, False, False], used
     assert sorted(map(repr, staged)) == ["{'op': 'sum'}"] * 4  # the mixed and NoKernel calls, 2 ranks
     for r in range(2):
         mine = [(p, same) for rank, p, same in probes if rank == r]
