@@ -216,7 +216,6 @@ class SecureComm:
                 local_error,
             )
         except BaseException:
-            self._broken = "setup failed"
             if not isinstance(comm, Transport):  # the MPITransport made here: free its communicator
                 self._transport.close()
             raise
@@ -341,8 +340,8 @@ class SecureComm:
         dname: str,
         count: int,
         itemsize: int,
-        redop: str = "none",
-        device: bool = False,
+        redop: str,
+        device: bool,
     ) -> OpRun:
         collective = coll.name
         if self._broken:

@@ -150,12 +150,14 @@ class OpRun:
             ) from None
 
     def _check_len(self, got, slot, j, n, peer, step=None):
+        """``AuthenticationError`` naming ``peer`` and the chunk (as :meth:`_open`) when the
+        frame received into ``slot`` has ``got`` bytes, not the length its chunk must have."""
         if got != len(slot.frame):  # a frame of the wrong length cannot be authentic
             raise AuthenticationError(
                 peer=peer,
                 op=self.collective,
                 seq=self.frame.seq,
-                step=step,
+                step=None if step == GROUP_STEP else step,
                 chunk=j,
                 chunks=n,
                 epoch=self.frame.epoch,
@@ -214,7 +216,8 @@ class OpRun:
 
     def _drain(self, recv: Recv, rreqs):
         t, timeout, op_label = self.t, self.timeout, self.op_label
-        src, step, group, slots, outs = recv.src, recv.step, recv.group, recv.slots, recv.outs
+        src, group, slots, outs = recv.src, recv.group, recv.slots, recv.outs
+        step = GROUP_STEP if group else recv.step
         sender = recv.origin if group else src
         key = self._protect(group, sender, self.rank)
         suite = key.suite
@@ -233,13 +236,13 @@ class OpRun:
         pool = self.pool if n > 1 else None
         if pool is None:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src)
+                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src, step)
                 job(j)
             return
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src)
+                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src, step)
                 futs.append(pool.submit(job, j))
             for f in futs:
                 f.result()
@@ -267,7 +270,7 @@ class OpRun:
         key.seal(sslot, piece)
         sreq = t.isend(sslot.frame, peer)
         self.pending.append(sreq)
-        self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer)
+        self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer, step)
         key = self._protect(False, peer, rank)
         frame.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
         consume(0, self._open(rslot, key, out, peer, step, 0, 1))
@@ -297,7 +300,7 @@ class OpRun:
         key = self._protect(True, origin, self.rank)
         for j, req in enumerate(rreqs):
             slot = slots[j]
-            self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent)
+            self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent, GROUP_STEP)
             for c in children:
                 r = t.isend(slot.frame, c)
                 sreqs.append(r)

@@ -14,6 +14,10 @@ nonce, RFC 5869 §3.1; ``th`` = SHA-256 of every rank's hello)::
     group key (epoch e)                info = "seccomm/1 group|" suite "|" e "|" th
     finished key (setup)               info = "seccomm/1 finished|" suite "||" th
     group-secret wrap (0 <-> j)        info = "seccomm/1 group-wrap|" suite "|" j "|" th
+    notices (give-up/abort)            info = "seccomm/1 notice|" suite "||" th
+
+``suite`` is the suite's name in ASCII; ``e``, ``src``, ``dst`` and ``j`` are unsigned 32-bit
+big-endian integers.
 
 In ``psk`` mode ikm is the job secret.  In ``psk-dhe`` mode every rank's hello carries an
 ephemeral X25519 share (authenticated by the hello MAC and the finished MAC); direction keys use
@@ -129,7 +133,7 @@ def _check_file(st: os.stat_result, what: str, path: str) -> None:
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyScheduleError(
             f"{what} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"run: chmod 600 {path}"
+            f"run: chmod 600 {shlex.quote(path)}"
         )
 
 
@@ -171,7 +175,9 @@ def random_secret() -> bytes:
 
 def new_secret_file(directory: str | None = None) -> str:
     """Write :func:`random_secret` (64 hex digits) to a new 0600 file and return its path (the
-    local launcher)."""
+    local launcher, which removes it afterwards).  The file is created with ``O_EXCL`` in
+    ``directory`` (default: :func:`tempfile.gettempdir`) and named ``seccomm-psk-`` followed by
+    random characters, so that one left behind by a launcher that was killed can be found."""
     import tempfile
 
     fd, path = tempfile.mkstemp(prefix="seccomm-psk-", dir=directory)  # O_EXCL, mode 0600

@@ -445,3 +445,203 @@ def test_bcast_routes_its_one_buffer_as_both(sc, monkeypatch):
     sc.bcast(x)
     sc.allreduce(x, x)
     assert [(a is x, b is x) for a, b in seen] == [(True, True)] * 2
+
+
+def test_collectives_are_installed_on_a_class_without_replacing_its_methods():
+    """comm._install_collectives (run once, at import, on SecureComm), here on scratch classes:
+    every record's method under its name, named after the class; a class that already has a
+    method of that name is refused, naming it."""
+    from seccomm import comm
+    from seccomm.collectives import COLLECTIVES
+
+    saved = {name: c.method.__qualname__ for name, c in COLLECTIVES.items()}
+    try:
+
+        class Scratch:
+            pass
+
+        comm._install_collectives(Scratch)
+        for name, c in COLLECTIVES.items():
+            assert vars(Scratch)[name] is c.method and c.method.__qualname__ == f"Scratch.{name}"
+
+        class Taken:
+            def bcast(self):
+                return "mine"
+
+        with pytest.raises(ValueError, match=r"^collective 'bcast' would replace SecureComm\.bcast$"):
+            comm._install_collectives(Taken)
+        assert Taken().bcast() == "mine"
+    finally:
+        for name, c in COLLECTIVES.items():
+            c.method.__qualname__ = saved[name]
+
+
+def test_block_counts_and_node_ids_take_integers_only(sc):
+    assert sc.block_counts(np.int64(5)) == [5] and sc.block_counts(0) == [0]
+    for bad in (True, 2.5, -1, "3", None):
+        with pytest.raises(ValueError, match=rf"^count must be an integer >= 0, got {re.escape(repr(bad))}$"):
+            sc.block_counts(bad)
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, node_ids=[np.int64(4)]) as s:
+        assert s.node_ids == [0]
+    for bad in (True, 1.0, "0", None):
+        msg = rf"node_ids entry must be an integer, got {re.escape(repr(bad))}"
+        with pytest.raises(ValueError, match=msg):
+            SecureComm(self_comm(), "aes-256-gcm", psk=PSK, node_ids=[bad])
+
+
+def test_limits_per_op_are_checked_before_it_begins():
+    """At most MAX_CHUNKS_PER_HOP (2**24) chunks per hop, counting ceil(bytes / chunk_bytes) + 1;
+    at most the per-key frame limit for the op's frame bound, with the fix that applies (a
+    forced rotate_after_frames, else chunk_bytes).  Checked from the call's count alone (no
+    buffer of that size is needed), before a sequence number is taken."""
+    from seccomm.collectives import COLLECTIVES
+    from seccomm.framing import MAX_CHUNKS_PER_HOP
+
+    ar = COLLECTIVES["allreduce"]
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16) as s:
+        most = 16 * (MAX_CHUNKS_PER_HOP - 1) // 4  # float32 elements: exactly 2**24 chunks
+        s._begin(ar, "float32", most, 4, "sum", False)
+        seq = s._seq
+        with pytest.raises(
+            ValueError,
+            match=rf"^allreduce of {4 * most + 4} bytes needs {MAX_CHUNKS_PER_HOP + 1} chunks per hop; "
+            rf"at most {MAX_CHUNKS_PER_HOP}: raise chunk_bytes$",
+        ):
+            s._begin(ar, "float32", most + 1, 4, "sum", False)
+        assert s._seq == seq
+    big = (1 << 31) - 64
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=big) as s:
+        chunks = s.usage_limit // ar.frame_bound(1, 1) + 1
+        count = (chunks - 1) * big // 8
+        bound = ar.frame_bound(1, chunks)
+        assert bound > s.usage_limit
+        with pytest.raises(
+            ValueError,
+            match=rf"^allreduce of {count * 8} bytes may seal up to {bound} frames under one key, "
+            rf"over the per-key limit of {s.usage_limit}: raise chunk_bytes$",
+        ):
+            s._begin(ar, "float64", count, 8, "sum", False)
+    x = np.ones(64, np.float32)  # 256 bytes at chunk_bytes=16: 17 chunks
+    bound = ar.frame_bound(1, 17)
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16, rotate_after_frames=bound) as s:
+        s.allreduce(x, x.copy())  # exactly at the limit
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16, rotate_after_frames=bound - 1) as s:
+        fix = rf"over the per-key limit of {bound - 1}: raise rotate_after_frames$"
+        with pytest.raises(ValueError, match=fix):
+            s.allreduce(x, x.copy())
+
+
+HI_BYTES, HI_FRAMES = 1 << 62, 1 << 63
+BOUNDS = [  # (argument, refused values, accepted values, "[lo, hi]" of the message)
+    ("chunk_bytes", [15, (1 << 31) - 63, True, 64.0], [16, (1 << 31) - 64], "[16, 2147483584]"),
+    ("small_bytes", [-1, HI_BYTES + 1, False], [0, HI_BYTES], f"[0, {HI_BYTES}]"),
+    ("bcast_chain_bytes", [-1, HI_BYTES + 1, 1.5], [0, HI_BYTES], f"[0, {HI_BYTES}]"),
+    ("rotate_after_frames", [0, HI_FRAMES + 1, True], [1], f"[1, {HI_FRAMES}]"),
+    ("crypto_threads", [0, 1025, 2.0], [1, 2, 1024], "[1, 1024]"),
+]
+
+
+@pytest.mark.parametrize("arg, bad, good, bounds", BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_integer_arguments_are_checked_at_their_bounds(arg, bad, good, bounds):
+    """Each integer argument: its documented range, both ends accepted, the values just outside
+    (and bools, floats) refused before any traffic, the message naming the argument, the range
+    and the value."""
+    for v in bad:
+        with pytest.raises(
+            ValueError, match=rf"^{arg} must be an integer in {re.escape(bounds)}, got {v!r}$"
+        ):
+            SecureComm(self_comm(), "aes-256-gcm", psk=PSK, **{arg: v})
+    for v in good:
+        with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, **{arg: v}) as s:
+            assert getattr(s, arg if arg != "rotate_after_frames" else "usage_limit") == v
+
+
+def test_timeout_rotation_limit_and_node_ids_are_checked():
+    cap = seccomm.get_suite("aes-256-gcm").usage_limit(1 << 20, seccomm.framing.AAD_BYTES)
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, rotate_after_frames=cap) as s:
+        assert s.usage_limit == cap
+    src = seccomm.get_suite("aes-256-gcm").limit_source
+    above = (
+        f"rotate_after_frames {cap + 1} is above aes-256-gcm's usage limit of {cap} frames per key at "
+        f"chunk_bytes=1048576 ({src}); it may only lower the rotation point"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(above)}$"):
+        SecureComm(self_comm(), "aes-256-gcm", psk=PSK, rotate_after_frames=cap + 1)
+    for bad in (0, -1, "soon", float("nan"), "0"):
+        with pytest.raises(
+            ValueError, match=rf"^timeout must be a number of seconds > 0, got {re.escape(repr(bad))}$"
+        ):
+            SecureComm(self_comm(), "aes-256-gcm", psk=PSK, timeout=bad)
+    for good, want in ((0.5, 0.5), (1, 1.0), ("2.5", 2.5)):
+        with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, timeout=good) as s:
+            assert s.timeout == want
+    for bad in ([0, 1], "0", b"\0", []):
+        with pytest.raises(ValueError, match=r"^node_ids must list one node id per rank \(1 entries\)$"):
+            SecureComm(self_comm(), "aes-256-gcm", psk=PSK, node_ids=bad)
+
+
+def test_defaults_and_environment(monkeypatch):
+    """Defaults: suite aes-256-gcm, timeout SECCOMM_TIMEOUT or 60 s, job id SECCOMM_JOB_ID, else
+    SLURM_JOB_ID, else empty; crypto threads SECCOMM_CRYPTO_THREADS, else the cores per rank of
+    this node, 1 to 8 (1: no pool, crypto on the calling thread; never a pool for suite none);
+    an argument given wins over the environment."""
+    from seccomm import comm
+
+    for var in ("SECCOMM_TIMEOUT", "SECCOMM_JOB_ID", "SLURM_JOB_ID", "SECCOMM_CRYPTO_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+
+    def made(suite="aes-256-gcm", **kw):
+        with SecureComm(self_comm(), suite, psk=PSK, **kw) as s:
+            pool = None if s._pool is None else s._pool._max_workers
+            return s.suite.name, s.timeout, s.job_id, s.crypto_threads, pool
+
+    monkeypatch.setattr(comm.os, "cpu_count", lambda: 6)
+    with SecureComm(self_comm(), psk=PSK) as s:
+        assert (s.suite.name, s.timeout, s.job_id, s.crypto_threads) == ("aes-256-gcm", 60.0, "", 6)
+    for cores, threads in ((20, 8), (6, 6), (2, 2), (1, 1), (None, 1)):
+        monkeypatch.setattr(comm.os, "cpu_count", lambda c=cores: c)
+        assert made()[3:] == (threads, None if threads == 1 else threads), cores
+    monkeypatch.setattr(comm.os, "cpu_count", lambda: 6)
+    assert made("none")[3:] == (6, None)  # suite none: no crypto, no pool
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SECCOMM_TIMEOUT", "7.5")
+    monkeypatch.setenv("SECCOMM_CRYPTO_THREADS", "3")
+    assert made() == ("aes-256-gcm", 7.5, "4242", 3, 3)
+    monkeypatch.setenv("SECCOMM_JOB_ID", "mine")
+    assert made()[2] == "mine"
+    assert made(job_id="arg", timeout=3, crypto_threads=2) == ("aes-256-gcm", 3.0, "arg", 2, 2)
+    monkeypatch.delenv("SECCOMM_CRYPTO_THREADS")
+    monkeypatch.delenv("SECCOMM_PSK_FILE", raising=False)
+    monkeypatch.delenv("SECCOMM_PSK", raising=False)
+    with SecureComm(self_comm(), "none") as s:
+        assert s.secret_source == "none (suite 'none' uses no key)"
+    with SecureComm(self_comm(), "none", psk=PSK) as s:
+        assert s.secret_source == "argument"
+
+
+def test_the_setup_waits_with_the_timeout_or_60_s_to_report_a_bad_one(monkeypatch):
+    """The MPI transport made for an MPI communicator waits ``timeout`` seconds during the setup;
+    when the timeout itself is refused, 60 s, so that every rank still learns the error; after a
+    failed setup that transport is closed (its communicator freed)."""
+    from seccomm import comm
+
+    made = []
+
+    class Recording(comm.MPITransport):
+        def __init__(self, c, **kw):
+            super().__init__(c, **kw)
+            self.closed = False
+            made.append(self)
+
+        def close(self):
+            self.closed = True
+            super().close()
+
+    monkeypatch.setattr(comm, "MPITransport", Recording)
+    for timeout, want in ((0.5, 0.5), (1, 1.0), (30, 30.0)):
+        SecureComm(self_comm(), "aes-256-gcm", psk=PSK, timeout=timeout).close()
+        assert made[-1].timeout == want
+    for bad in (0, -2, "soon"):
+        with pytest.raises(ValueError, match="timeout must be"):
+            SecureComm(self_comm(), "aes-256-gcm", psk=PSK, timeout=bad)
+        assert made[-1].timeout == 60.0 and made[-1].closed

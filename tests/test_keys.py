@@ -231,3 +231,198 @@ def test_setup_keys_bind_salt_and_transcript():
         assert other.group_key(0) != base.group_key(0)
     assert hello_key(secret, b"j" * 16) == hello_key(secret, b"j" * 16) != hello_key(secret, b"k" * 16)
     assert base.finished_key() not in (base.direction_key(0, 0, 1), base.group_key(0))
+
+
+def test_secret_file_errors_name_the_file_and_a_fix_that_works(tmp_path, no_env):
+    """Each refusal starts with the source (``SECCOMM_PSK_FILE 'path'``) and ends with a command
+    for that very path, quoted for the shell (a path with a space): the command that makes a
+    file does make one that is accepted, and the chmod fixes the mode."""
+    import shlex
+    import shutil
+    import subprocess
+
+    d = tmp_path / "my dir"
+    d.mkdir()
+    missing, loose = str(d / "job psk"), secret_file(d, GOOD, mode=0o604, name="loose psk")
+
+    def make_one(path):
+        return f"(umask 077 && openssl rand -hex 32 > {shlex.quote(path)})"
+
+    make = make_one(missing)
+    cases = [
+        (missing, f"cannot be opened: No such file or directory; make one with: {make}"),
+        (str(d), f"is not a regular file; make one with: {make_one(str(d))}"),
+        (loose, f"is accessible by group or others (mode 604); run: chmod 600 {shlex.quote(loose)}"),
+    ]
+    for path, tail in cases:
+        no_env.setenv("SECCOMM_PSK_FILE", path)
+        with pytest.raises(KeyScheduleError) as e:
+            load_secret()
+        assert str(e.value) == f"SECCOMM_PSK_FILE {path!r} {tail}"
+    if shutil.which("openssl"):
+        subprocess.run(["sh", "-c", make], check=True)
+        subprocess.run(["sh", "-c", f"chmod 600 {shlex.quote(loose)}"], check=True)
+        for path in (missing, loose):
+            no_env.setenv("SECCOMM_PSK_FILE", path)
+            assert len(load_secret()[0]) == 32
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o620, 0o610, 0o604, 0o602, 0o601, 0o700 | 0o070])
+def test_secret_file_with_any_group_or_other_bit_is_refused(tmp_path, mode):
+    from seccomm.keys import read_secret_file
+
+    path = secret_file(tmp_path, GOOD, mode=mode)
+    with pytest.raises(KeyScheduleError, match=f"accessible by group or others \\(mode {mode:o}\\)"):
+        read_secret_file(path)
+    os.chmod(path, 0o400)  # read-only for its owner: fine
+    assert read_secret_file(path) == bytes.fromhex(GOOD)
+
+
+def test_secret_file_hex_or_raw(tmp_path):
+    """A file of hex digits (either case, with whitespace) is decoded; a file with any other
+    character is the raw secret, byte for byte; the size limit is 65536 bytes, inclusive."""
+    from seccomm.keys import MAX_SECRET_FILE_BYTES, read_secret_file
+
+    assert MAX_SECRET_FILE_BYTES == 65536
+    for text in (GOOD.upper(), " " + GOOD[:32] + "\r\n\t" + GOOD[32:].upper() + "\n"):
+        assert read_secret_file(secret_file(tmp_path, text, name="hex")) == bytes.fromhex(GOOD)
+    for raw in (
+        (GOOD[:40] + "X" + GOOD[40:]).encode(),  # a letter outside the hex digits: raw text
+        (GOOD + "g").encode(),
+        ("0x" + GOOD).encode(),
+        os.urandom(MAX_SECRET_FILE_BYTES),  # exactly at the limit
+    ):
+        assert read_secret_file(secret_file(tmp_path, raw, name="raw")) == raw
+    big = secret_file(tmp_path, os.urandom(MAX_SECRET_FILE_BYTES + 1), name="big")
+    with pytest.raises(KeyScheduleError, match="is larger than 65536 bytes: not a secret file"):
+        read_secret_file(big)
+
+
+#: 32 bytes whose entropy estimate is exactly MIN_SECRET_BITS (16 values, each twice)
+AT_THRESHOLD = bytes.fromhex("8a03da10bd1dc1f4dabdc38ad9c107a3a3e910f4a107d9e9eded1fc3a11f031d")
+
+
+def test_random_secret_draws_again_exactly_when_check_secret_would_refuse(monkeypatch):
+    """The rule of check_secret: at least MIN_SECRET_BITS passes.  A refused draw is replaced
+    by a new 32-byte draw; a draw right at the threshold is kept."""
+    from seccomm import keys
+    from seccomm.keys import check_secret, random_secret
+
+    assert estimate_bits(AT_THRESHOLD).bits == MIN_SECRET_BITS
+    assert check_secret(AT_THRESHOLD, "x") == AT_THRESHOLD
+    draws, asked = [bytes(32), bytes(range(32)), AT_THRESHOLD, os.urandom(32)], []
+
+    def urandom(n):
+        asked.append(n)
+        return draws[len(asked) - 1]
+
+    monkeypatch.setattr(keys.os, "urandom", urandom)
+    assert random_secret() == AT_THRESHOLD and asked == [32, 32, 32]
+
+
+def test_new_secret_file_name_place_and_content(tmp_path):
+    path = new_secret_file(str(tmp_path))
+    assert os.path.dirname(path) == str(tmp_path)
+    assert os.path.basename(path).startswith("seccomm-psk-")
+    with open(path) as f:
+        text = f.read()
+    assert len(text) == 64 and estimate_bits(bytes.fromhex(text)).bits >= MIN_SECRET_BITS
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_group_secret_and_rotation_in_the_key_schedule():
+    """psk-dhe: the group, finished and notice keys depend on the group secret (forward
+    secrecy: not on the job secret alone), direction keys on the pairwise X25519 secret;
+    forget_before(e) drops every key of older epochs and keeps those of epoch e (the same
+    objects: no new derivation)."""
+    secret, suite = os.urandom(32), get_suite("aes-256-gcm")
+
+    def schedule(pair=None, group=None):
+        ks = KeySchedule(secret, suite, b"s" * 32, b"t" * 32, rank=0)
+        if pair is not None:
+            ks.use_dhe(pair)
+        if group is not None:
+            ks.use_group_secret(group)
+        return ks
+
+    psk, g1, g2 = schedule(), schedule({1: b"a" * 32}, b"1" * 32), schedule({1: b"b" * 32}, b"2" * 32)
+    assert "mode=psk>" not in repr(g1) and "mode=psk-dhe " in repr(g1) and "mode=psk " in repr(psk)
+    for key in ("group_key", "finished_key", "notice_key"):
+        vals = [getattr(k, key)(*((0,) if key == "group_key" else ())) for k in (psk, g1, g2)]
+        assert len(set(vals)) == 3, key
+    assert len({k.direction_key(0, 0, 1) for k in (psk, g1, g2)}) == 3
+    ks = schedule()
+    old = [ks.direction(0, 0, 1), ks.group(0)]
+    cur = [ks.direction(1, 0, 1), ks.direction(1, 1, 0), ks.group(1), ks.direction(2, 0, 1)]
+    raw = [ks.direction_key(1, 0, 1), ks.group_key(1)]
+    ks.forget_before(1)
+    assert [ks.direction(1, 0, 1), ks.direction(1, 1, 0), ks.group(1), ks.direction(2, 0, 1)] == cur
+    assert all(a is b for a, b in zip(cur, [ks.direction(1, 0, 1), ks.direction(1, 1, 0), ks.group(1)]))
+    assert {k[1] for k in ks._cache} == {1, 2} and len(ks._cache) == 8  # 4 keyed suites, 4 raw keys
+    assert ks.direction(0, 0, 1) is not old[0] and ks.group(0) is not old[1]
+    assert [ks.direction_key(1, 0, 1), ks.group_key(1)] == raw
+
+
+def test_key_schedule_as_documented():
+    """Every key recomputed from the table of the module docstring (and docs/design.md, "Key
+    schedule") with cryptography's HKDF directly: labels, salt, transcript hash and the u32
+    big-endian fields, psk and psk-dhe (pairwise secret of src and dst, group secret)."""
+    import struct
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    secret, salt, th = os.urandom(32), os.urandom(32), os.urandom(32)
+    pair, gs = {0: os.urandom(32), 2: os.urandom(32)}, os.urandom(32)
+
+    def ref(ikm, label, *fields):  # no fields: "label|suite||th"
+        info = b"seccomm/1 " + label + b"|aes-256-gcm|" + struct.pack(f">{len(fields)}I", *fields)
+        return HKDF(hashes.SHA256(), 32, salt, info + b"|" + th).derive(ikm)
+
+    for mode in ("psk", "psk-dhe"):
+        ks = KeySchedule(secret, get_suite("aes-256-gcm"), salt, th, rank=1)
+        if mode == "psk-dhe":
+            ks.use_dhe(pair)
+            ks.use_group_secret(gs)
+        g = gs if mode == "psk-dhe" else b""
+        for e, src, dst in ((0, 1, 2), (3, 2, 1), (7, 1, 0), (1 << 31, 0, 1)):
+            peer = dst if src == 1 else src
+            ikm = secret + (pair[peer] if mode == "psk-dhe" else b"")
+            assert ks.direction_key(e, src, dst) == ref(ikm, b"dir", e, src, dst), (mode, e, src, dst)
+        for e in (0, 5):
+            assert ks.group_key(e) == ref(secret + g, b"group", e)
+        assert ks.finished_key() == ref(secret + g, b"finished")
+        assert ks.notice_key() == ref(secret + g, b"notice")
+    assert ks.wrap_key(1) == ref(secret + pair[0], b"group-wrap", 1)  # rank 1 with rank 0
+    ks0 = KeySchedule(secret, get_suite("aes-256-gcm"), salt, th, rank=0)
+    ks0.use_dhe({2: pair[2]})
+    assert ks0.wrap_key(2) == ref(secret + pair[2], b"group-wrap", 2)
+    job = os.urandom(16)
+    assert hello_key(secret, job) == HKDF(hashes.SHA256(), 32, job, b"seccomm/1 hello").derive(secret)
+
+
+def test_key_schedule_caches_raw_keys_and_keyed_suites_apart(monkeypatch):
+    """Raw keys (the GPU kernels) and keyed suites (the CPU engine) of one (epoch, direction) or
+    epoch come from one derivation each, in either order of first use, and are cached: a second
+    request derives nothing."""
+    from seccomm import keys
+
+    calls = []
+    real = keys.hkdf
+    monkeypatch.setattr(keys, "hkdf", lambda *a, **k: calls.append(a) or real(*a, **k))
+    suite = get_suite("chacha20-poly1305")
+    (slot,) = Workspace().slots("w", [16])
+    for order in ("keyed first", "raw first"):
+        ks = KeySchedule(os.urandom(32), suite, b"s" * 32, b"t" * 32, rank=0)
+        del calls[:]
+        for _ in range(2):
+            if order == "raw first":
+                raw = [ks.direction_key(0, 0, 1), ks.group_key(0)]
+            keyed = [ks.direction(0, 0, 1), ks.group(0)]
+            raw = [ks.direction_key(0, 0, 1), ks.group_key(0)]
+        assert len(calls) == 2 and all(isinstance(k, bytes) and len(k) == 32 for k in raw)
+        assert keyed == [ks.direction(0, 0, 1), ks.group(0)]
+        assert all(a is b for a, b in zip(keyed, [ks.direction(0, 0, 1), ks.group(0)]))
+        for k, key in zip(keyed, raw):  # each keyed suite holds its raw key
+            k.seal(slot, memoryview(bytes(16)))
+            assert suite.keyed(key).open(slot, bytearray(16)) is not None

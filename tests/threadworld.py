@@ -6,7 +6,8 @@ in posting order per (sender, receiver) pair; every wait has a deadline (``Trans
 Host keys come from the world (``hosts``), so a test can lay ranks out on simulated hosts.
 Every point-to-point call is checked against the transport contract the MPI transport relies on
 (peers in range and not itself, the request waited on is one of this transport's for that peer,
-deadlines > 0, a label for the error): a breach raises ``AssertionError`` inside the op.
+deadlines > 0, a label for the error, a send buffer unchanged until its send was waited on): a
+breach raises ``AssertionError`` inside the op.
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.

@@ -1,0 +1,413 @@
+"""SecureComm's bookkeeping around the ops, on the in-process world of threads (helpers of
+tests/test_threadworld_ops.py): epochs and rotation, close, an op that failed, ranks that
+disagree on a call, the algorithm "auto" picks, inf/NaN arithmetic, the device engine and the
+staged route."""
+
+from __future__ import annotations
+
+import gc
+import math
+import shutil
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+from seccomm import SecCommError, SecureComm
+from seccomm.collectives import COLLECTIVES
+from seccomm.transports import TransportWrapper
+from seccomm.transports.wrappers import RecordingTransport
+from test_threadworld_ops import (
+    PSK,
+    WIRE_ERRORS,
+    Swap,
+    data,
+    flip,
+    ok,
+    ref_allreduce,
+    run_op,
+    world_run,
+)
+from threadworld import World, record_seals
+
+
+# -- SecureComm: epochs, close, routes, the call every rank must agree on -------------------------
+def op_indices(log):
+    """The epoch-local op index (nonce bits 95..64, seccomm.framing) of each logged seal."""
+    return {int.from_bytes(nonce[:4], "big") for _, nonce in log}
+
+
+def test_epochs_rotate_when_the_next_op_could_pass_the_limit():
+    """docs/design.md, "Epochs": before each op every rank adds the op's frame bound; when the
+    total would pass rotate_after_frames, all move to the next epoch (new keys, op index 0).
+    With the limit at 3 bounds, epochs change before ops 4 and 7; each epoch numbers its ops
+    0, 1, 2 in the nonce and has keys of its own."""
+    p, n, chunk_bytes = 2, 200, 64
+    bound = COLLECTIVES["allreduce"].frame_bound(p, math.ceil(4 * n / chunk_bytes) + 1)
+
+    def body(sc):
+        log, out = [], []
+        record_seals(sc, log)
+        for k in range(8):
+            start = len(log)
+            run_op(sc, "allreduce", k)
+            out.append((sc.epoch, sc.rotations, op_indices(log[start:]), {key for key, _ in log[start:]}))
+        return out
+
+    res = ok(world_run(p, body, chunk_bytes=chunk_bytes, rotate_after_frames=3 * bound))
+    for out in res:
+        assert [e for e, _, _, _ in out] == [0, 0, 0, 1, 1, 1, 2, 2]
+        assert [r for _, r, _, _ in out] == [0, 0, 0, 1, 1, 1, 2, 2]
+        assert [i for _, _, i, _ in out] == [{0}, {1}, {2}, {0}, {1}, {2}, {0}, {1}]
+        keys = [set().union(*(k for e, _, _, k in out if e == epoch)) for epoch in range(3)]
+        assert all(keys) and not (keys[0] & keys[1] or keys[1] & keys[2] or keys[0] & keys[2])
+
+
+def test_an_epoch_holds_at_most_max_ops_per_epoch_ops():
+    """framing.MAX_OPS_PER_EPOCH ops (op indices 0 .. 2**32 - 2) per epoch key, then the next
+    epoch (as if 2**32 - 2 ops had run: the counter is set directly)."""
+    from seccomm.framing import MAX_OPS_PER_EPOCH
+
+    def body(sc):
+        log, out = [], []
+        record_seals(sc, log)
+        sc._epoch_ops = MAX_OPS_PER_EPOCH - 1
+        for k in range(2):
+            start = len(log)
+            run_op(sc, "allreduce", k)
+            out.append((sc.epoch, op_indices(log[start:])))
+        return out
+
+    for out in ok(world_run(2, body)):
+        assert out == [(0, {MAX_OPS_PER_EPOCH - 1}), (1, {0})]
+
+
+class Closing(TransportWrapper):
+    """Records quiesce timeouts and close calls."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.quiesced, self.closed = [], 0
+
+    def quiesce(self, timeout):
+        self.quiesced.append(timeout)
+        return self.inner.quiesce(timeout)
+
+    def close(self):
+        self.closed += 1
+        return self.inner.close()
+
+
+@pytest.mark.parametrize("timeout, wait", [(2, 2.0), (30, 10.0)])
+def test_close_waits_for_peers_and_crypto_then_drops_keys(timeout, wait):
+    """close(): lets the crypto jobs still running finish and ends the pool's threads, waits for
+    the peers at most min(timeout, 10) s, closes the transport once however often it is called,
+    keeps no key schedule, and every later call raises CommClosedError saying so."""
+    from seccomm import CommClosedError
+
+    def body(sc):
+        pool, done = sc._pool, []
+        pool.submit(lambda: (time.sleep(0.2), done.append(1)))
+        keys = weakref.ref(sc._keys)
+        sc.close()
+        sc.close()
+        gc.collect()
+        with pytest.raises(CommClosedError, match=r"^SecureComm is unusable: closed; create a new one$"):
+            run_op(sc, "allreduce", 0)
+        return sc.transport, done, [t.is_alive() for t in pool._threads], keys()
+
+    res = ok(world_run(2, body, wrap=lambda r, t: Closing(t), timeout=timeout, crypto_threads=3))
+    for tr, done, alive, keys in res:
+        assert tr.quiesced == [wait] and tr.closed == 1
+        assert done == [1] and alive and not any(alive) and keys is None
+
+
+def test_an_op_that_failed_leaves_the_comm_unusable_saying_why():
+    """After an op failed on a rank (a frame refused, a peer that stopped, an error of its
+    own), every later call raises CommClosedError naming the op and the error."""
+
+    def body(sc):
+        for k in range(2):
+            try:
+                run_op(sc, "allreduce", k)
+            except SecCommError:
+                pass
+        try:
+            run_op(sc, "allreduce", 2)
+        except SecCommError as e:
+            return str(e)
+
+    wrap = lambda r, t: Swap(t, flip(5, 16)) if r == 0 else t  # noqa: E731 - op 2, ring step 0
+    msgs = world_run(2, body, wrap=wrap, algorithm="ring", chunk_bytes=64)
+    assert msgs == [
+        "SecureComm is unusable: allreduce #2 failed (PeerAbortError); create a new one",
+        "SecureComm is unusable: allreduce #2 failed (AuthenticationError); create a new one",
+    ]
+
+    class Boom(TransportWrapper):
+        def isend(self, buf, peer):
+            raise RuntimeError("a wrapper's own error")
+
+    def body2(sc):
+        try:
+            run_op(sc, "allreduce", 0)
+        except RuntimeError:
+            pass
+        with pytest.raises(
+            SecCommError, match=r"^SecureComm is unusable: allreduce #1 failed \(RuntimeError\)"
+        ):
+            run_op(sc, "allreduce", 1)
+
+    ok(world_run(2, body2, wrap=lambda r, t: Boom(t)))
+
+
+@pytest.mark.parametrize("what", ["op", "dtype", "count"])
+def test_ranks_that_disagree_on_the_call_fail_on_every_rank(what):
+    """The op, dtype and count are bound into every frame (AAD): ranks that call allreduce with
+    different ones raise on every rank, none returns a result."""
+
+    def body(sc):
+        r = sc.rank
+        x = np.ones(
+            64 + (16 if what == "count" and r else 0), np.int32 if what == "dtype" and r else np.float32
+        )
+        y = np.empty_like(x)
+        try:
+            sc.allreduce(x, y, op="max" if what == "op" and r else "sum")
+        except SecCommError as e:
+            return e
+        return y
+
+    for alg in ("ring", "recursive_doubling"):
+        res = world_run(2, body, algorithm=alg, chunk_bytes=64)
+        assert all(isinstance(e, SecCommError) for e in res), (what, alg, res)
+        assert any(isinstance(e, WIRE_ERRORS) for e in res), (what, alg, res)
+
+
+@pytest.mark.parametrize(
+    "small_bytes, n, alg",
+    [(64, 16, "recursive_doubling"), (64, 17, "ring"), (0, 2, "recursive_doubling"), (0, 3, "ring")],
+)
+def test_auto_picks_recursive_doubling_for_small_or_short_calls(small_bytes, n, alg):
+    """algorithm="auto": recursive doubling at or below small_bytes bytes or for fewer elements
+    than ranks, else ring (float32 on 3 ranks).  Seen on the wire: rank 2 sends to rank 0 in
+    the ring, to rank 1 in recursive doubling (its partner after the fold of rank 0 into 1)."""
+
+    def body(sc):
+        x = data("float32", n, sc.rank)
+        y = np.empty_like(x)
+        sc.allreduce(x, y)
+        return y, {peer for kind, peer, _ in sc.transport.frames if kind == "frame"}
+
+    res = ok(world_run(3, body, small_bytes=small_bytes, wrap=lambda r, t: RecordingTransport(t)))
+    for y, _ in res:
+        assert np.array_equal(y, ref_allreduce("float32", n, 3, "sum"))
+    assert res[2][1] == ({0} if alg == "ring" else {1}), res[2][1]
+
+
+def test_inf_and_nan_arithmetic_raises_nothing_as_in_mpi():
+    """Sums that overflow to inf or meet inf - inf give inf and NaN, with no FloatingPointError
+    even where the caller made numpy raise on them."""
+
+    def body(sc):
+        x = np.array([60000, np.inf if sc.rank == 0 else -np.inf, 1], np.float16)
+        y = np.empty_like(x)
+        with np.errstate(all="raise"):
+            sc.allreduce(x, y)
+        return y
+
+    for y in ok(world_run(2, body)):
+        assert np.isinf(y[0]) and np.isnan(y[1]) and y[2] == 2
+
+
+class DevArray:
+    """An array of a device engine's array module, as the engine sees one (CuPy's are not
+    numpy.ndarray and have no writeable flag), here over a numpy array ``a``."""
+
+    def __init__(self, a):
+        self.a = a
+
+    dtype = property(lambda s: s.a.dtype)
+    size = property(lambda s: s.a.size)
+    shape = property(lambda s: s.a.shape)
+    itemsize = property(lambda s: s.a.itemsize)
+    flags = property(lambda s: type("Flags", (), {"c_contiguous": s.a.flags.c_contiguous})())
+    __array_interface__ = property(lambda s: s.a.__array_interface__)
+
+    def reshape(self, *shape):
+        return self.a.reshape(*shape)
+
+
+class CudaArray(DevArray):
+    """A device buffer as seccomm.gpu.staging.is_device recognises one."""
+
+    __cuda_array_interface__ = property(lambda s: s.a.__array_interface__)
+
+
+@pytest.fixture(scope="module")
+def host_backend(tmp_path_factory):
+    """seccomm.gpu.engine's backend over numpy and the host build of the kernel core."""
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler for the host build of the kernel core")
+    from hostcore import HostBackend, build
+
+    return HostBackend(build(tmp_path_factory.mktemp("hostcore")))
+
+
+class Counted:
+    """A device-engine backend that counts the batches it seals or opens."""
+
+    def __init__(self, inner):
+        self.inner, self.batches = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def aead(self, suite):
+        self.batches += 1
+        return self.inner.aead(suite)
+
+
+def test_device_engine_ranks_and_cpu_engine_ranks_interoperate(host_backend):
+    """device_backend given: every call of that rank runs on the device engine with that
+    backend's arrays; its frames open on CPU-engine ranks and the other way round."""
+    world = World(3)
+    trs = world.transports(timeout=3)
+
+    backends = [Counted(host_backend) for _ in range(3)]
+
+    def body(r):
+        dev = r % 2 == 0
+        sc = SecureComm(
+            trs[r],
+            "aes-256-gcm",
+            psk=PSK,
+            timeout=2,
+            crypto_threads=1,
+            chunk_bytes=256,
+            device_backend=backends[r] if dev else None,
+        )
+        wrap = DevArray if dev else (lambda a: a)
+        out, used = {}, []
+        for alg in ("ring", "recursive_doubling"):
+            sc.algorithm = alg
+            x, y = data("float32", 301, r), np.zeros(301, np.float32)
+            before = backends[r].batches
+            sc.allreduce(wrap(x), wrap(y), op="max")
+            out[alg] = y
+            used.append(backends[r].batches > before)
+        b = data("int32", 100, r, 3)
+        sc.bcast(wrap(b), root=1)
+        return out, b, used
+
+    res = ok(world.run(body))
+    assert [used for _, _, used in res] == [[True, True], [False, False], [True, True]]
+    res = [(out, b) for out, b, _ in res]
+    full = np.max([data("float32", 301, q) for q in range(3)], axis=0)
+    for out, b in res:
+        assert all(np.array_equal(y, full) for y in out.values())
+        assert np.array_equal(b, data("int32", 100, 1, 3))
+
+
+def test_device_buffers_without_the_device_engine_are_staged(monkeypatch):
+    """A device buffer beside a host buffer, or device buffers the device engine cannot take
+    (here: no CuPy), run the same collective on host copies (seccomm.gpu.staging.staged_call,
+    replaced here by a copy-free stand-in) with the same keyword arguments."""
+    from seccomm.gpu import staging
+
+    calls = []
+
+    def staged_call(fn, sendbuf, recvbuf, **kw):
+        calls.append(kw)
+        fn(getattr(sendbuf, "a", sendbuf), getattr(recvbuf, "a", recvbuf), **kw)
+
+    monkeypatch.setattr(staging, "staged_call", staged_call)
+
+    def body(sc):
+        r = sc.rank
+        y = np.zeros(50, np.float32)
+        sc.allreduce(CudaArray(data("float32", 50, r)), y, op="min")
+        b = CudaArray(data("int64", 30, r))
+        sc.bcast(b, root=1)
+        g = CudaArray(np.zeros(60, np.float16))
+        sc.allgather(data("float16", 30, r), g)
+        return y, b.a, g.a
+
+    res = ok(world_run(2, body))
+    assert sorted(map(repr, calls)) == sorted(map(repr, [{"op": "min"}, {"root": 1}, {}] * 2))
+    for y, b, g in res:
+        assert np.array_equal(y, np.min([data("float32", 50, q) for q in range(2)], axis=0))
+        assert np.array_equal(b, data("int64", 30, 1))
+        assert np.array_equal(g, np.concatenate([data("float16", 30, q) for q in range(2)]))
+
+
+class NoKernel(CudaArray):
+    """A device buffer the device engine cannot take (as CuPy has no bfloat16)."""
+
+
+def test_device_buffers_go_to_the_device_engine_when_it_takes_them(monkeypatch, host_backend):
+    """No device_backend given: a call whose buffers are both on the device runs on the device
+    engine when it can take them, probed once per comm until a probe succeeds (later calls
+    check the buffers without probing), else staged; a device buffer beside a host one is
+    staged (the device engine would write a copy of the host buffer).  Stand-ins here for CuPy:
+    ``device_ready`` answers with the host backend, ``as_cupy`` views a device buffer and copies
+    a host one (as cupy.asarray does), ``staged_call`` runs on the host arrays."""
+    from seccomm.gpu import engine, staging
+
+    probes, staged, backends = [], [], [Counted(host_backend) for _ in range(2)]
+
+    def device_ready(sc, *bufs, probe=True):
+        assert isinstance(sc, SecureComm) and len(bufs) == 2, (sc, bufs)
+        probes.append((sc.rank, probe, all(b is bufs[0] for b in bufs)))
+        if any(isinstance(b, NoKernel) for b in bufs):
+            return None
+        return backends[sc.rank] if probe else True
+
+    def as_cupy(buf):
+        return DevArray(buf.a) if isinstance(buf, DevArray) else DevArray(np.array(buf))
+
+    def staged_call(fn, sendbuf, recvbuf, **kw):
+        staged.append(kw)
+        fn(getattr(sendbuf, "a", sendbuf), getattr(recvbuf, "a", recvbuf), **kw)
+
+    monkeypatch.setattr(engine, "device_ready", device_ready)
+    monkeypatch.setattr(staging, "as_cupy", as_cupy)
+    monkeypatch.setattr(staging, "staged_call", staged_call)
+    full = np.sum([data("float32", 40, q) for q in range(2)], axis=0)
+
+    def body(sc):
+        r, out, engine_used = sc.rank, [], []
+        for send, recv in (
+            (CudaArray(data("float32", 40, r)), CudaArray(np.zeros(40, np.float32))),  # probe: device
+            (CudaArray(data("float32", 40, r)), CudaArray(np.zeros(40, np.float32))),  # no probe
+            (CudaArray(data("float32", 40, r)), np.zeros(40, np.float32)),  # mixed: staged
+            (NoKernel(data("float32", 40, r)), NoKernel(np.zeros(40, np.float32))),  # staged
+        ):
+            before = backends[r].batches
+            sc.allreduce(send, recv)
+            out.append(getattr(recv, "a", recv))
+            engine_used.append(backends[r].batches > before)
+        z = CudaArray(data("float32", 40, r))
+        sc.allreduce(z, z)  # in place, on the device engine
+        return out + [z.a], engine_used
+
+    res = ok(world_run(2, body))
+    for outs, used in res:
+        assert all(np.array_equal(y, full) for y in outs)
+        assert used == [True, True, False, False], used
+    assert sorted(map(repr, staged)) == ["{'op': 'sum'}"] * 4  # the mixed and NoKernel calls, 2 ranks
+    for r in range(2):
+        mine = [(p, same) for rank, p, same in probes if rank == r]
+        assert mine == [(True, False), (False, False), (False, False), (False, True)], mine
+    probes.clear()
+
+    def fresh(sc):  # the first device call cannot run there: the next call probes again
+        r = sc.rank
+        sc.allreduce(NoKernel(data("float32", 40, r)), NoKernel(np.zeros(40, np.float32)))
+        y = CudaArray(np.zeros(40, np.float32))
+        sc.allreduce(CudaArray(data("float32", 40, r)), y)
+        return y.a
+
+    assert all(np.array_equal(y, full) for y in ok(world_run(2, fresh)))
+    assert sorted(p for _, p, _ in probes) == [True] * 4

@@ -1,0 +1,113 @@
+"""What SecureComm's construction sends and decides, on the in-process world of threads: the
+settings in the setup hello, which transport a failed setup closes, and the defaults it takes
+from the transport and the machine."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+from seccomm import ConfigMismatchError, SecureComm
+from seccomm.transports import TransportWrapper
+from test_threadworld_ops import (
+    PSK,
+    ok,
+    world_run,
+)
+from test_comm_ops import Closing
+from threadworld import World
+
+
+class Hellos(TransportWrapper):
+    """Keeps the first allgather's rows: every rank's setup hello."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.rows = None
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        if self.rows is None:
+            self.rows = np.asarray(recvbuf).reshape(self.size, -1).copy()
+
+
+def test_the_setup_hello_carries_every_setting():
+    """Every rank's hello (docs/design.md, "Setup transcript") carries the setup protocol (2)
+    and every setting the ranks must agree on, as the rank set them; a rank with a bad argument
+    sends the protocol and its error only."""
+    from seccomm.handshake import decode_hello, job_label, node_ids_digest
+
+    kw = dict(
+        suite="chacha20-poly1305",
+        algorithm="ring",
+        encrypt="inter-node",
+        chunk_bytes=4096,
+        key_exchange="psk-dhe",
+        job_id="job 7",
+        rotate_after_frames=1000,
+        small_bytes=99,
+        bcast_chain_bytes=77,
+        node_ids=[0, 1],
+    )
+
+    def body(sc):
+        return [decode_hello(row.tobytes()) for row in sc.transport.rows]
+
+    res = ok(world_run(2, body, wrap=lambda r, t: Hellos(t), **kw))
+    want = dict(kw, protocol=2, world_size=2, usage_limit=1000, job_id=job_label("job 7"))
+    want["node_ids"] = node_ids_digest([0, 1])
+    del want["rotate_after_frames"]
+    for hellos in res:
+        assert [h.settings for h in hellos] == [want, want] and all(h.error is None for h in hellos)
+    wraps = [Hellos(t) for t in World(2).transports(3)]
+    world = wraps[0].inner.world
+    got = world.run(
+        lambda r: SecureComm(
+            wraps[r].inner, psk=PSK, algorithm="tree" if r else "auto", wrap_transport=lambda t: wraps[r]
+        )
+    )
+    assert isinstance(got[1], ValueError) and isinstance(got[0], ConfigMismatchError), got
+    bad = decode_hello(wraps[0].rows[1].tobytes())
+    assert bad.settings == {"protocol": 2} and "unknown algorithm" in bad.error
+
+
+def test_the_setup_closes_only_the_transport_it_made():
+    """A failed setup on a Transport the caller passed leaves it open (it is the caller's)."""
+    trs = World(2).transports(3)
+    closers = [Closing(t) for t in trs]
+    world = trs[0].world
+    res = world.run(
+        lambda r: SecureComm(trs[r], psk=PSK, chunk_bytes=64 * (r + 1), wrap_transport=lambda t: closers[r])
+    )
+    assert all(isinstance(e, ConfigMismatchError) for e in res), res
+    assert [c.closed for c in closers] == [0, 0]
+
+
+def test_small_bytes_default_comes_from_the_transport():
+    """small_bytes not given: the transport's ``small_bytes_default`` (torch.distributed: 2 MiB),
+    else DEFAULT_SMALL_BYTES (64 KiB)."""
+    from seccomm.comm import DEFAULT_SMALL_BYTES
+    from threadworld import ThreadTransport
+
+    class Tuned(ThreadTransport):
+        small_bytes_default = 12345
+
+    world = World(2)
+    tuned = [Tuned(world, r, 3) for r in range(2)]
+    assert ok(world.run(lambda r: SecureComm(tuned[r], psk=PSK).small_bytes)) == [12345, 12345]
+    assert ok(world_run(2, lambda sc: sc.small_bytes)) == [DEFAULT_SMALL_BYTES] * 2 == [65536] * 2
+    assert ok(world_run(2, lambda sc: sc.small_bytes, small_bytes=5)) == [5, 5]
+
+
+@pytest.mark.parametrize("cores, threads", [(7, 3), (16, 8), (3, 1)])
+def test_crypto_threads_default_to_the_cores_per_rank_of_the_node(monkeypatch, cores, threads):
+    """Two ranks on one host: cores // 2, at least 1, at most 8."""
+    from seccomm import comm
+
+    monkeypatch.delenv("SECCOMM_CRYPTO_THREADS", raising=False)
+    monkeypatch.setattr(comm.os, "cpu_count", lambda: cores)
+    res = ok(
+        world_run(2, lambda sc: (sc.crypto_threads, sc._pool and sc._pool._max_workers), crypto_threads=None)
+    )
+    assert res == [(threads, threads if threads > 1 else None)] * 2

@@ -1,0 +1,293 @@
+"""The hop engine (seccomm/engine.py) when a frame fails or a rank stops, and its crypto thread
+pool, on the in-process world of threads (tests/threadworld.py, helpers of
+tests/test_threadworld_ops.py): every error names the frame that failed, every request of a
+failed op stays referenced, crypto runs on the pool exactly where it pays, and a failed chunk
+waits for the jobs still running."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+from seccomm import AuthenticationError, SecCommError
+from seccomm.transports import TransportWrapper
+from test_threadworld_ops import (
+    Swap,
+    attacked,
+    data,
+    flip,
+    ok,
+    ref_allreduce,
+    run_op,
+    world_run,
+)
+
+
+# -- errors name the frame; what a failed op leaves behind ---------------------------------------
+def cut(at):
+    return lambda i, peer, f, fs: f[:-1] if i == at else f
+
+
+#: (case, world size, attacker, collective, settings, edit, index of the attacker's frame (in op
+#: 2: op 1 passes), victim, (step, chunk, chunks) the victim's error names).  n = 200 elements
+#: of float32, 16 per chunk at chunk_bytes=64: a ring block of 100 is 7 chunks, alltoall's 50 are
+#: 4, allgather's 67 (3 ranks) 5, bcast's 200 are 13; recursive doubling on 2 ranks is step 1.
+FRAME_CASES = [
+    (
+        "swap tag",
+        2,
+        0,
+        "allreduce",
+        dict(algorithm="recursive_doubling", chunk_bytes=1024),
+        flip(5, 1),
+        1,
+        (1, 0, 1),
+    ),
+    (
+        "swap length",
+        2,
+        0,
+        "allreduce",
+        dict(algorithm="recursive_doubling", chunk_bytes=1024),
+        cut(1),
+        1,
+        (1, 0, 1),
+    ),
+    ("ring reduce tag", 2, 0, "allreduce", dict(), flip(5, 16), 1, (0, 2, 7)),
+    ("ring reduce length", 2, 0, "allreduce", dict(), cut(16), 1, (0, 2, 7)),
+    ("ring reduce tag, pool", 2, 0, "allreduce", dict(crypto_threads=3), flip(5, 16), 1, (0, 2, 7)),
+    ("ring reduce length, pool", 2, 0, "allreduce", dict(crypto_threads=3), cut(16), 1, (0, 2, 7)),
+    ("ring gather tag, pool", 2, 0, "allreduce", dict(crypto_threads=3), flip(5, 23), 1, (None, 2, 7)),
+    ("alltoall tag", 2, 0, "alltoall", dict(), flip(5, 5), 1, (0, 1, 4)),
+    ("alltoall length", 2, 0, "alltoall", dict(), cut(5), 1, (0, 1, 4)),
+    ("allgather tag", 3, 0, "allgather", dict(), flip(5, 14), 1, (None, 4, 5)),
+    ("allgather length", 3, 0, "allgather", dict(), cut(14), 1, (None, 4, 5)),
+    ("bcast chain tag", 3, 1, "bcast", dict(bcast_chain_bytes=0), flip(5, 17), 2, (None, 4, 13)),
+    ("bcast chain length", 3, 1, "bcast", dict(bcast_chain_bytes=0), cut(17), 2, (None, 4, 13)),
+]
+
+
+@pytest.mark.parametrize("case", FRAME_CASES, ids=[c[0] for c in FRAME_CASES])
+def test_the_error_names_the_frame_that_failed(case):
+    """The victim's AuthenticationError names the sender, the op and its sequence number, the
+    step (None for group frames, which carry no step), the chunk and the chunk count, the epoch
+    and the suite, in its fields and its message; a length error says both lengths."""
+    what, p, attacker, name, kw, edit, victim, (step, chunk, chunks) = case
+    res = attacked(p, edit, attacker=attacker, name=name, **{"chunk_bytes": 64, **kw})
+    err = res[victim][0]
+    assert isinstance(err, AuthenticationError), res
+    got = (err.peer, err.op, err.seq, err.step, err.chunk, err.chunks, err.epoch, err.suite)
+    assert got == (attacker, name, 2, step, chunk, chunks, 0, "aes-256-gcm"), (what, got)
+    where = f"{name} #2" + ("" if step is None else f", step {step}") + f", chunk {chunk}/{chunks}, epoch 0"
+    assert f"aes-256-gcm authentication failed on a frame from rank {attacker} ({where}): " in str(err)
+    if "length" in what:
+        assert str(err).endswith("(truncated or padded)") and "frame has " in str(err), str(err)
+    else:
+        assert str(err).endswith("op, dtype or count"), str(err)
+    assert all(isinstance(v, list) or isinstance(v[0], SecCommError) for v in res), res
+
+
+class Handle:
+    """A request of :class:`Held`, weakly referenceable."""
+
+    __slots__ = ("inner", "__weakref__")
+
+    def __init__(self, inner):
+        self.inner = inner
+
+
+class Held(TransportWrapper):
+    """Hands out :class:`Handle` requests and keeps only weak references to them (``refs``, in
+    posting order) and the indices of those that completed (``done``), so that after a failed
+    op the handles still alive are the ones the SecureComm keeps; records the ids that
+    ``cancel`` got.  ``fail_send``: the index of a send that raises (an error of this rank)."""
+
+    def __init__(self, inner, fail_send=None):
+        super().__init__(inner)
+        self.refs, self.done, self.sends, self.fail_send = [], set(), 0, fail_send
+        self.cancelled: list[set] = []
+        self._index: dict[int, int] = {}
+
+    def _hold(self, req):
+        h = Handle(req)
+        self._index[id(h)] = len(self.refs)
+        self.refs.append(weakref.ref(h))
+        return h
+
+    def isend(self, buf, peer):
+        self.sends += 1
+        if self.sends - 1 == self.fail_send:
+            raise RuntimeError("this rank fails here")
+        return self._hold(self.inner.isend(buf, peer))
+
+    def irecv(self, buf, peer):
+        return self._hold(self.inner.irecv(buf, peer))
+
+    def wait_recv(self, req, timeout, peer, op_label):
+        got = self.inner.wait_recv(req.inner, timeout, peer, op_label)
+        self.done.add(self._index[id(req)])
+        return got
+
+    def wait_sends(self, reqs, timeout, peers, op_label):
+        self.inner.wait_sends([r.inner for r in reqs], timeout, peers, op_label)
+        self.done.update(self._index[id(r)] for r in reqs)
+
+    def cancel(self, reqs):
+        assert all(isinstance(r, Handle) for r in reqs), reqs
+        self.cancelled.append({id(r) for r in reqs})
+        self.inner.cancel([r.inner for r in reqs])
+
+
+@pytest.mark.parametrize(
+    "what, p, kw, edit, fail",
+    [
+        ("tag fails mid-hop (exchange)", 2, dict(chunk_bytes=64), flip(5, 16), {}),
+        ("a rank fails before its send (swap)", 2, dict(algorithm="recursive_doubling"), None, {1: 1}),
+        ("tag fails mid-relay (bcast)", 3, dict(chunk_bytes=64, bcast_chain_bytes=0), flip(5, 17), {}),
+    ],
+)
+def test_requests_of_a_failed_op_stay_referenced_and_are_cancelled(what, p, kw, edit, fail):
+    """After an op fails on a rank (a frame refused, an error of its own, or a peer that
+    stopped), every request the op posted and that did not complete is handed to the
+    transport's ``cancel`` and stays referenced by the SecureComm (MPI may still write into a
+    receive buffer or read a send buffer)."""
+    name = "bcast" if "bcast" in what else "allreduce"
+    attacker = 1 if name == "bcast" else 0
+
+    def wrap(r, t):
+        inner = Swap(t, edit) if edit is not None and r == attacker else t
+        return Held(inner, fail_send=fail.get(r))
+
+    def body(sc):
+        failed = None
+        for k in range(2):
+            try:
+                run_op(sc, name, k)
+            except Exception as e:  # noqa: BLE001 - the error's traceback must not keep requests
+                failed = type(e).__name__
+                break
+        return failed, sc
+
+    res = world_run(p, body, wrap=wrap, **{"algorithm": "ring", **kw})
+    failed = [r for r, (f, _) in enumerate(res) if f is not None]
+    assert len(failed) >= 2, res
+    gc.collect()
+    for r in failed:
+        held = res[r][1].transport
+        outstanding = [i for i in range(len(held.refs)) if i not in held.done]
+        assert outstanding and held.cancelled, (what, r)
+        for i in outstanding:
+            h = held.refs[i]()
+            assert h is not None and id(h) in held.cancelled[-1], (what, r, i)
+
+
+def watch_crypto(sc, log, gate=None):
+    """Log ("seal" | "open", thread name) of every frame ``sc`` seals or opens from now on;
+    with ``gate`` (a dict), an open that verified waits for ``gate["event"]`` while
+    ``gate["armed"]`` is set, and counts itself in ``gate["started"]``/``gate["finished"]``."""
+    keys = sc._keys
+
+    class Watched:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def seal(self, slot, pt):
+            log.append(("seal", threading.current_thread().name))
+            return self.inner.seal(slot, pt)
+
+        def open(self, slot, out):
+            log.append(("open", threading.current_thread().name))
+            pt = self.inner.open(slot, out)
+            if gate is not None and gate["armed"]:
+                gate["started"] += 1
+                gate["event"].wait(30)
+                gate["finished"] += 1
+            return pt
+
+    direction, group = keys.direction, keys.group
+    keys.direction = lambda e, a, b: Watched(direction(e, a, b))
+    keys.group = lambda e: Watched(group(e))
+
+
+@pytest.mark.parametrize("chunk_bytes, pool", [(4096, False), (144, True), (64, True)])
+def test_crypto_runs_on_the_pool_exactly_for_hops_of_several_chunks(chunk_bytes, pool):
+    """crypto_threads=3: a hop of one chunk is sealed and opened on the calling thread (no
+    hand-off for nothing), a hop of two chunks or more on the crypto threads (sealing chunk j+1
+    overlaps sending chunk j).  Ring allreduce of 200 float32 on 3 ranks: hops of 67 elements,
+    one chunk at 4096 bytes, two at 144, five at 64."""
+
+    def body(sc):
+        log = []
+        watch_crypto(sc, log)
+        x = data("float32", 200, sc.rank)
+        y = np.empty_like(x)
+        sc.allreduce(x, y)
+        return log, y
+
+    res = ok(world_run(3, body, algorithm="ring", chunk_bytes=chunk_bytes, crypto_threads=3))
+    for log, y in res:
+        assert np.array_equal(y, ref_allreduce("float32", 200, 3, "sum"))
+        assert {kind for kind, _ in log} == {"seal", "open"}
+        assert all(name.startswith("seccomm-crypto") == pool for _, name in log), log
+
+
+def test_a_failed_chunk_waits_for_the_crypto_jobs_still_running():
+    """With a pool of 2, when chunk 0 of a hop fails its tag while the job of chunk 1 (and maybe
+    2) is still running and the rest are queued: the queued jobs are cancelled, the running ones
+    finish before the op returns (their buffers are reused afterwards), and the error raised is
+    the AuthenticationError naming the sender."""
+    gate = {"armed": False, "event": threading.Event(), "started": 0, "finished": 0}
+    futures = []
+
+    class Spy:
+        def __init__(self, pool):
+            self.pool = pool
+
+        def submit(self, fn, *a):
+            f = self.pool.submit(fn, *a)
+            futures.append(f)
+            return f
+
+    def release_after_cancel():
+        for _ in range(30_000):
+            if any(f.cancelled() for f in futures):
+                break
+            time.sleep(0.001)
+        gate["event"].set()
+
+    def body(sc):
+        if sc.rank == 1:
+            watch_crypto(sc, [], gate)
+            sc._ctx = dataclasses.replace(sc._ctx, pool=Spy(sc._pool))
+        run_op(sc, "allreduce", 0)
+        if sc.rank == 1:
+            gate["armed"] = True
+            threading.Thread(target=release_after_cancel, daemon=True).start()
+        try:
+            run_op(sc, "allreduce", 1)
+        except SecCommError as e:
+            return e, gate["started"], gate["finished"]
+        return None
+
+    res = world_run(  # rank 0's frame 14: op 2, step 0, chunk 0 of 7
+        2,
+        body,
+        wrap=lambda r, t: Swap(t, flip(5, 14)) if r == 0 else t,
+        algorithm="ring",
+        chunk_bytes=64,
+        crypto_threads=2,
+    )
+    err, started, finished = res[1]
+    assert isinstance(err, AuthenticationError) and err.peer == 0 and err.chunk == 0, res
+    assert started == finished >= 1, (started, finished)  # 1 or 2: the worker freed by chunk 0 may
+    # take chunk 2 before the cancellation, or not
+    assert any(f.cancelled() for f in futures)
