@@ -129,7 +129,7 @@ class SecureComm:
         transport = comm if isinstance(comm, Transport) else MPITransport(comm, timeout=setup_timeout)
         self._transport = wrap_transport(transport) if wrap_transport else transport
         if small_bytes is None:
-            small_bytes = getattr(transport, "small_bytes_default", DEFAULT_SMALL_BYTES)
+            small_bytes = transport.small_bytes_default
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
         self._pool = None
@@ -176,7 +176,7 @@ class SecureComm:
         except (ValueError, TypeError, KeyScheduleError) as e:
             local_error, node_ids = e, None
             self.suite = SUITES["none"]
-            if secret is None and not isinstance(e, KeyScheduleError):
+            if not isinstance(e, KeyScheduleError):  # (secret is None: load_secret comes last)
                 secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
         self.algorithm, self.encrypt, self.chunk_bytes = algorithm, encrypt, chunk_bytes
         self.key_exchange, self.small_bytes, self.bcast_chain_bytes = (

@@ -300,7 +300,7 @@ class OpRun:
         key = self._protect(True, origin, self.rank)
         for j, req in enumerate(rreqs):
             slot = slots[j]
-            self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent, GROUP_STEP)
+            self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent)
             for c in children:
                 r = t.isend(slot.frame, c)
                 sreqs.append(r)

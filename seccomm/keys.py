@@ -229,7 +229,7 @@ class KeySchedule:
         self.suite, self.rank = suite, rank
         self._salt, self._context = salt, context
         self._pair: dict[int, bytes] | None = None  # psk-dhe pairwise secrets
-        self._group_secret: bytes | None = None
+        self._group_secret = b""  # psk-dhe: the group secret (use_group_secret); psk: none
         self._cache: dict[tuple, object] = {}
         self.mode = "psk"
 
@@ -258,13 +258,13 @@ class KeySchedule:
     def finished_key(self) -> bytes:
         """The key of every rank's finished MAC: from the new session's secrets (psk: the job
         secret; psk-dhe: with the group secret), the salt and the transcript hash."""
-        return hkdf(self._secret + (self._group_secret or b""), self._salt, self._info(b"finished"))
+        return hkdf(self._secret + self._group_secret, self._salt, self._info(b"finished"))
 
     def notice_key(self) -> bytes:
         """Key of the give-up/abort notices (:mod:`seccomm.transports.mpi`): from the session's
         secrets (psk: the job secret; psk-dhe: with the group secret), the salt and the transcript
         hash, label "notice".  Any rank of the session can derive it."""
-        return hkdf(self._secret + (self._group_secret or b""), self._salt, self._info(b"notice"))
+        return hkdf(self._secret + self._group_secret, self._salt, self._info(b"notice"))
 
     def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
         """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU
@@ -283,7 +283,7 @@ class KeySchedule:
         k = ("G", epoch)
         key = self._cache.get(k)
         if key is None:
-            ikm = self._secret + (self._group_secret or b"")
+            ikm = self._secret + self._group_secret
             key = self._cache[k] = hkdf(ikm, self._salt, self._info(b"group", epoch))
         return key
 

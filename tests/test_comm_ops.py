@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import pytest
 
-from seccomm import SecCommError, SecureComm
+from seccomm import AuthenticationError, SecCommError, SecureComm
 from seccomm.collectives import COLLECTIVES
 from seccomm.transports import TransportWrapper
 from seccomm.transports.wrappers import RecordingTransport
@@ -411,3 +411,34 @@ def test_device_buffers_go_to_the_device_engine_when_it_takes_them(monkeypatch, 
 
     assert all(np.array_equal(y, full) for y in ok(world_run(2, fresh)))
     assert sorted(p for _, p, _ in probes) == [True] * 4
+
+
+def test_a_tampered_frame_is_refused_on_a_device_engine_rank(host_backend):
+    """Rank 1 (CPU engine) alters its frames to rank 0 (device engine): rank 0 raises
+    AuthenticationError naming rank 1 and the op, the others stop naming rank 0."""
+    world = World(2)
+    trs = world.transports(timeout=3)
+
+    def body(r):
+        wrap = (lambda t: Swap(t, flip(5, 0))) if r == 1 else None
+        sc = SecureComm(
+            trs[r],
+            "aes-256-gcm",
+            psk=PSK,
+            timeout=2,
+            crypto_threads=1,
+            chunk_bytes=256,
+            algorithm="ring",
+            wrap_transport=wrap,
+            device_backend=host_backend if r == 0 else None,
+        )
+        x = data("float32", 301, r)
+        try:
+            sc.allreduce(DevArray(x) if r == 0 else x, DevArray(x.copy()) if r == 0 else x.copy())
+        except SecCommError as e:
+            return e
+
+    res = world.run(body)
+    assert isinstance(res[0], AuthenticationError) and res[0].peer == 1, res
+    assert res[0].op == "allreduce" and "allreduce #1" in str(res[0]), res
+    assert isinstance(res[1], SecCommError), res

@@ -85,9 +85,9 @@ def test_the_setup_closes_only_the_transport_it_made():
 
 
 def test_small_bytes_default_comes_from_the_transport():
-    """small_bytes not given: the transport's ``small_bytes_default`` (torch.distributed: 2 MiB),
-    else DEFAULT_SMALL_BYTES (64 KiB)."""
-    from seccomm.comm import DEFAULT_SMALL_BYTES
+    """small_bytes not given: the transport's ``small_bytes_default`` (Transport: 64 KiB;
+    torch.distributed: 2 MiB)."""
+    from seccomm.transports import Transport
     from threadworld import ThreadTransport
 
     class Tuned(ThreadTransport):
@@ -96,8 +96,20 @@ def test_small_bytes_default_comes_from_the_transport():
     world = World(2)
     tuned = [Tuned(world, r, 3) for r in range(2)]
     assert ok(world.run(lambda r: SecureComm(tuned[r], psk=PSK).small_bytes)) == [12345, 12345]
-    assert ok(world_run(2, lambda sc: sc.small_bytes)) == [DEFAULT_SMALL_BYTES] * 2 == [65536] * 2
+    assert ok(world_run(2, lambda sc: sc.small_bytes)) == [Transport.small_bytes_default] * 2 == [65536] * 2
     assert ok(world_run(2, lambda sc: sc.small_bytes, small_bytes=5)) == [5, 5]
+
+
+def test_world_sizes_up_to_max_ranks(monkeypatch):
+    """At most framing.MAX_RANKS ranks (the 16-bit step field; lowered to 2 here): a world of
+    MAX_RANKS works, one rank more is refused on every rank, saying why."""
+    from seccomm import comm
+
+    monkeypatch.setattr(comm, "MAX_RANKS", 2)
+    assert ok(world_run(2, lambda sc: sc.size)) == [2, 2]
+    res = world_run(3, lambda sc: sc.size)
+    assert isinstance(res[0], ValueError) and str(res[0]) == "world size 3 exceeds 2 (16-bit step field)", res
+    assert all(isinstance(e, (ValueError, ConfigMismatchError)) for e in res), res
 
 
 @pytest.mark.parametrize("cores, threads", [(7, 3), (16, 8), (3, 1)])

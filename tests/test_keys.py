@@ -426,3 +426,36 @@ def test_key_schedule_caches_raw_keys_and_keyed_suites_apart(monkeypatch):
         for k, key in zip(keyed, raw):  # each keyed suite holds its raw key
             k.seal(slot, memoryview(bytes(16)))
             assert suite.keyed(key).open(slot, bytearray(16)) is not None
+
+
+def test_each_source_names_itself_in_its_errors(no_env):
+    """The exact refusals of the psk argument and SECCOMM_PSK (SECCOMM_PSK_FILE: above), and
+    the message when no source is set, with every way to set one."""
+    cases = [
+        (lambda: load_secret("zz"), "psk argument is not valid hex"),
+        (lambda: load_secret(12), "psk argument must be bytes or a hex string, got int"),
+        (lambda: load_secret(b"abc"), "psk argument holds 3 bytes; at least 32 needed"),
+    ]
+    for fn, msg in cases:
+        with pytest.raises(KeyScheduleError) as e:
+            fn()
+        assert str(e.value) == msg
+    for value, msg in (
+        ("zz", "SECCOMM_PSK is not valid hex"),
+        (GOOD[:16], "SECCOMM_PSK holds 8 bytes; at least 32 needed"),
+    ):
+        no_env.setenv("SECCOMM_PSK", value)
+        with pytest.raises(KeyScheduleError) as e:
+            load_secret()
+        assert str(e.value) == msg
+    no_env.setenv("SECCOMM_PSK", "ab" * 32)
+    with pytest.raises(KeyScheduleError, match="^SECCOMM_PSK is too easy to guess offline"):
+        load_secret()
+    no_env.delenv("SECCOMM_PSK")
+    with pytest.raises(KeyScheduleError) as e:
+        load_secret()
+    assert str(e.value) == (
+        "no job secret: set SECCOMM_PSK_FILE (a 0600 file of >= 32 random bytes, e.g. "
+        "openssl rand -hex 32) or SECCOMM_PSK (>= 64 hex digits) on every rank, or pass psk= "
+        "(`seccomm bench`/`train` make one for the ranks they start)"
+    )
