@@ -189,11 +189,27 @@ def test_bench_end_to_end(tmp_path, nranks, how):
         assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_us"]["median"] * 1e-6) / 1e9)
         if r["variant"] == "native":
             assert r["overhead_x"] == pytest.approx(1.0)
+        native = next(
+            x
+            for x in rows
+            if x["variant"] == "native"
+            and x["collective"] == r["collective"]
+            and x["size_bytes"] == r["size_bytes"]
+        )["time_us"]["median"]
+        add, over = r["bound_us"]["additive"], r["bound_us"]["overlapped"]
+        assert over == pytest.approx(max(native, add - native)) and add >= over >= native
+        if r["variant"] in ("native", "none"):  # no crypto: the bound is native MPI itself
+            assert add == pytest.approx(native)
+        else:
+            assert add > native
+        assert r["vs_bound_x"] == pytest.approx(r["time_us"]["median"] / add)
+    assert text.count("on one core of the slowest rank") == 3  # a rate line per suite with crypto
     ag = [r for r in rows if r["collective"] == "allgather" and r["size_bytes"] == 2048]
     assert all(r["count"] == 512 for r in ag)  # S is the total gathered array
     lines = list(csv.DictReader(c.open()))
     assert len(lines) == len(rows)
     assert {"time_us_median", "busbw_gbps", "overhead_x", "variant", "size_bytes"} <= set(lines[0])
+    assert {"bound_us_additive", "bound_us_overlapped", "vs_bound_x"} <= set(lines[0])
 
 
 @pytest.mark.mpi

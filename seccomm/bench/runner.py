@@ -16,6 +16,8 @@ import numpy as np
 from ..collectives import get_collective
 from ..dtypes import DTYPES
 from ..errors import SecCommError
+from ..suites import get_suite
+from .bound import bounds, crypto_seconds, measure_rates
 from .rows import NATIVE, result_row
 from .secret import BenchSecretError, bench_secret
 from .table import Report
@@ -69,8 +71,9 @@ def main_ranks(cfg) -> int:
                 flush=True,
             )
         return 2
+    rates = measure_rates(comm, [s for s in comms if _does_crypto(s)], cfg.chunk_bytes)
     if report:
-        report.header(comms, source)
+        report.header(comms, source, rates)
     total_wrong = 0
     try:
         if cfg.workload:
@@ -82,7 +85,7 @@ def main_ranks(cfg) -> int:
                 report.workload(desc, rows)
         for cname in [] if cfg.workload else cfg.collectives:
             for nbytes in cfg.sizes():
-                rows = bench_one(comm, comms, cfg, cname, nbytes)
+                rows = bench_one(comm, comms, cfg, cname, nbytes, rates)
                 total_wrong += sum(r["wrong"] for r in rows)
                 if report:
                     report.rows(rows)
@@ -98,9 +101,16 @@ def main_ranks(cfg) -> int:
     return 1 if total_wrong else 0
 
 
-def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int) -> list[dict]:
+def _does_crypto(suite: str) -> bool:
+    s = get_suite(suite)
+    return s.confidential or s.authenticated
+
+
+def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int, rates=None) -> list[dict]:
     """Time and check one (collective, size S) for native and every suite; returns the rows
-    (identical on every rank).  Buffers, data and the check come from the collective's record."""
+    (identical on every rank).  Buffers, data and the check come from the collective's record.
+    ``rates``: suite -> :class:`~.bound.CryptoRate`; each row gets ``bound_us`` (additive,
+    overlapped) and ``vs_bound_x`` = median / additive bound (:mod:`.bound`)."""
     coll = get_collective(cname)
     rank, size = comm.Get_rank(), comm.Get_size()
     dt = DTYPES[cfg.dtype][0]
@@ -130,7 +140,29 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int) -> list[dict]:
         cfg.check,
     )
     native_s = float(np.median(times[0]))
-    return [
-        result_row(coll, v, n.total, cfg.dtype, size, times[i], native_s, wrong[i], cfg.op, cfg.root)
-        for i, v in enumerate(variants)
-    ]
+    nodes = len(set(next(iter(comms.values())).node_ids)) if comms else 1
+    rows = []
+    for i, v in enumerate(variants):
+        crypto = 0.0
+        if v in (rates or {}):
+            alg = coll.pick(comms[v], n.total * dt.itemsize, n.total, size)
+            crypto = crypto_seconds(coll, alg, n.total * dt.itemsize, size, nodes, cfg.encrypt, rates[v])
+        add, over = bounds(native_s, crypto)
+        med = float(np.median(times[i]))
+        rows.append(
+            result_row(
+                coll,
+                v,
+                n.total,
+                cfg.dtype,
+                size,
+                times[i],
+                native_s,
+                wrong[i],
+                cfg.op,
+                cfg.root,
+                bound_us={"additive": add * 1e6, "overlapped": over * 1e6},
+                vs_bound_x=med / add if add > 0 else float("nan"),
+            )
+        )
+    return rows

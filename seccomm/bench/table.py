@@ -19,9 +19,12 @@ _COLS = (
     "algbw [GB/s]",
     "busbw [GB/s]",
     "overhead [x]",
+    "bound [us]",
+    "overlap [us]",
+    "vs bound [x]",
     "#wrong",
 )
-_FMT = "{:>12} {:>12} {:>9} {:>6} {:>18} {:>11} {:>12} {:>12} {:>12} {:>7}"
+_FMT = "{:>12} {:>12} {:>9} {:>6} {:>18} {:>11} {:>12} {:>12} {:>12} {:>11} {:>12} {:>12} {:>7}"
 CSV_FIELDS = (
     "collective",
     "size_bytes",
@@ -37,6 +40,9 @@ CSV_FIELDS = (
     "algbw_gbps",
     "busbw_gbps",
     "overhead_x",
+    "bound_us_additive",
+    "bound_us_overlapped",
+    "vs_bound_x",
     "wrong",
 )
 
@@ -60,7 +66,7 @@ class Report:
         else:
             print(text, file=self.out, flush=True)
 
-    def header(self, comms, secret_source=""):
+    def header(self, comms, secret_source="", rates=None):
         c, m = self.cfg, self.machine
         sc = next(iter(comms.values()), None)
         nodes = len(set(sc.node_ids)) if sc else "?"
@@ -96,6 +102,15 @@ class Report:
             "# time: median over iterations of the slowest rank; overhead: vs native at the "
             "same size; busbw per nccl-tests doc/PERFORMANCE.md"
         )
+        for r in (rates or {}).values():
+            self.line(
+                f"# {r.suite} on one core of the slowest rank, {r.chunk_bytes} B frames: seal "
+                f"{r.gbps('seal'):.2f} GB/s, open {r.gbps('open'):.2f} GB/s"
+            )
+        self.line(
+            "# bound: native + this rank's crypto at those rates (one core does both); overlap: "
+            "max(native, crypto) (spare cores); vs bound: time / bound (docs/performance.md)"
+        )
 
     def rows(self, rows):
         coll = rows[0]["collective"]
@@ -115,6 +130,7 @@ class Report:
                     f"{r['algbw_gbps']:.3f}",
                     f"{r['busbw_gbps']:.3f}",
                     f"{r['overhead_x']:.2f}",
+                    *_bound_cells(r),
                     r["wrong"],
                 )
             )
@@ -187,11 +203,22 @@ class Report:
             plot_bench(c.plot, self.all_rows)
 
 
+def _bound_cells(row: dict) -> tuple[str, str, str]:
+    b = row.get("bound_us")
+    if not b:
+        return "-", "-", "-"
+    return f"{b['additive']:.1f}", f"{b['overlapped']:.1f}", f"{row['vs_bound_x']:.2f}"
+
+
 def flatten(row: dict) -> dict:
-    flat = {k: v for k, v in row.items() if k != "time_us"}
+    """One CSV line of ``row``: the columns of :data:`CSV_FIELDS` (bound columns empty for rows
+    without a bound: workload steps and the pytest plugin's)."""
+    flat = {k: v for k, v in row.items() if k not in ("time_us", "bound_us")}
     for k in ("min", "median", "max"):
         flat[f"time_us_{k}"] = row["time_us"][k]
-    return {k: flat[k] for k in CSV_FIELDS}
+    for k, v in row.get("bound_us", {}).items():
+        flat[f"bound_us_{k}"] = v
+    return {k: flat.get(k, "") for k in CSV_FIELDS}
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
