@@ -294,12 +294,14 @@ PRESETS: dict[str, Params] = {
 
 
 def describe_preset(name: str) -> str:
-    """One line: the preset's links and crypto rate (for ``seccomm project --help``)."""
+    """One line: the preset's links and each suite's seal rate per crypto thread (for ``seccomm
+    project --help``)."""
     p = PRESETS[name]
     return (
         f"{name}: inter-node {8 / p.inter.beta / 1e9:g} Gb/s, {p.inter.alpha * 1e6:g} us; "
-        f"intra-node {1 / p.intra.beta / 1e9:g} GB/s; AES-GCM {1 / p.seal / 1e9:g} GB/s x "
-        f"{p.crypto_threads} thread(s)"
+        f"intra-node {1 / p.intra.beta / 1e9:g} GB/s; seal per thread: "
+        + ", ".join(f"{k} {1 / v['seal'] / 1e9:.3g} GB/s" for k, v in p.suites.items())
+        + f"; {p.crypto_threads} thread(s)"
     )
 
 
