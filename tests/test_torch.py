@@ -30,10 +30,30 @@ def test_hook_on_real_ranks(tmp_path, world):
 def test_seccomm_train_end_to_end(tmp_path):
     proc, r = run_train(tmp_path, "--steps", "30")
     assert "overhead (secure / default step time)" in proc.stdout
+    assert "Warning" not in proc.stderr, proc.stderr[-2000:]  # e.g. torch's "not writable", once per rank
     assert r["world_size"] == 2 and r["parameters"] == 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
     d, s = r["variants"]["default"], r["variants"]["secure"]
     assert d["test_accuracy"] > 0.5 and abs(d["test_accuracy"] - s["test_accuracy"]) < 1e-6
     assert r["bitwise_equal"] and r["max_abs_param_diff"] == 0.0  # 2 ranks: a + b = b + a
+
+
+def test_read_only_setup_blobs_become_tensors_without_a_warning():
+    """The setup's send-only blobs are read-only numpy arrays (``np.frombuffer(bytes)``); torch
+    warns on those and may write through them: the transport hands it a copy."""
+    import warnings
+
+    import numpy as np
+
+    from seccomm.transports.torch import _tensor
+
+    blob = np.frombuffer(b"finished-mac", np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = _tensor(blob)
+    assert bytes(t.numpy()) == b"finished-mac"
+    frame = np.zeros(8, np.uint8)
+    _tensor(frame)[0] = 7  # a writable frame is shared, not copied (zero-copy)
+    assert frame[0] == 7
 
 
 def test_workload_parameter_counts_match_published():

@@ -44,6 +44,8 @@ def _tensor(buf) -> torch.Tensor:
     if hasattr(buf, "__cuda_array_interface__"):
         return torch.as_tensor(buf, device="cuda").reshape(-1)
     arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+    if not arr.flags.writeable:  # torch takes only writable arrays; only send-only setup blobs
+        arr = arr.copy()  # (a few dozen bytes) are read-only here: frames live in workspaces
     return torch.from_numpy(arr.reshape(-1).view(np.uint8))
 
 
