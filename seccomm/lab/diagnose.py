@@ -138,6 +138,16 @@ def describe(r: dict) -> str:
     return s
 
 
+def calibration_line(cal: dict) -> str:
+    """One sentence: the calibration's inter-node alpha and beta, and where they came from (a
+    calibration made on other links than the result's gives parts that do not fit it)."""
+    fit = cal["inter"]
+    return (
+        f"Model: calibrated alpha = {fit['alpha'] * 1e6:.0f} us, 1/beta = {1e-6 / fit['beta']:.1f} MB/s "
+        f"({cal.get('source', {}).get('inter', 'source not recorded')})."
+    )
+
+
 def table(rows: list[dict]) -> list[str]:
     """The per-row diagnosis as text lines (units in the header)."""
     head = f"# {'hosts':>5} {'ranks':>5} {'size [B]':>10} {'variant':>12} {'measured [us]':>13} "

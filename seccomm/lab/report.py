@@ -18,7 +18,7 @@ import json
 import math
 
 from ..bench.plot import _log_axes, byte_label, variant_style
-from .diagnose import BREAKDOWN, SHAPE, describe, shape_of
+from .diagnose import BREAKDOWN, SHAPE, calibration_line, describe, shape_of
 
 #: the CSV/JSON columns, in order (docs/scaling.md documents each: unit and type)
 COLUMNS = (
@@ -176,7 +176,7 @@ def to_html(rows: list[dict], verdicts: list[dict], source: str, cal: dict) -> s
             ("Time breakdown", breakdown_figure(rows, size))]  # fmt: skip
     body = [
         "<h1>seccomm scaling report</h1>",
-        f"<p>Source: <code>{e(source)}</code>. {e(_calibration(cal))}</p>",
+        f"<p>Source: <code>{e(source)}</code>. {e(calibration_line(cal))}</p>",
         "<h2>What limits scaling</h2><ul>" + "".join(f"<li>{e(v['line'])}</li>" for v in verdicts) + "</ul>",
         "<p>Waiting = measured time minus the calibrated model's time (the results hold only the "
         "slowest rank's time, so it is not split per rank); negative where the model is slower.</p>",
@@ -188,15 +188,6 @@ def to_html(rows: list[dict], verdicts: list[dict], source: str, cal: dict) -> s
         "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
         "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:100%}"
         "</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
-
-
-def _calibration(cal: dict) -> str:
-    """One sentence: the calibration's inter-node alpha and beta, and where they came from."""
-    fit = cal["inter"]
-    return (
-        f"Model: calibrated alpha = {fit['alpha'] * 1e6:.0f} us, 1/beta = {1e-6 / fit['beta']:.1f} MB/s "
-        f"({cal.get('source', {}).get('inter', 'source not recorded')})."
     )
 
 
