@@ -109,31 +109,65 @@ def _crypto_on(step: Step, encrypt: str, secure: bool) -> bool:
     return secure and (encrypt == "all" or step.inter)
 
 
-def step_time(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: str) -> float:
-    """One step, chunked: seal -> transfer -> open(+reduce).  Pipelined, k chunks take the latency
-    once, the stages of one chunk (fill/drain), and (k-1) x the slowest stage; unpipelined, k x
-    (all stages + latency)."""
+#: what a step's seconds are spent on (:func:`step_parts`); "jitter": waiting for the slowest rank
+PARTS = ("latency", "bandwidth", "reduction", "crypto", "jitter")
+
+
+def uplink_factor(step: Step, topo: Topology) -> float:
+    """How many times slower a flow of ``step`` is across its leaf's uplink than on its own link.
+    The uplink carries ``leaf_nodes`` x link / o (a fat tree's taper o, as the lab builds it:
+    docs/scaling.md) and is shared by the flows of ``step.uplink_nodes`` nodes of the leaf (0:
+    all of them); each node's flows already share its link (``flows``), so the factor is
+    max(1, o x nodes / leaf_nodes): o when the whole leaf crosses (recursive doubling,
+    alltoall), max(1, o / leaf_nodes) for a ring's one crossing node.  1 off the spine."""
+    if not step.spine:
+        return 1.0
+    crossing = step.uplink_nodes or topo.leaf_nodes
+    return max(1.0, topo.oversubscription * crossing / topo.leaf_nodes)
+
+
+def _sum(*parts: dict, times: float = 1.0) -> dict:
+    out = dict.fromkeys(PARTS, 0.0)
+    for d in parts:
+        for k, v in d.items():
+            out[k] += v * times
+    return out
+
+
+def step_parts(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: str) -> dict:
+    """:func:`step_time` split into :data:`PARTS` [s].  Pipelined, the (k-1) chunks paced by the
+    slowest stage count for that stage (an open+reduce stage for both, in proportion)."""
     if step.nbytes <= 0:
-        return 0.0
+        return dict.fromkeys(PARTS, 0.0)
     link = prm.inter if step.inter else prm.intra
-    beta = link.beta * (step.flows if step.inter else 1)
-    if step.spine:
-        beta *= topo.oversubscription
+    beta = link.beta * (step.flows if step.inter else 1) * uplink_factor(step, topo)
     k = max(1, math.ceil(step.nbytes / prm.chunk_bytes))
     c = step.nbytes / k
     crypto = _crypto_on(step, encrypt, secure)
     threads = max(1, prm.crypto_threads)
-    t_seal = prm.crypto_alpha + c * prm.seal / threads if crypto and step.seal else 0.0
-    t_open = prm.crypto_alpha + c * prm.open / threads if crypto and step.open else 0.0
-    t_recv = t_open + (c * prm.gamma if step.reduce else 0.0)
+    seal = {"crypto": prm.crypto_alpha + c * prm.seal / threads if crypto and step.seal else 0.0}
+    wire = {"bandwidth": c * beta}
+    recv = {
+        "crypto": prm.crypto_alpha + c * prm.open / threads if crypto and step.open else 0.0,
+        "reduction": c * prm.gamma if step.reduce else 0.0,
+    }
+    latency = {"latency": link.alpha}
     if prm.pipelined:  # chunks stream back to back: latency once, then the slowest stage paces
-        stages = (t_seal, c * beta, t_recv)
-        t = link.alpha + sum(stages) + (k - 1) * max(stages)
+        slowest = max((seal, wire, recv), key=lambda d: sum(d.values()))
+        parts = _sum(latency, seal, wire, recv, _sum(slowest, times=k - 1))
     else:  # one core does everything in turn, a message per chunk
-        t = k * (t_seal + link.alpha + c * beta + t_recv)
+        parts = _sum(latency, seal, wire, recv, times=k)
     if topo.jitter > 0 and topo.p > 1:  # E[max of p normals] ~ sigma * sqrt(2 ln p)
-        t += topo.jitter * math.sqrt(2 * math.log(topo.p))
-    return t * step.count
+        parts["jitter"] += topo.jitter * math.sqrt(2 * math.log(topo.p))
+    return _sum(parts, times=step.count)
+
+
+def step_time(step: Step, prm: Params, topo: Topology, secure: bool, encrypt: str) -> float:
+    """One step, chunked: seal -> transfer -> open(+reduce).  Pipelined, k chunks take the latency
+    once, the stages of one chunk (fill/drain), and (k-1) x the slowest stage; unpipelined, k x
+    (all stages + latency).  The transfer's beta is the link's per flow, times the flows sharing
+    a node's link, times :func:`uplink_factor` across leaf switches."""
+    return sum(step_parts(step, prm, topo, secure, encrypt).values())
 
 
 #: collective -> model algorithm -> steps(n, topo), from the records
@@ -159,15 +193,21 @@ def predict(
 ) -> float:
     """Seconds for one operation of S = ``nbytes`` (nccl-tests S: total array).  ``ValueError``
     for an unknown collective or algorithm, or ``nbytes`` < 0."""
+    return sum(predict_parts(collective, algorithm, nbytes, prm, topo, secure, encrypt).values())
+
+
+def predict_parts(collective, algorithm, nbytes, prm, topo, secure=False, encrypt="all") -> dict:
+    """:func:`predict`'s seconds split into :data:`PARTS` (the steps' :func:`step_parts`, and
+    the encrypt-once seal as crypto); the same arguments and errors."""
     cost = _cost(collective, algorithm)
     if nbytes < 0:
         raise ValueError("nbytes must be >= 0")
     if topo.p == 1 or nbytes == 0:
-        return 0.0
-    total = sum(step_time(s, prm, topo, secure, encrypt) for s in cost.steps(float(nbytes), topo))
+        return dict.fromkeys(PARTS, 0.0)
+    total = _sum(*(step_parts(s, prm, topo, secure, encrypt) for s in cost.steps(float(nbytes), topo)))
     once = cost.sealed_once(nbytes, topo.p)  # encrypt-once: the origin seals, hops forward
     if secure and once and (encrypt == "all" or topo.nodes > 1):
-        total += once * prm.seal / max(1, prm.crypto_threads)
+        total["crypto"] += once * prm.seal / max(1, prm.crypto_threads)
     return total
 
 
@@ -459,16 +499,18 @@ def params_for(cal: dict, suite: str) -> Params:
 
 def validate(doc: dict, cal: dict, topo: Topology | None = None) -> list[dict]:
     """Predicted vs measured median for every allreduce row (not native) of a bench result run
-    on ``topo`` (default: one node of ``world_size`` ranks)."""
+    on ``topo`` (default: one node of ``world_size`` ranks), under the result's encrypt policy."""
     p = int(doc["world_size"])
     topo = topo or Topology(1, p)
+    encrypt = doc.get("config", {}).get("encrypt", "all")
     out = []
     for r in doc.get("rows", []):
         if r.get("collective") != "allreduce" or r["variant"] == "native":
             continue
         prm = params_for(cal, r["variant"])
         secure = r["variant"] != "none"
-        pred = predict("allreduce", bench_algorithm(r["size_bytes"], p), r["size_bytes"], prm, topo, secure)
+        alg = bench_algorithm(r["size_bytes"], p)
+        pred = predict("allreduce", alg, r["size_bytes"], prm, topo, secure, encrypt)
         meas = r["time_us"]["median"] * 1e-6
         out.append(
             {

@@ -95,6 +95,7 @@ OUTPUTS = [
     ("project", "--csv", []),
     ("project", "--plot", []),
     ("project", "--out", ["--calibrate", "BENCH"]),
+    ("project", "--html", ["--diagnose", "BENCH", "--calibration", "CAL"]),
     ("report", "--output", ["--compliance", "--no-capture"]),
     ("report", "--pcap", ["--compliance"]),
     ("cluster", "--json", ["--hosts", "1"]),
@@ -105,7 +106,7 @@ def test_every_output_option_is_in_the_table():
     outputs = {
         (cmd, a.option_strings[-1])
         for cmd, a in _actions()
-        if a.dest in ("json", "csv", "plot", "out", "output", "pcap")
+        if a.dest in ("json", "csv", "plot", "out", "output", "pcap", "html")
     }
     assert outputs == {(c, o) for c, o, _ in OUTPUTS}
 
@@ -121,7 +122,8 @@ def test_bad_output_paths_stop_before_any_work(tmp_path, cmd, option, extra, whe
     (tmp_path / "file").write_text("x")
     bench = tmp_path / "bench.json"  # a bench result for --calibrate (its fit comes after the check)
     bench.write_text('{"config": {}, "world_size": 2, "rows": []}')
-    extra = [str(bench) if x == "BENCH" else x for x in extra]
+    cal = Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json"
+    extra = [{"BENCH": str(bench), "CAL": str(cal)}.get(x, x) for x in extra]
     paths = {
         "missing folder": "/nonexistent/out.png",
         "a folder": str(tmp_path),

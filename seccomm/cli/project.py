@@ -1,7 +1,9 @@
 """``seccomm project``: predicted cost of secure collectives at scale, calibration and validation.
 
-Three modes: the projection table (default), ``--calibrate`` (fit a calibration to a bench
-result) and ``--validate`` (compare a calibration's predictions with a bench result).  Options of
+Four modes: the projection table (default), ``--calibrate`` (fit a calibration to a bench
+result), ``--validate`` (compare a calibration's predictions with a bench result) and
+``--diagnose`` (where each measured row's time goes, what limits scaling, the HTML report and the
+rows for BI tools: :mod:`seccomm.lab.diagnose`, :mod:`seccomm.lab.report`).  Options of
 another mode are refused (an option given must change what it claims to change), every file is
 checked first (inputs: the right kind of JSON; outputs: writable), all before any work.
 """
@@ -15,6 +17,7 @@ from .. import costmodel
 from ..collectives import COLLECTIVES
 from ..suites import SUITES
 from .usage import (
+    PLOT_HINT,
     UsageError,
     check_file,
     check_outputs,
@@ -41,6 +44,7 @@ DEFAULTS = {
     "jitter_us": 0.0,
 }
 PROJECTION_ONLY = (*DEFAULTS, "preset", "crypto_threads", "json", "csv", "plot")
+MODES = ("calibrate", "validate", "diagnose")
 
 
 def add_arguments(p) -> None:
@@ -106,27 +110,42 @@ def add_arguments(p) -> None:
         metavar="RESULTS.json",
         help="compare --calibration's predictions with a seccomm bench --json result",
     )
+    p.add_argument(
+        "--diagnose",
+        metavar="RESULTS.json",
+        help="split each measured row of a seccomm cluster (or bench) --json result into latency, "
+        "bandwidth, reduction, crypto and waiting with --calibration's model; say what limits "
+        "scaling per host count; --html REPORT.html, --csv/--json ROWS for BI tools",
+    )
+    p.add_argument("--html", metavar="REPORT.html", help="with --diagnose: write the self-contained report")
     # fmt: skip
 
 
 def run(a, argv) -> int:
     """Calibrate (``--calibrate``), validate (``--validate``) or print the projection table;
     returns the exit status, ``UsageError`` on bad values (before any work)."""
-    if a.calibrate and a.validate:
-        raise UsageError("give --calibrate or --validate, not both")
-    if a.calibrate or a.validate:
-        mode = "--calibrate" if a.calibrate else "--validate"
-        extra = given(a, *PROJECTION_ONLY, *(("calibration",) if a.calibrate else ("out",)))
+    modes = [m for m in MODES if getattr(a, m)]
+    if len(modes) > 1:
+        raise UsageError(f"give {' or '.join(map(flag, modes))}, not both")
+    if modes:
+        mode = modes[0]
+        allowed = {"calibrate": ("out",), "validate": ("calibration",),
+                   "diagnose": ("calibration", "json", "csv", "html")}[mode]  # fmt: skip
+        extra = [x for x in given(a, *PROJECTION_ONLY, "calibration", "out", "html") if x not in allowed]
         if extra:
-            raise UsageError(f"{', '.join(map(flag, extra))} does not apply to {mode}")
+            raise UsageError(f"{', '.join(map(flag, extra))} does not apply to {flag(mode)}")
     elif a.out:
         raise UsageError("--out is where --calibrate writes; use --json/--csv for the projection")
+    elif a.html:
+        raise UsageError("--html is the report of --diagnose")
     if a.calibrate:
         return _calibrate(a)
     if a.validate:
         if not a.calibration:
             raise UsageError("--validate needs --calibration FILE (make one with --calibrate)")
         return _validate(_load(a.validate, "bench", "sweep"), _load(a.calibration, "calibration"))
+    if a.diagnose:
+        return _diagnose(a)
     return _project(a)
 
 
@@ -363,4 +382,39 @@ def _validate(doc, cal) -> int:
                 f"# |error| {label:>10}: median {np.median(e):.1f}%  p90 {np.percentile(e, 90):.1f}%  "
                 f"max {e.max():.1f}%  (n={len(e)})"
             )
+    return 0
+
+
+def _diagnose(a) -> int:
+    """Per measured row, the model's parts and the waiting; one line per host count on what
+    limits scaling; the files asked for (checked before any work)."""
+    from ..lab import diagnose, report
+
+    if not a.calibration:
+        raise UsageError("--diagnose needs --calibration FILE (make one with --calibrate)")
+    doc, cal = _load(a.diagnose, "bench", "sweep"), _load(a.calibration, "calibration")
+    outs = [(opt, path) for opt, path in (("--json", a.json), ("--csv", a.csv), ("--html", a.html)) if path]
+    check_outputs(lambda: [check_file(opt, path) for opt, path in outs])
+    if a.html:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError(PLOT_HINT.replace("--plot", "--html")) from None
+    try:
+        rows = diagnose.diagnose(doc, cal)
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"cannot diagnose {a.diagnose}: {e}") from None
+    if not rows:
+        raise UsageError(f"{a.diagnose}: no allreduce row with more than one rank to diagnose")
+    verdicts = diagnose.verdicts([r for r in rows if r["size_bytes"] >= 65536] or rows)
+    print(f"# diagnosis of {a.diagnose}: parts of each row's measured time; {diagnose.calibration_line(cal)}")
+    print("\n".join(diagnose.table(rows)))
+    print("# what limits scaling (rows >= 64 KiB):")
+    print("\n".join(f"# {v['line']}" for v in verdicts))
+    rows = report.with_efficiency(rows, verdicts)
+    for path, fmt in ((a.json, "json"), (a.csv, "csv")):
+        if path:
+            report.write_rows(path, rows, fmt)
+    if a.html:
+        report.write_html(a.html, rows, verdicts, a.diagnose, cal)
     return 0

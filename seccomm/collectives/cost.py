@@ -24,6 +24,7 @@ class Step:
     seal: bool = True  # sender seals (False: forwards already-sealed frames)
     open: bool = True  # receiver opens
     count: int = 1  # identical steps in a row
+    uplink_nodes: int = 0  # nodes of one leaf whose flows cross its uplink at once (0: all of them)
 
 
 def _nothing(n: float, p: int) -> float:
@@ -47,8 +48,10 @@ def log2(p: int) -> int:
 
 def ring_steps(n: float, topo, reduce_scatter: bool, allgather: bool) -> list[Step]:
     """Ring over all ranks in block placement: a step lasts as long as its slowest hop, the one
-    crossing a node boundary (one flow per NIC) when there are several nodes.  Reduce-scatter
-    hops open, reduce and re-seal; allgather hops forward frames sealed once by their origin."""
+    crossing a node boundary (one flow per NIC) when there are several nodes; across leaf
+    switches only the leaf's last node sends over its uplink (``uplink_nodes`` 1).
+    Reduce-scatter hops open, reduce and re-seal; allgather hops forward frames sealed once by
+    their origin."""
     p = topo.p
     if p == 1:
         return []
@@ -56,9 +59,9 @@ def ring_steps(n: float, topo, reduce_scatter: bool, allgather: bool) -> list[St
     spine = inter and topo.nodes > topo.leaf_nodes
     steps = []
     if reduce_scatter:
-        steps.append(Step(n / p, inter, 1, spine, True, True, True, p - 1))
+        steps.append(Step(n / p, inter, 1, spine, True, True, True, p - 1, 1))
     if allgather:
-        steps.append(Step(n / p, inter, 1, spine, False, False, True, p - 1))
+        steps.append(Step(n / p, inter, 1, spine, False, False, True, p - 1, 1))
     return steps
 
 
@@ -79,7 +82,8 @@ def rd_steps(n: float, topo, halving: bool) -> list[Step]:
 
 def hier_steps(n: float, topo) -> list[Step]:
     """Intra-node ring reduce-scatter, inter-node ring allreduce of each rank's shard (all ranks
-    of a node at once share the NIC), intra-node ring allgather."""
+    of a node at once share the NIC; one node per leaf crosses its uplink), intra-node ring
+    allgather."""
     rpn, nodes = topo.ranks_per_node, topo.nodes
     steps = []
     if rpn > 1:
@@ -87,8 +91,8 @@ def hier_steps(n: float, topo) -> list[Step]:
     if nodes > 1:
         shard = n / rpn
         spine = nodes > topo.leaf_nodes
-        steps.append(Step(shard / nodes, True, rpn, spine, True, True, True, nodes - 1))
-        steps.append(Step(shard / nodes, True, rpn, spine, False, False, True, nodes - 1))
+        steps.append(Step(shard / nodes, True, rpn, spine, True, True, True, nodes - 1, 1))
+        steps.append(Step(shard / nodes, True, rpn, spine, False, False, True, nodes - 1, 1))
     if rpn > 1:
         steps.append(Step(n / rpn, False, 1, False, False, False, True, rpn - 1))
     return steps

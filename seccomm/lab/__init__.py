@@ -4,7 +4,8 @@ real inter-host traffic.  ``seccomm cluster`` is its command; docs/scaling.md ho
 
 :mod:`.spec` what a cluster is; :mod:`.netns` build and teardown; :mod:`.cluster` the context
 manager and the MPMD launch; :mod:`.tunnel` WireGuard between the hosts; :mod:`.sweep` the
-bench per host count and the scaling table.
+bench per host count and the scaling table; :mod:`.diagnose` where each measured row's time goes
+(from the calibrated model); :mod:`.report` the HTML report and the rows for BI tools.
 """
 
 from .cluster import Cluster, Interrupted
