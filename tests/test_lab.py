@@ -299,6 +299,7 @@ def test_wireguard_variant_beside_the_suites(tmp_path):
 def _lab_doc(truth) -> dict:
     """A ``seccomm cluster --json`` document whose rows are ``truth``'s predictions: 1, 2, 4 hosts
     on one switch and 8 hosts in racks of 4 with 2:1 uplinks (plus a tunnel run to be ignored)."""
+    from seccomm import calibration as calib
     from seccomm import costmodel as m
 
     runs = []
@@ -308,7 +309,7 @@ def _lab_doc(truth) -> dict:
         topo = m.Topology(hosts, 1, o if spec["racks"] > 1 else 1.0, spec["hosts_per_rack"])
         rows = [
             {"collective": "allreduce", "size_bytes": s, "variant": v, "time_us": {"median": 1e6 * m.predict(
-                "allreduce", m.bench_algorithm(s, hosts), s, truth, topo, v != "none")}}
+                "allreduce", calib.bench_algorithm(s, hosts), s, truth, topo, v != "none")}}
             for s in [2**k for k in range(12, 25)] for v in ("none", "aes-256-gcm")
         ]  # fmt: skip
         bench = {"world_size": hosts, "config": {"chunk_bytes": 1 << 20}, "rows": rows}

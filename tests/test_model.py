@@ -12,6 +12,7 @@ import pytest
 
 from seccomm import cli
 from seccomm import costmodel as m
+from seccomm import calibration as calib
 
 from conftest import run_cmd
 
@@ -157,16 +158,16 @@ def test_calibration_recovers_synthetic_parameters():
     rows = []
     for s in [2**k for k in range(10, 27, 2)]:
         for v, sec in (("none", False), ("aes-256-gcm", True)):
-            t = m.predict("allreduce", m.bench_algorithm(s, p), s, truth, m.Topology(1, p), sec)
+            t = m.predict("allreduce", calib.bench_algorithm(s, p), s, truth, m.Topology(1, p), sec)
             rows.append(
                 {"collective": "allreduce", "size_bytes": s, "variant": v, "time_us": {"median": t * 1e6}}
             )
     doc = {"world_size": p, "config": {"chunk_bytes": MIB}, "rows": rows}
-    cal = m.calibrate(doc, gamma)
+    cal = calib.calibrate(doc, gamma)
     assert cal["intra"]["alpha"] == pytest.approx(true_alpha, rel=1e-6)
     assert cal["intra"]["beta"] == pytest.approx(true_beta, rel=1e-6)
     assert cal["suites"]["aes-256-gcm"]["seal"] == pytest.approx(sigma, rel=1e-6)
-    errs = [abs(r["error"]) for r in m.validate(doc, cal)]
+    errs = [abs(r["error"]) for r in calib.validate(doc, cal)]
     assert max(errs) < 1e-6
 
 
@@ -402,7 +403,7 @@ def test_calibrate_and_validate_cli(tmp_path, capsys):
             "variant": v,
             "time_us": {
                 "median": m.predict(
-                    "allreduce", m.bench_algorithm(s, 2), s, truth, m.Topology(1, 2), v != "none"
+                    "allreduce", calib.bench_algorithm(s, 2), s, truth, m.Topology(1, 2), v != "none"
                 )
                 * 1e6
             },

@@ -14,6 +14,7 @@ import pytest
 from browser import blank_page_draws_little, screenshot
 from seccomm import cli
 from seccomm import costmodel as m
+from seccomm import calibration as calib
 from seccomm.lab import ClusterSpec, diagnose, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def _sweep(cal: dict, hosts=(2, 4), per_rack=0, o=1.0, slower=None, variants=("n
         for s in SIZES:
             for v in variants:
                 t = m.predict(
-                    "allreduce", m.bench_algorithm(s, h), s, m.params_for(cal, v), topo, v != "none"
+                    "allreduce", calib.bench_algorithm(s, h), s, calib.params_for(cal, v), topo, v != "none"
                 )
                 t *= (slower or {}).get(h, 1.0)
                 rows.append({"collective": "allreduce", "size_bytes": s, "variant": v,
@@ -83,8 +84,8 @@ def test_each_limit_is_named_where_its_part_dominates(cal, sweep, limit):
 
 def _calibration(name: str) -> dict:
     """The calibration ``seccomm project --calibrate`` makes from a measured sweep (its 2-host run)."""
-    bench, topo = m.calibration_case(json.loads((DATA / name).read_text()))
-    return m.calibrate(bench, gamma=1e-10, topo=topo)
+    bench, topo = calib.calibration_case(json.loads((DATA / name).read_text()))
+    return calib.calibrate(bench, gamma=1e-10, topo=topo)
 
 
 def test_the_measured_sweeps_uplink_shows_in_the_diagnosis():

@@ -14,6 +14,7 @@ import csv
 import json
 
 from .. import costmodel
+from .. import calibration
 from ..collectives import COLLECTIVES
 from ..suites import SUITES
 from .usage import (
@@ -195,8 +196,8 @@ def _calibrate(a) -> int:
     if a.out:
         check_file("--out", a.out)
     try:
-        doc, topo = costmodel.calibration_case(doc)
-        cal = costmodel.calibrate(doc, gamma=_gamma_here(), topo=topo)
+        doc, topo = calibration.calibration_case(doc)
+        cal = calibration.calibrate(doc, gamma=_gamma_here(), topo=topo)
     except (KeyError, ValueError) as e:
         raise UsageError(f"cannot calibrate from {a.calibrate}: {e}") from None
     text = json.dumps(cal, indent=1)
@@ -301,7 +302,7 @@ def _params(a) -> costmodel.Params:
     ``--crypto-threads``; ``UsageError`` on a bad file or a suite it has no rates for."""
     try:
         if a.calibration:
-            prm = costmodel.params_for(_load(a.calibration, "calibration"), a.suite)
+            prm = calibration.params_for(_load(a.calibration, "calibration"), a.suite)
         else:
             prm = costmodel.for_suite(costmodel.get_preset(a.preset or DEFAULT_PRESET), a.suite)
     except ValueError as e:
@@ -356,8 +357,8 @@ def _validate(doc, cal) -> int:
     import numpy as np
 
     try:
-        runs = [(d, topo) for d, topo in costmodel.cases(doc) if topo.p > 1 or "runs" not in doc]
-        res = [r for d, topo in runs for r in costmodel.validate(d, cal, topo)]  # 1 rank: no traffic
+        runs = [(d, topo) for d, topo in calibration.cases(doc) if topo.p > 1 or "runs" not in doc]
+        res = [r for d, topo in runs for r in calibration.validate(d, cal, topo)]  # 1 rank: no traffic
     except (KeyError, ValueError) as e:
         raise UsageError(f"cannot validate: {e}") from None
     print(f"# validation: {len(res)} (size, variant) points, ranks {sorted({r['ranks'] for r in res})}")

@@ -17,6 +17,7 @@ import math
 from dataclasses import replace
 
 from .. import costmodel as cm
+from .. import calibration as calib
 from .spec import format_rate
 
 #: parts of a row's measured time, in the order of the tables and plots
@@ -52,8 +53,8 @@ def _spec(topo: cm.Topology, spec: dict | None) -> dict:
 def row_parts(r: dict, p: int, topo: cm.Topology, cal: dict, encrypt: str) -> dict:
     """One measured row split into :data:`PARTS` [us], plus ``uplink_us`` (part of bandwidth),
     ``model_us``, ``measured_us``, ``error`` ((model - measured) / measured) and ``algorithm``."""
-    prm, secure, n = cm.params_for(cal, r["variant"]), r["variant"] != "none", r["size_bytes"]
-    alg = cm.bench_algorithm(n, p)
+    prm, secure, n = calib.params_for(cal, r["variant"]), r["variant"] != "none", r["size_bytes"]
+    alg = calib.bench_algorithm(n, p)
     parts = cm.predict_parts("allreduce", alg, n, prm, topo, secure, encrypt)
     flat = cm.predict_parts("allreduce", alg, n, prm, replace(topo, oversubscription=1.0), secure, encrypt)
     model = sum(parts.values())
@@ -74,7 +75,7 @@ def diagnose(doc: dict, cal: dict, min_bytes: int = 0) -> list[dict]:
     ``KeyError``/``ValueError`` on a malformed file or a suite the calibration has no rates for."""
     specs = {id(run["bench"]): run["spec"] for run in doc.get("runs", []) if run.get("bench")}
     out = []
-    for bench, topo in cm.cases(doc):
+    for bench, topo in calib.cases(doc):
         p, encrypt = int(bench["world_size"]), bench.get("config", {}).get("encrypt", "all")
         if p < 2:
             continue  # one rank: no traffic, nothing to attribute
