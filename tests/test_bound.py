@@ -60,9 +60,23 @@ def test_measured_rates_are_plausible(suite):
     assert measure_rate(suite, 16).chunk_bytes == 16  # a tiny chunk: one point, per byte
 
 
+def test_a_batch_has_at_least_one_call_however_slow_the_clock(monkeypatch):
+    """A rank descheduled right after reading the clock made no call in the sizing window and
+    divided by zero (seen under load): every batch makes at least one call."""
+    from types import SimpleNamespace
+
+    import seccomm.bench.bound as b
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(b, "time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.01))  # 10 ms a read
+    calls = []
+    assert b._per_call(lambda: calls.append(1)) > 0 and calls
+
+
 def test_gbps_at_the_chunk_size():
     c = RATE.chunk_bytes
     assert RATE.gbps("seal") == pytest.approx(c / (2e-6 + c * 1e-10) / 1e9)
+    assert RATE.gbps("seal", per_byte=True) == pytest.approx(1 / 1e-10 / 1e9)
     assert CryptoRate("x", c, 0, 0, 0, 0).gbps("open") == math.inf
     with pytest.raises(ValueError):
         measure_rate("rot13", MIB)

@@ -203,7 +203,8 @@ def test_bench_end_to_end(tmp_path, nranks, how):
         else:
             assert add > native
         assert r["vs_bound_x"] == pytest.approx(r["time_us"]["median"] / add)
-    assert text.count("on one core of the slowest rank") == 3  # a rate line per suite with crypto
+    assert text.count("one core, worst of all ranks") == 3  # a rate line per suite with crypto
+    assert set(doc["crypto_rates"]) == set(variants) - {"native", "none"}
     ag = [r for r in rows if r["collective"] == "allgather" and r["size_bytes"] == 2048]
     assert all(r["count"] == 512 for r in ag)  # S is the total gathered array
     lines = list(csv.DictReader(c.open()))

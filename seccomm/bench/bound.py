@@ -44,18 +44,19 @@ class CryptoRate:
     open_frame_s: float
     open_byte_s: float
 
-    def gbps(self, which: str) -> float:
-        """Seal (``which="seal"``) or open rate at ``chunk_bytes`` [GB/s = 1e9 B/s]; ``inf``
-        for a suite that does no work."""
+    def gbps(self, which: str, per_byte: bool = False) -> float:
+        """Seal (``which="seal"``) or open rate at ``chunk_bytes`` [GB/s = 1e9 B/s], per-frame
+        cost included; ``per_byte``: the rate without the per-frame cost (1 / byte cost).
+        ``inf`` for a suite that does no work."""
         c = self.chunk_bytes
-        t = getattr(self, f"{which}_frame_s") + c * getattr(self, f"{which}_byte_s")
+        t = c * getattr(self, f"{which}_byte_s") + (0.0 if per_byte else getattr(self, f"{which}_frame_s"))
         return c / t / 1e9 if t > 0 else float("inf")
 
 
 def _per_call(fn) -> float:
     """Seconds per call of ``fn()``: the fastest of a few timed batches."""
     t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < _BATCH_S / 4:  # size a batch
+    while n == 0 or time.perf_counter() - t0 < _BATCH_S / 4:  # size a batch: at least one call
         fn()
         n += 1
     best = float("inf")

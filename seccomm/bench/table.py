@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import sys
+from dataclasses import asdict
 
 from .machine import machine_info
 
@@ -19,12 +20,12 @@ _COLS = (
     "algbw [GB/s]",
     "busbw [GB/s]",
     "overhead [x]",
-    "bound [us]",
-    "overlap [us]",
+    "bound add [us]",
+    "bound ovl [us]",
     "vs bound [x]",
     "#wrong",
 )
-_FMT = "{:>12} {:>12} {:>9} {:>6} {:>18} {:>11} {:>12} {:>12} {:>12} {:>11} {:>12} {:>12} {:>7}"
+_FMT = "{:>12} {:>12} {:>9} {:>6} {:>18} {:>11} {:>12} {:>12} {:>12} {:>14} {:>14} {:>12} {:>7}"
 CSV_FIELDS = (
     "collective",
     "size_bytes",
@@ -59,6 +60,7 @@ class Report:
 
             self.bar = tqdm(total=total, unit="size", file=sys.stderr, leave=False)
         self._current = None
+        self.rates: dict = {}  # suite -> bench.bound.CryptoRate, set by header
 
     def line(self, text=""):
         if self.bar is not None:
@@ -102,15 +104,21 @@ class Report:
             "# time: median over iterations of the slowest rank; overhead: vs native at the "
             "same size; busbw per nccl-tests doc/PERFORMANCE.md"
         )
-        for r in (rates or {}).values():
+        self.rates = dict(rates or {})
+        for r in self.rates.values():
             self.line(
-                f"# {r.suite} on one core of the slowest rank, {r.chunk_bytes} B frames: seal "
-                f"{r.gbps('seal'):.2f} GB/s, open {r.gbps('open'):.2f} GB/s"
+                f"# {r.suite}, one core, worst of all ranks: seal {r.seal_frame_s * 1e6:.2f} us per "
+                f"frame + {r.gbps('seal', per_byte=True):.2f} GB/s, open {r.open_frame_s * 1e6:.2f} us "
+                f"per frame + {r.gbps('open', per_byte=True):.2f} GB/s; at {r.chunk_bytes} B frames "
+                f"seal {r.gbps('seal'):.2f} GB/s, open {r.gbps('open'):.2f} GB/s"
             )
-        self.line(
-            "# bound: native + this rank's crypto at those rates (one core does both); overlap: "
-            "max(native, crypto) (spare cores); vs bound: time / bound (docs/performance.md)"
-        )
+        if self.rates:
+            self.line(
+                "# bound add: native + the crypto of the row's algorithm at those costs (one core "
+                "does both); bound ovl: max(native, crypto) (crypto on spare cores); vs bound: time "
+                "/ bound add (below 1: overlapped, or native slower than seccomm's own plaintext "
+                "path: compare none); docs/performance.md 1d"
+            )
 
     def rows(self, rows):
         coll = rows[0]["collective"]
@@ -188,6 +196,8 @@ class Report:
         }
         if getattr(self, "workload_desc", None):
             doc["workload"] = self.workload_desc
+        if getattr(self, "rates", None):  # the costs behind every row's bound (bench/bound.py)
+            doc["crypto_rates"] = {name: asdict(r) for name, r in self.rates.items()}
         return doc
 
     def write_files(self):
