@@ -35,6 +35,7 @@ def test_seccomm_train_end_to_end(tmp_path):
     d, s = r["variants"]["default"], r["variants"]["secure"]
     assert d["test_accuracy"] > 0.5 and abs(d["test_accuracy"] - s["test_accuracy"]) < 1e-6
     assert r["bitwise_equal"] and r["max_abs_param_diff"] == 0.0  # 2 ranks: a + b = b + a
+    assert r["secure_transport"] == "mpi" and "secure frames over mpi" in proc.stdout  # auto, gloo, MPI ranks
 
 
 def test_read_only_setup_blobs_become_tensors_without_a_warning():
@@ -54,6 +55,20 @@ def test_read_only_setup_blobs_become_tensors_without_a_warning():
     frame = np.zeros(8, np.uint8)
     _tensor(frame)[0] = 7  # a writable frame is shared, not copied (zero-copy)
     assert frame[0] == 7
+
+
+def test_hook_transport_choice_is_checked(monkeypatch):
+    """A transport name that does not exist, or MPI where this process is no MPI rank: ValueError
+    before anything is built (no launcher variables here)."""
+    from seccomm import launch
+    from seccomm.torch import SecureHookState
+
+    with pytest.raises(ValueError, match="transport must be one of auto, mpi, torch"):
+        SecureHookState(None, transport="gloo-p2p")
+    for v in launch.LAUNCHER_VARS + ("SECCOMM_LAUNCHED",):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(ValueError, match="needs every rank of the DDP group to be the MPI rank"):
+        SecureHookState(None, transport="mpi")
 
 
 def test_workload_parameter_counts_match_published():

@@ -39,6 +39,13 @@ def add_arguments(p) -> None:
         choices=("gloo", "nccl"),
         help="torch.distributed backend (default: nccl with --device cuda, else gloo)",
     )
+    p.add_argument(
+        "--transport",
+        choices=("auto", "mpi", "torch"),
+        default="auto",
+        help="what carries the secure hook's frames (default auto: MPI point-to-point where the "
+        "ranks are MPI ranks and the backend is gloo, else the backend's own point-to-point)",
+    )
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 

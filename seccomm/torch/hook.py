@@ -19,6 +19,7 @@ tampered gradient never reaches the optimizer.
 import ml_dtypes
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from ..comm import SecureComm
 from ..transports.torch import TorchTransport, default_timeout
@@ -26,20 +27,72 @@ from ..transports.torch import TorchTransport, default_timeout
 _NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
 
 
+TRANSPORTS = ("auto", "mpi", "torch")
+
+
+def mpi_world(process_group=None):
+    """``MPI.COMM_WORLD`` when the DDP group is the whole world and every rank is the MPI rank of
+    the same number (ranks started by ``mpiexec``/``srun`` or ``seccomm train --np``), else
+    ``None``.  Collective over the MPI world when there is one (every rank decides the same)."""
+    from .. import launch
+
+    if launch.launcher() != "mpi":
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    comm = MPI.COMM_WORLD
+    same = process_group is None and (comm.Get_size(), comm.Get_rank()) == (
+        dist.get_world_size(),
+        dist.get_rank(),
+    )
+    return comm if comm.allreduce(int(same), op=MPI.MIN) else None
+
+
 class SecureHookState:
     """State for :func:`secure_allreduce_hook`; a collective call (builds a ``SecureComm``).
 
-    ``process_group``: the DDP process group (``None``: world).  ``batch_p2p``, ``device``: see
-    :class:`~seccomm.transports.torch.TorchTransport` (under ``nccl``: grouped point-to-point and
-    frames staged through the current CUDA device, by default).  Other keyword arguments go to
-    :class:`~seccomm.comm.SecureComm` (``suite``, ``chunk_bytes``, ``psk``, ``algorithm``, ...).
+    ``process_group``: the DDP process group (``None``: world).  ``transport``: what carries the
+    frames: ``"torch"`` (default: :class:`~seccomm.transports.torch.TorchTransport` over the
+    group's backend; MPI is never loaded), ``"mpi"`` (MPI point-to-point on ``COMM_WORLD``: the
+    ranks must be MPI ranks of the same numbers, :func:`mpi_world`; ``ValueError`` otherwise), or
+    ``"auto"``: MPI under gloo when :func:`mpi_world` allows it, else torch (``seccomm train``'s
+    default).  Under ``nccl`` "auto" is always torch (frames stay on the GPU).  Why MPI for CPU
+    buckets: gloo point-to-point costs ~0.5-1 ms a message on loopback TCP, MPI over shared memory
+    microseconds (docs/performance.md section 3).  With "mpi"/"auto", MPI is initialised in this
+    process (``mpi4py``), so the ranks must end normally (``MPI_Finalize`` at exit).
+    ``batch_p2p``, ``device``: see :class:`~seccomm.transports.torch.TorchTransport`.  Other
+    keyword arguments go to :class:`~seccomm.comm.SecureComm` (``suite``, ``chunk_bytes``,
+    ``psk``, ``algorithm``, ...).
     """
 
-    def __init__(self, process_group=None, suite: str = "aes-256-gcm", *, batch_p2p=None, device=None, **kw):
+    def __init__(
+        self,
+        process_group=None,
+        suite: str = "aes-256-gcm",
+        *,
+        batch_p2p=None,
+        device=None,
+        transport: str = "torch",
+        **kw,
+    ):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         kw.setdefault("timeout", default_timeout())
         self.process_group = process_group
-        transport = TorchTransport(process_group, timeout=kw["timeout"], batch_p2p=batch_p2p, device=device)
-        self.sc = SecureComm(transport, suite, **kw)
+        comm = None
+        if transport == "mpi" or (transport == "auto" and "nccl" not in str(dist.get_backend(process_group))):
+            comm = mpi_world(process_group)
+            if comm is None and transport == "mpi":
+                raise ValueError(
+                    "transport='mpi' needs every rank of the DDP group to be the MPI rank of the same "
+                    "number (ranks started by mpiexec or srun, whole-world group)"
+                )
+        if comm is None:
+            comm = TorchTransport(process_group, timeout=kw["timeout"], batch_p2p=batch_p2p, device=device)
+        self.transport = "mpi" if comm is not None and not isinstance(comm, TorchTransport) else "torch"
+        self.sc = SecureComm(comm, suite, **kw)
         self.buckets = 0
 
     def __repr__(self):

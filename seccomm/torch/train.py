@@ -117,7 +117,9 @@ def train(args, rank: int, world: int, device=None) -> dict:
         torch.manual_seed(0)
         ddp = DDP(model().to(device), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
         if name == "secure":
-            state = SecureHookState(None, args.suite, psk=_secret(device))
+            state = SecureHookState(
+                None, args.suite, psk=_secret(device), transport=getattr(args, "transport", "auto")
+            )
             ddp.register_comm_hook(state, secure_allreduce_hook)
         models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9))
     times = {k: np.zeros(args.steps) for k in models}
@@ -134,6 +136,7 @@ def train(args, rank: int, world: int, device=None) -> dict:
         "world_size": world,
         "steps": args.steps,
         "suite": args.suite,
+        "secure_transport": state.transport,
         "bucket_cap_mb": args.bucket_cap_mb,
         "batch_per_rank": args.batch,
         "variants": {},
@@ -168,7 +171,8 @@ def report(r: dict, file=sys.stdout) -> None:
     print(
         f"# seccomm train: digits MLP ({r['parameters']} parameters), {r['world_size']} ranks, "
         f"{r['steps']} steps, batch {r['batch_per_rank']}/rank, bucket_cap_mb {r['bucket_cap_mb']}, "
-        f"suite {r['suite']}, {r.get('device', 'cpu')}/{r.get('backend', 'gloo')}",
+        f"suite {r['suite']}, {r.get('device', 'cpu')}/{r.get('backend', 'gloo')}, secure frames "
+        f"over {r.get('secure_transport', 'torch')}",
         file=file,
     )
     print(
