@@ -80,6 +80,49 @@ def started_by_us() -> bool:
     return os.environ.get("SECCOMM_LAUNCHED") == "1"
 
 
+#: the code each started process runs first: put the starting process's package folder first on
+#: ``sys.path`` and drop the current directory (``-c`` puts it there), then run the module
+_BOOT = (
+    "import os, runpy, sys; top = sys.argv.pop(1); mod = sys.argv.pop(1); "
+    "sys.path[:] = [top] + [p for p in sys.path if p not in ('', '.', os.getcwd(), top)]; "
+    "sys.argv[0] = mod; runpy.run_module(mod, run_name='__main__', alter_sys=True)"
+)
+
+
+def python_argv(module: str = "seccomm", *args: str) -> list[str]:
+    """``[sys.executable, ..., *args]`` running ``python -m MODULE ARGS`` on exactly this process's
+    seccomm, whatever the current directory: a folder named ``seccomm`` there (the parent of a
+    clone) must not replace it.  The folder this ``seccomm`` was imported from comes first on
+    ``sys.path``, the current directory is not on it (:data:`_BOOT`)."""
+    top = str(Path(__file__).resolve().parent.parent)
+    return [sys.executable, "-c", _BOOT, top, module, *args]
+
+
+#: set by :func:`relaunch` in the ranks it starts: the cores the starting command could use
+CORES_ENV = "SECCOMM_LOCAL_CORES"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity (``os.sched_getaffinity``), else
+    ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - platforms without affinity (macOS)
+        return os.cpu_count() or 1
+
+
+def node_cores() -> int:
+    """Cores of this node for its ranks: what the command that started them could use
+    (:data:`CORES_ENV`), else ``os.cpu_count()`` (a launcher may bind each rank to one core, so
+    a rank's own affinity says nothing about the node)."""
+    return int(os.environ.get(CORES_ENV) or os.cpu_count() or 1)
+
+
+def oversubscription(nranks: int, cores: int) -> str | None:
+    """``"N ranks on C core(s)"`` when ``nranks`` ranks of one node exceed its ``cores``, else None."""
+    return f"{nranks} ranks on {cores} core(s)" if nranks > cores else None
+
+
 def find_mpiexec() -> str | None:
     """The ``mpiexec`` beside this interpreter (installed by the ``mpich`` wheel), else PATH."""
     here = Path(sys.executable).with_name("mpiexec")
@@ -175,7 +218,8 @@ def _stop(proc, pumps, sig) -> None:
 
 
 def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: str = "seccomm") -> int:
-    """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks and return their exit status.
+    """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks (:func:`python_argv`: this
+    process's seccomm, whatever the current directory) and return their exit status.
     Ctrl-C, SIGTERM and SIGHUP stop every rank: one line on standard error (``prog``: interrupted),
     exit status 128 + the signal.  ``LaunchError`` when no ``mpiexec`` is found or the job secret
     set is unusable (before anything starts)."""
@@ -187,9 +231,10 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
         )
     env_secret, secret = secret_env()
     env = {**os.environ, **env_secret, "SECCOMM_LAUNCHED": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    env[CORES_ENV] = str(usable_cores())
     if sys.stderr.isatty():  # ranks see a pipe: tell them a person is watching
         env["SECCOMM_PROGRESS"] = "1"
-    cmd = [mpiexec, "-n", str(nranks), sys.executable, "-m", "seccomm", *argv]
+    cmd = [mpiexec, "-n", str(nranks), *python_argv("seccomm", *argv)]
     old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     proc = pumps = None
     try:

@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import asdict
 
+from ..launch import node_cores, oversubscription
 from .machine import machine_info
 
 _COLS = (
@@ -89,6 +90,10 @@ class Report:
         else:
             self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) {loop}")
         self.line(f"# job secret: {secret_source}")
+        local = sc.node_ids.count(sc.node_ids[sc.rank]) if sc else self.comm.Get_size()
+        over = oversubscription(local, node_cores())
+        if over:
+            self.line(f"# OVERSUBSCRIBED: {over} on this node: ranks share cores; times mean little")
         if os.environ.get("SECCOMM_LAB"):  # an emulated cluster (seccomm cluster): its hosts and links
             self.line(f"# lab: {os.environ['SECCOMM_LAB']}")
         self.line(

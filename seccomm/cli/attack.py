@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..compliance.attack import CLASSES
 from ..suites import SUITES
-from .usage import UsageError, int_in, launcher_np
+from .usage import UsageError, check_cores, int_in, launcher_np
 
 HELP = (
     "Run the on-path attacker harness on real ranks: every attack detected, or, for a suite that "
@@ -45,6 +45,7 @@ def run(args, argv) -> int:
 
     classes = _classes(args)
     if not under_launcher():
+        check_cores(args.np or DEFAULT_NP, True, "seccomm attack")  # a warning: idle ranks yield
         return relaunch(args.np or DEFAULT_NP, argv, prog="seccomm attack")
     launcher_np(args.np)
     return main_ranks(classes, args.trials, args.seed, args.suite)

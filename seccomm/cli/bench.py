@@ -16,6 +16,8 @@ from ..dtypes import DTYPES, FLOAT_NAMES, OPS
 from ..suites import SUITES
 from .usage import (
     UsageError,
+    add_oversubscribe,
+    check_cores,
     check_file,
     check_outputs,
     flag,
@@ -87,6 +89,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--np", type=int_in(1), help=f"local ranks when not started by a launcher (default {DEFAULT_NP})"
     )
+    add_oversubscribe(p)
     p.add_argument(
         "--workload",
         metavar="NAME",
@@ -119,6 +122,7 @@ def run(args, argv) -> int:
                 "encrypted; use --encrypt all, or start ranks on several nodes with your own launcher"
             )
         check_outputs(lambda: check_paths(cfg))
+        check_cores(cfg.np, args.oversubscribe, "seccomm bench")
         return relaunch(cfg.np, argv, prog="seccomm bench")
     launcher_np(args.np)
     check_outputs(lambda: check_paths(cfg))

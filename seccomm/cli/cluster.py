@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from ..launch import python_argv
 from .usage import Parser, UsageError, check_file, float_in, int_in, size_arg
 
 HELP = "Emulate a cluster of hosts on this machine (namespaces, shaped links) and bench on it."
@@ -71,7 +72,7 @@ def run(args, argv) -> int:
         if privilege.in_userns() or not privilege.userns_works():
             raise UsageError(privilege.NEEDS)
         env = dict(os.environ, **{privilege.USERNS_ENV: "1"})
-        return _call(privilege.userns_argv([sys.executable, "-m", "seccomm", *argv]), env)
+        return _call(privilege.userns_argv(python_argv("seccomm", *argv)), env)
     if privilege.in_userns():
         privilege.prepare_userns()
     return _sweep(args, specs, bench_args, cfg, at)

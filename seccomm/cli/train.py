@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..suites import SUITES
-from .usage import UsageError, check_file, check_outputs, float_in, int_in, launcher_np
+from .usage import UsageError, check_cores, check_file, check_outputs, float_in, int_in, launcher_np
 
 HELP = "Train a small model on the digits set twice, default vs secure DDP hook (needs the torch extra)."
 DEFAULT_NP = 2
@@ -71,6 +71,7 @@ def run(args, argv) -> int:
     if launcher() is None:
         check_outputs(lambda: args.json and check_file("--json", args.json))
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        check_cores(args.np or DEFAULT_NP, True, "seccomm train")  # a warning: step times only
         return relaunch(args.np or DEFAULT_NP, argv, env, prog="seccomm train")
     launcher_np(args.np)
     check_outputs(lambda: args.json and check_file("--json", args.json))

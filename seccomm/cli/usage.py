@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 import re
+import sys
 
 from ..units import parse_size
 
@@ -195,3 +196,29 @@ def launcher_np(np_given: int | None) -> None:
             f"--np {np_given} does not apply under a launcher, which started {size} rank(s): "
             f"drop --np, or start {np_given} ranks (mpiexec -n {np_given} ...)"
         )
+
+
+def check_cores(nranks: int, allowed: bool, prog: str) -> None:
+    """Before local ranks start: more ranks than cores is a ``UsageError`` unless ``allowed``
+    (``--oversubscribe``, as mpiexec's), which prints one warning line on stderr instead; timings
+    of ranks that share cores do not measure the collectives."""
+    from ..launch import oversubscription, usable_cores
+
+    over = oversubscription(nranks, usable_cores())
+    if over is None:
+        return
+    if not allowed:
+        raise UsageError(
+            f"--np {nranks}: {over} would share cores (oversubscribed) and the timings would mean "
+            f"little; use --np {usable_cores()} or fewer, or add --oversubscribe to run anyway"
+        )
+    print(f"{prog}: warning: oversubscribed, {over}: timings mean little", file=sys.stderr, flush=True)
+
+
+def add_oversubscribe(p) -> None:
+    """The ``--oversubscribe`` flag (``check_cores``)."""
+    p.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="allow --np above this machine's cores (the ranks share cores; timings mean little)",
+    )

@@ -126,7 +126,7 @@ def _captured_job(
 ):
     """Run one capture job under a :class:`LoopbackCapture`; ``(capture, frames the ranks sent)``."""
     from ..keys import new_secret_file
-    from ..launch import LAUNCHER_VARS
+    from ..launch import LAUNCHER_VARS, python_argv
 
     secret = new_secret_file()
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
@@ -139,9 +139,7 @@ def _captured_job(
                         mpiexec,
                         "-n",
                         str(nranks),
-                        sys.executable,
-                        "-m",
-                        "seccomm.compliance.capture",
+                        *python_argv("seccomm.compliance.capture"),
                         suite,
                         str(count),
                         str(salt),

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 from ..keys import new_secret_file
+from ..launch import python_argv
 from . import tunnel
 from .cluster import Cluster
 from .spec import ClusterSpec, format_rate
@@ -34,7 +34,7 @@ def bench_on(cluster: Cluster, bench_args: list[str], network: str, time_limit: 
     header = f"{cluster.spec.describe()}, network {network}"
     try:
         before = cluster.counters()
-        argv = [sys.executable, "-m", "seccomm", "bench", *bench_args, "--json", str(out)]
+        argv = python_argv("seccomm", "bench", *bench_args, "--json", str(out))
         res = cluster.run(argv, time_limit, devices, env={"SECCOMM_PSK_FILE": secret, "SECCOMM_LAB": header})
         after = cluster.counters()
         doc = json.loads(out.read_text()) if out.exists() else None
