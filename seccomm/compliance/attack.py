@@ -542,10 +542,45 @@ def _row(
     }
 
 
-def _polite_barrier(comm) -> None:
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(0.002)
+#: an upper bound on one trial of the pair, seconds (its waits have deadlines of 2 s or less: setup,
+#: the honest and the attacked operation, close); an idle rank waits ``60 + trials`` times this
+TRIAL_LIMIT_S = 30.0
+_ARRIVED_TAG = 7331  # the polite barrier's messages on the caller's communicator
+
+
+def _polite_barrier(comm, limit_s: float, what: str) -> None:
+    """Wait until every rank of ``comm`` has arrived, polling every 2 ms (idle ranks must not spin
+    on the cores the pair is using).  Each rank sends every other one a byte; past ``limit_s``
+    seconds ``TransportTimeout`` names the rank(s) whose byte did not come (dead or stuck), and
+    ``what`` (the step they did not finish)."""
+    from mpi4py import MPI
+
+    from ..transports.base import Backoff, poll_until
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    one, got = np.ones(1, np.uint8), np.zeros(size, np.uint8)
+    others = [r for r in range(size) if r != rank]
+    rreqs = {r: comm.Irecv([got[r : r + 1], MPI.BYTE], r, _ARRIVED_TAG) for r in others}
+    sreqs = [comm.Isend([one, MPI.BYTE], r, _ARRIVED_TAG) for r in others]
+    missing = list(others)
+
+    def arrived():
+        missing[:] = [r for r in missing if not rreqs[r].Test()]
+        return not missing
+
+    if poll_until(arrived, limit_s, lambda: False, Backoff(sleep_s=0.002)):
+        MPI.Request.Waitall(sreqs)
+        return
+    for r in missing:  # unmatched receives: safe to cancel
+        rreqs[r].Cancel()
+        rreqs[r].Wait()
+    raise TransportTimeout(
+        f"attack harness: rank(s) {missing} did not arrive within {limit_s:g} s after {what} "
+        f"(died, or stuck)",
+        peer=missing[0],
+        op="attack barrier",
+        timeout_s=limit_s,
+    )
 
 
 def run_classes(
@@ -590,7 +625,7 @@ def run_classes(
             r = run_class(comm, cls, trials, seed, config=config)
         else:
             r = run_class(pair, cls, trials, seed, config=config) if pair != MPI.COMM_NULL else None
-            _polite_barrier(comm)  # idle ranks must not spin on the cores the pair is using
+            _polite_barrier(comm, 60 + trials * TRIAL_LIMIT_S, f"attack class {cls} on ranks 0-1")
             r = comm.bcast(r, root=0)
         r["seconds"] = round(time.time() - tc, 1)
         rows.append(r)
