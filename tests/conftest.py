@@ -201,7 +201,7 @@ def run_train(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
 
     j = tmp_path / "train.json"
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
-    cmd = [sys.executable, "-m", "seccomm", "train", "--np", "2", "--json", str(j), *args]
+    cmd = [*launch.python_argv("seccomm", "train", "--np", "2", "--json", str(j)), *args]
     proc = run_cmd(cmd, timeout=600, what="seccomm train --np 2", env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(j.read_text())

@@ -241,6 +241,7 @@ def test_bench_alltoall(tmp_path):
             "1K",
             "--np",
             "3",
+            "--oversubscribe",  # 3 ranks: refused on fewer cores without it
             "--json",
             str(j),
         ],

@@ -171,3 +171,54 @@ def test_train_under_mpiexec_needs_no_master_port(tmp_path):
         out.stderr
     )
     assert "# seccomm train:" not in out.stdout
+
+
+BENCH_TINY = ["bench", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--suites", "none"]
+
+
+@pytest.mark.mpi
+def test_ranks_run_the_seccomm_that_started_them_whatever_the_current_directory(tmp_path):
+    """Issue 17 item 4: run from a folder that holds a folder named ``seccomm`` (the parent of a
+    clone), by a console script as a user runs it, the ranks bench starts import the seccomm of
+    the command, not that folder."""
+    cwd = tmp_path / "parent-of-a-clone"
+    (cwd / "seccomm").mkdir(parents=True)
+    for f in ("__init__.py", "__main__.py"):
+        (cwd / "seccomm" / f).write_text("raise ImportError('the seccomm folder of the current directory')\n")
+    script = tmp_path / "bin" / "seccomm"  # a console script: its own folder leads sys.path
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom seccomm.cli import main\nsys.exit(main())\n")
+    cmd = [sys.executable, str(script), *BENCH_TINY, "--np", "2"]
+    out = run_cmd(cmd, timeout=300, env=clean_env(tmp_path), cwd=cwd)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "# Result: OK" in out.stdout and "current directory" not in out.stderr
+
+
+def _one_core():
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+@pytest.mark.mpi
+def test_bench_refuses_more_ranks_than_cores_unless_oversubscribe(tmp_path):
+    """Issue 17 item 7: on one core, ``--np 2`` is refused before any rank starts; with
+    ``--oversubscribe`` it runs, warns, and the table header says so."""
+    env = clean_env(tmp_path)
+    cmd = [*SECCOMM, *BENCH_TINY, "--np", "2"]
+    refused = run_cmd(cmd, timeout=120, env=env, preexec_fn=_one_core)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--np 2: 2 ranks on 1 core(s)" in refused.stderr and "--oversubscribe" in refused.stderr
+    assert refused.stdout == ""
+    out = run_cmd([*cmd, "--oversubscribe"], timeout=300, env=env, preexec_fn=_one_core)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "# OVERSUBSCRIBED: 2 ranks on 1 core(s) on this node" in out.stdout
+    assert "warning: oversubscribed, 2 ranks on 1 core(s)" in out.stderr
+
+
+def test_train_and_attack_warn_when_oversubscribed(monkeypatch, capsys):
+    """``seccomm train``/``attack`` (timings are not what they measure) warn, never refuse."""
+    from seccomm.cli.usage import check_cores
+
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
+    check_cores(2, False, "seccomm bench")
+    check_cores(3, True, "seccomm attack")
+    assert "seccomm attack: warning: oversubscribed, 3 ranks on 2 core(s)" in capsys.readouterr().err
