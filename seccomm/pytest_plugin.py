@@ -190,12 +190,12 @@ def _uncaptured(config):
 
 @pytest.fixture(scope="session")
 def secure_comm(seccomm_world, request):
-    from .bench.secret import BenchSecretError, bench_secret
+    from .bench.secret import PLUGIN_NO_SECRET, BenchSecretError, bench_secret
     from .comm import SecureComm
 
     try:
         with _uncaptured(request.config):
-            secret = bench_secret(seccomm_world)[0]
+            secret = bench_secret(seccomm_world, PLUGIN_NO_SECRET)[0]
     except BenchSecretError as e:  # every rank stops; the rank that knows why says it
         pytest.exit(f"seccomm: {e}" if e.speaker else "seccomm: no usable job secret", returncode=2)
     cache = {}

@@ -84,6 +84,7 @@ def test_plugin_without_a_secret_stops_with_the_fix(tmp_path):
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     assert "no job secret on any rank" in out.stdout + out.stderr
     assert "SECCOMM_INSECURE_BENCH_SECRET=1" in out.stdout + out.stderr
+    assert "without a launcher" not in out.stdout + out.stderr  # pytest makes no secret: not advised
     env["SECCOMM_INSECURE_BENCH_SECRET"] = "1"
     out = run_bench(tmp_path, "-k", "allreduce and 1024 and none", env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -152,7 +152,12 @@ def _ranks(args, argv) -> int:
     rank = comm.Get_rank()
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if rank == 0 else (lambda s: None)
     config = review_config(args)
-    ev = gather_evidence(comm, args.trials, args.seed, log, config=config)
+    from ..bench.secret import REPORT_NO_SECRET, ranks_secret
+
+    secret = ranks_secret("seccomm report", REPORT_NO_SECRET)  # every rank, before any other traffic
+    if secret is None:
+        return 2
+    ev = gather_evidence(comm, args.trials, args.seed, log, config=config, psk=secret)
     if rank != 0:
         return 0
     ev["capture"] = _capture_result()
