@@ -441,3 +441,19 @@ def _plain_bench_args(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
     cmd = [*SECCOMM, "bench", "--suites", "aes-256-gcm", *args]
     return run_cmd(cmd, timeout=300, env={**env, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
+
+
+@pytest.mark.mpi
+def test_bench_without_the_check_says_not_applicable(tmp_path):
+    """-c 0 checks nothing: #wrong N/A in the table and the footer (as nccl-tests), JSON ``wrong``
+    null, CSV empty; exit 0 (was: "#wrong 0" and "Out of bounds values : 0 OK")."""
+    j, c = tmp_path / "r.json", tmp_path / "r.csv"
+    out = _plain_bench_args(
+        tmp_path, "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-c", "0", "--json", str(j), "--csv", str(c)
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = [ln.split() for ln in out.stdout.splitlines() if ln.strip()[:1].isdigit()]
+    assert rows and all(r[-1] == "N/A" for r in rows), out.stdout
+    assert "# Out of bounds values : N/A (not checked: --check 0)" in out.stdout
+    assert all(r["wrong"] is None for r in json.loads(j.read_text())["rows"])
+    assert all(r["wrong"] == "" for r in csv.DictReader(c.open()))

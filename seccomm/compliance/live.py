@@ -236,7 +236,7 @@ def _bench_section(d: Doc, bench: dict, name: str | None) -> None:
                 f"{r['time_us']['median']:.1f}",
                 f"{r['busbw_gbps']:.3f}",
                 f"{r['overhead_x']:.2f}",
-                r["wrong"],
+                "N/A" if r["wrong"] is None else r["wrong"],
             ]
         )
     d.table(

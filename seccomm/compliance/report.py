@@ -84,7 +84,7 @@ def load_bench(path: str) -> dict:
             and isinstance(r.get("collective"), str)
             and isinstance(r.get("variant"), str)
             and isinstance(r.get("size_bytes"), int)
-            and isinstance(r.get("wrong"), int)
+            and (r.get("wrong") is None or isinstance(r.get("wrong"), int))
             and all(
                 isinstance(r.get(k), num) and not isinstance(r.get(k), bool)
                 for k in ("busbw_gbps", "overhead_x")
