@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 
 from .. import costmodel
 from .. import calibration
@@ -200,6 +201,8 @@ def _calibrate(a) -> int:
         cal = calibration.calibrate(doc, gamma=_gamma_here(), topo=topo)
     except (KeyError, ValueError) as e:
         raise UsageError(f"cannot calibrate from {a.calibrate}: {e}") from None
+    for w in calibration.limit_warnings(cal):
+        print(f"seccomm project: warning: {w}", file=sys.stderr, flush=True)
     text = json.dumps(cal, indent=1)
     if a.out:
         with open(a.out, "w") as f:
