@@ -569,7 +569,8 @@ def run_classes(
     rows = []
     if rank == 0:
         log(
-            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trials per class, seed {seed}; "
+            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class, "
+            f"seed {seed}; "
             f"every class on ranks 0-1 except redirect and the setup classes (all ranks); "
             f"{config.describe()}"
         )
