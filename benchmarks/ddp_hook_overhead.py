@@ -31,7 +31,7 @@ try:
 except ValueError:
     steps = 0
 if steps < 1:
-    print(f"usage: {sys.argv[0]} [STEPS]: a whole number >= 1 (default 300), got {sys.argv[1]!r}", file=sys.stderr)
+    print(f"usage: {sys.argv[0]} [STEPS]: STEPS >= 1 (default 300), got {sys.argv[1]!r}", file=sys.stderr)
     sys.exit(2)
 warm = min(20, steps // 2)  # warm-up steps dropped from the medians; at least half the steps are kept
 rank, world = rank_and_size()
