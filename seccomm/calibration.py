@@ -133,10 +133,10 @@ ALPHA_MIN, BETA_MIN = 0.0, 1e-15
 _REMEDY = "rerun the bench with more sizes (-b 8 -e 64M), more iterations (-n 200) on a quieter machine"
 
 
-def limit_warnings(cal: dict) -> list[str]:
+def limit_warnings(cal: dict, suite: str | None = None) -> list[str]:
     """One line per fitted value of calibration ``cal`` that sits at its lower limit (alpha 0,
-    beta 1e-15 s/B) or per suite whose seal/open fitted to zero: what it means and what to do.
-    Empty when every value was fitted inside its limits."""
+    beta 1e-15 s/B) or per suite (only ``suite`` when given) whose seal/open fitted to zero: what
+    it means and what to do.  Empty when every value was fitted inside its limits."""
     link = cal["intra"]
     out = []
     if link["alpha"] <= ALPHA_MIN:
@@ -150,7 +150,7 @@ def limit_warnings(cal: dict) -> list[str]:
             f"the noise, so projections treat the link as free; {_REMEDY}"
         )
     for name, s in sorted(cal.get("suites", {}).items()):
-        if s["seal"] <= 0 and s["open"] <= 0:
+        if s["seal"] <= 0 and s["open"] <= 0 and suite in (None, name):
             out.append(
                 f"{name}: seal/open fitted to 0 (it measured no slower than none), so projections show "
                 f"1.00x for it; {_REMEDY}, or project with --preset"

@@ -190,6 +190,9 @@ def test_calibrate_warns_when_a_fit_hits_its_limit(tmp_path, capsys):
     assert any(ln.startswith("seccomm project: warning: beta fitted to its limit 1e-15") for ln in err), err
     assert any("aes-256-gcm: seal/open fitted to 0" in ln and "1.00x" in ln for ln in err), err
     assert calib.limit_warnings(json.loads(CAL.read_text())) == []  # the shipped one fits inside
+    assert cli.main(["project", "--calibration", str(tmp_path / "c.json"), "--nodes", "1"]) == 0
+    err = capsys.readouterr().err  # projecting with it says so too (the table would show 1.00x)
+    assert "c.json: beta fitted to its limit" in err and "aes-256-gcm: seal/open fitted to 0" in err, err
 
 
 def test_sweep_to_16384_gpus_is_fast():
