@@ -26,7 +26,14 @@ from seccomm.torch.train import digits, model, timed_step
 # the same job secret on every rank: random, since keys.load_secret refuses patterned ones
 PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+try:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+except ValueError:
+    steps = 0
+if steps < 1:
+    print(f"usage: {sys.argv[0]} [STEPS]: STEPS >= 1 (default 300), got {sys.argv[1]!r}", file=sys.stderr)
+    sys.exit(2)
+warm = min(20, steps // 2)  # warm-up steps dropped from the medians; at least half the steps are kept
 rank, world = rank_and_size()
 dist.init_process_group("gloo", rank=rank, world_size=world)
 torch.set_num_threads(1)
@@ -49,8 +56,8 @@ for step in range(steps):
     for k in list(models) if step % 2 == 0 else list(models)[::-1]:
         times[k].append(timed_step(*models[k], loss_fn, xb, yb))
 if rank == 0:
-    base = np.median(times["default"][20:])
-    print(f"# {world} ranks, {steps} steps (first 20 dropped), median step time")
+    base = np.median(times["default"][warm:])
+    print(f"# {world} ranks, {steps} steps (first {warm} dropped), median step time")
     for k, v in times.items():
-        m = np.median(v[20:])
+        m = np.median(v[warm:])
         print(f"{k:>18} {m * 1e3:8.3f} ms {m / base:6.2f}x")

@@ -93,7 +93,7 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0, topo: Topology | None
         y = t - F[:, 2] * gamma
         (alpha, beta), *_ = np.linalg.lstsq(F[:, :2] * w[:, None], y * w, rcond=None)
         g_fit, gamma_src = gamma, "numpy add throughput measured at calibration time"
-    alpha, beta, gamma = max(float(alpha), 0.0), max(float(beta), 1e-15), float(g_fit)
+    alpha, beta, gamma = max(float(alpha), ALPHA_MIN), max(float(beta), BETA_MIN), float(g_fit)
     suites = {}
     for v in sorted({r["variant"] for r in rows} - {"native", "none"}):
         rs = [r for r in rows if r["variant"] == v]
@@ -126,6 +126,36 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0, topo: Topology | None
             "bench": {k: doc.get("machine", {}).get(k) for k in ("host", "utc", "git_commit")},
         },
     }
+
+
+#: the lower limits :func:`calibrate` clamps a fit to (a fit that wanted less measured nothing)
+ALPHA_MIN, BETA_MIN = 0.0, 1e-15
+_REMEDY = "rerun the bench with more sizes (-b 8 -e 64M), more iterations (-n 200) on a quieter machine"
+
+
+def limit_warnings(cal: dict, suite: str | None = None) -> list[str]:
+    """One line per fitted value of calibration ``cal`` that sits at its lower limit (alpha 0,
+    beta 1e-15 s/B) or per suite (only ``suite`` when given) whose seal/open fitted to zero: what
+    it means and what to do.  Empty when every value was fitted inside its limits."""
+    link = cal["intra"]
+    out = []
+    if link["alpha"] <= ALPHA_MIN:
+        out.append(
+            "alpha fitted to its limit 0 s: the sizes measured do not show a per-message latency above "
+            f"the noise, so projections leave latency out; {_REMEDY}"
+        )
+    if link["beta"] <= BETA_MIN:
+        out.append(
+            "beta fitted to its limit 1e-15 s/B: the sizes measured do not show a cost per byte above "
+            f"the noise, so projections treat the link as free; {_REMEDY}"
+        )
+    for name, s in sorted(cal.get("suites", {}).items()):
+        if s["seal"] <= 0 and s["open"] <= 0 and suite in (None, name):
+            out.append(
+                f"{name}: seal/open fitted to 0 (it measured no slower than none), so projections show "
+                f"1.00x for it; {_REMEDY}, or project with --preset"
+            )
+    return out
 
 
 def params_for(cal: dict, suite: str) -> Params:

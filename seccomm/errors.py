@@ -48,7 +48,10 @@ class AuthenticationError(SecCommError):
         if epoch is not None:
             where += f", epoch {epoch}"
         what = "a setup message" if op == "setup" else "a frame"
-        msg = f"{suite or 'AEAD'} authentication failed on {what} from rank {peer} ({where})"
+        check = f"{suite or 'AEAD'} authentication"
+        if suite == "none":  # no tag: only the frame's length and header checks can fail
+            check = "the frame check (suite none has no tag)"
+        msg = f"{check} failed on {what} from rank {peer} ({where})"
         msg += (
             f": {detail}"
             if detail

@@ -12,6 +12,7 @@ it was given: this is how it scales past one machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -168,19 +169,51 @@ def secret_env() -> tuple[dict, str | None]:
         except KeyScheduleError as e:
             raise LaunchError(str(e)) from None
         return {}, None
-    shm = "/dev/shm"
-    in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
-    path = new_secret_file(shm if in_memory else None)
+    path = fresh_secret_file()
     return {"SECCOMM_PSK_FILE": path, FRESH_SECRET_ENV: "1"}, path
 
 
+def fresh_secret_file() -> str:
+    """A fresh secret in a new 0600 file (:func:`~seccomm.keys.new_secret_file`): in ``$TMPDIR``
+    when set, else in ``/dev/shm`` (memory) where it is a writable folder, else in the system's
+    temporary folder.  The caller removes it (see :func:`stop_on_signals`)."""
+    shm = "/dev/shm"
+    in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
+    return new_secret_file(shm if in_memory else None)
+
+
 class _Stopped(Exception):
+    """SIGTERM or SIGHUP (``signum``) arrived: raised so that ``finally`` clauses clean up."""
+
     def __init__(self, signum: int):
         self.signum = signum
 
 
+Stopped = _Stopped
+
+
 def _raise_stopped(signum, frame):
+    # Once: a second signal (GNU timeout signals the command, then its process group) must not
+    # interrupt the cleanup of the first with a second, chained traceback.
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
     raise _Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """In the block, SIGTERM and SIGHUP raise :class:`Stopped` (once; later ones stay ignored:
+    the command is ending), as Ctrl-C raises ``KeyboardInterrupt``, so that its ``finally``
+    clauses remove what it made; the old handlers after a block that was not stopped."""
+    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except _Stopped:
+        old.clear()
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 class _Pump(threading.Thread):
@@ -221,8 +254,9 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
     """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks (:func:`python_argv`: this
     process's seccomm, whatever the current directory) and return their exit status.
     Ctrl-C, SIGTERM and SIGHUP stop every rank: one line on standard error (``prog``: interrupted),
-    exit status 128 + the signal.  ``LaunchError`` when no ``mpiexec`` is found or the job secret
-    set is unusable (before anything starts)."""
+    exit status 128 + the signal; these signals then stay ignored (the caller is ending).
+    ``LaunchError`` when no ``mpiexec`` is found or the job secret set is unusable (before
+    anything starts)."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise LaunchError(
@@ -250,6 +284,9 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
             p.join()
         return rc
     except (KeyboardInterrupt, _Stopped) as e:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # stop once: later signals (GNU
+            signal.signal(s, signal.SIG_IGN)  # timeout sends two) stay ignored, the command is ending
+        old.clear()
         sig = e.signum if isinstance(e, _Stopped) else signal.SIGINT
         if proc is not None:
             _stop(proc, pumps, sig)

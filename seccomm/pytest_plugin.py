@@ -26,6 +26,8 @@ run) and fails the session (exit status 1, rank 0) when the median growth of a s
 of a collective's groups is more than ``--seccomm-gate-tolerance`` (default 40%); when native
 MPI's own times in a family's groups moved by more than 30 %, the verdict is INCONCLUSIVE (other
 load on the machine, which can hide a regression as well as fake one; exit status 1: rerun).
+When no group of the run is in the baseline (another benchmark, other sizes, a ``seccomm bench``
+result), the gate says NOTHING COMPARED and fails the session (exit status 1): it showed nothing.
 """
 
 from __future__ import annotations
@@ -78,9 +80,12 @@ def check_options(config) -> None:
     try:
         sizes_option(config)
         suites_option(config)
-        gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+    try:
+        gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
+    except ValueError as e:
+        raise pytest.UsageError(f"--seccomm-gate-tolerance: {e}") from None
     if config.getoption("--seccomm-rounds") < 1 or config.getoption("--seccomm-warmup") < 0:
         raise pytest.UsageError("--seccomm-rounds must be >= 1 and --seccomm-warmup >= 0")
     base = config.getoption("--seccomm-gate")
@@ -148,7 +153,7 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     base_path = config.getoption("--seccomm-gate")
     rows = config.stash.get(_GATE_ROWS, [])
-    if not base_path or launcher_rank() != 0 or not rows:
+    if not base_path or launcher_rank() != 0:
         return
     tol = gate.parse_tolerance(config.getoption("--seccomm-gate-tolerance"))
     base, now = gate.load(base_path), gate.points({"benchmarks": [{"extra_info": r} for r in rows]})
@@ -185,12 +190,12 @@ def _uncaptured(config):
 
 @pytest.fixture(scope="session")
 def secure_comm(seccomm_world, request):
-    from .bench.secret import BenchSecretError, bench_secret
+    from .bench.secret import PLUGIN_NO_SECRET, BenchSecretError, bench_secret
     from .comm import SecureComm
 
     try:
         with _uncaptured(request.config):
-            secret = bench_secret(seccomm_world)[0]
+            secret = bench_secret(seccomm_world, PLUGIN_NO_SECRET)[0]
     except BenchSecretError as e:  # every rank stops; the rank that knows why says it
         pytest.exit(f"seccomm: {e}" if e.speaker else "seccomm: no usable job secret", returncode=2)
     cache = {}

@@ -74,6 +74,7 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
     assert "0 changed the result" in rows["flip-tag"]["rest"]  # the tag is not read
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
+    assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
     assert "# OK: 44 attacks: 20 detected, 24 silently accepted, 0 not applicable; suite none" in out.stdout
 
 
@@ -85,6 +86,20 @@ def test_under_a_launcher_of_two_ranks():
     assert out.returncode == 0 and "# OK: 9 attacks: 9 detected" in out.stdout, (
         out.stdout[-2000:] + out.stderr[-2000:]
     )
+
+
+def test_a_suite_without_tags_is_not_said_to_fail_authentication():
+    """A truncated frame under suite none: the frame check failed (it has no tag), not "none
+    authentication"; an authenticating suite's message is unchanged."""
+    from seccomm.errors import AuthenticationError
+
+    kw = dict(peer=0, op="allreduce", seq=1, detail="frame has 8 bytes, expected 16 (truncated or padded)")
+    none, gcm = (
+        str(AuthenticationError(suite="none", **kw)),
+        str(AuthenticationError(suite="aes-256-gcm", **kw)),
+    )
+    assert none.startswith("the frame check (suite none has no tag) failed on a frame from rank 0"), none
+    assert gcm.startswith("aes-256-gcm authentication failed on a frame from rank 0"), gcm
 
 
 def test_verdicts_fit_the_suite():

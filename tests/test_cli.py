@@ -281,15 +281,22 @@ def test_bench_wrong_results_fail_the_run():
 def test_bench_secret_decision():
     """Every rank takes the same branch: own secrets, the clear-text secret (only with every
     rank's opt-in and no secret anywhere), or an error that one rank explains."""
-    from seccomm.bench.secret import BAD, NONE, NO_SECRET, OK, BenchSecretError, LocalSecret, decide
+    from seccomm.bench.secret import (
+        BAD, NO_SECRET, NONE, OK, PLUGIN_NO_SECRET, REPORT_NO_SECRET, BenchSecretError, LocalSecret, decide,
+    )  # fmt: skip
 
     ok, none = LocalSecret(OK, b"s", "SECCOMM_PSK"), LocalSecret(NONE)
     assert decide(1, ok, [OK, OK], [0, 0]) is False
     assert decide(0, none, [NONE, NONE], [1, 1]) is True
     for rank in (0, 1):
         with pytest.raises(BenchSecretError) as e:
-            decide(rank, none, [NONE, NONE], [1, 0])  # one rank did not opt in
+            decide(rank, none, [NONE, NONE], [0, 0])
         assert str(e.value) == NO_SECRET and e.value.speaker == (rank == 0)
+        with pytest.raises(BenchSecretError, match=r"rank\(s\) \[1\] lack SECCOMM_INSECURE_BENCH_SECRET=1"):
+            decide(rank, none, [NONE, NONE], [1, 0])  # one rank did not opt in: named
+        with pytest.raises(BenchSecretError) as e:  # a report never runs on the clear-text secret
+            decide(rank, none, [NONE, NONE], [1, 1], REPORT_NO_SECRET)
+        assert str(e.value) == REPORT_NO_SECRET
         with pytest.raises(BenchSecretError, match=r"rank\(s\) \[1\] have no job secret") as e:
             decide(rank, [ok, none][rank], [OK, NONE], [1, 1])  # never replaced, even opted in
         bad = LocalSecret(BAD, text="SECCOMM_PSK_FILE '/x' is accessible by group or others")
@@ -301,6 +308,8 @@ def test_bench_secret_decision():
             if rank == 1
             else "rank 1 has an unusable job secret"
         )
+    # the pytest plugin makes no secret: its advice does not say "run without a launcher"
+    assert "without a launcher" in NO_SECRET and "without a launcher" not in PLUGIN_NO_SECRET
 
 
 def _bench_under_mpiexec(tmp_path, **env_extra):
@@ -329,6 +338,28 @@ def test_bench_under_a_launcher_needs_a_secret_or_the_opt_in(tmp_path):
     assert "# Result: OK" in out.stdout and "broadcast in the clear" in out.stdout  # the header says so
     out = _bench_under_mpiexec(tmp_path, SECCOMM_PSK=GOOD_HEX)
     assert out.returncode == 0 and "WARNING" not in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.mpi
+def test_every_command_under_a_launcher_decides_the_secret_first(tmp_path):
+    """attack and report under mpiexec with no usable secret: every rank learns it before any
+    other traffic, one line, exit 2 (was: a traceback on two ranks and a third waiting forever)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SECCOMM_PSK", "SECCOMM_PSK_FILE")}
+    env["SECCOMM_INSECURE_BENCH_SECRET"] = "1"  # taken by attack; never by a compliance report
+    cases = [
+        (
+            ["attack", "--trials", "1", "--classes", "flip-tag"],
+            {"SECCOMM_PSK": "abcd"},
+            "rank 0: SECCOMM_PSK",
+        ),
+        (["report", "--compliance", "--no-capture", "--trials", "1"], {}, "no job secret on any rank"),
+    ]
+    for args, extra, msg in cases:
+        cmd = [mpiexec(), "-n", "3", *SECCOMM, *args]
+        out = run_cmd(cmd, capture_output=True, text=True, timeout=300, env={**env, **extra}, cwd=tmp_path)
+        err = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert out.returncode == 2 and out.stdout == "", (args, out.stdout[-2000:], out.stderr[-2000:])
+        assert len(err) == 1 and err[0].startswith(f"seccomm {args[0]}: error: {msg}"), err
 
 
 @pytest.mark.mpi
@@ -411,3 +442,19 @@ def _plain_bench_args(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
     cmd = [*SECCOMM, "bench", "--suites", "aes-256-gcm", *args]
     return run_cmd(cmd, timeout=300, env={**env, "TMPDIR": str(tmp_path)}, cwd=tmp_path)
+
+
+@pytest.mark.mpi
+def test_bench_without_the_check_says_not_applicable(tmp_path):
+    """-c 0 checks nothing: #wrong N/A in the table and the footer (as nccl-tests), JSON ``wrong``
+    null, CSV empty; exit 0 (was: "#wrong 0" and "Out of bounds values : 0 OK")."""
+    j, c = tmp_path / "r.json", tmp_path / "r.csv"
+    out = _plain_bench_args(
+        tmp_path, "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-c", "0", "--json", str(j), "--csv", str(c)
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = [ln.split() for ln in out.stdout.splitlines() if ln.strip()[:1].isdigit()]
+    assert rows and all(r[-1] == "N/A" for r in rows), out.stdout
+    assert "# Out of bounds values : N/A (not checked: --check 0)" in out.stdout
+    assert all(r["wrong"] is None for r in json.loads(j.read_text())["rows"])
+    assert all(r["wrong"] == "" for r in csv.DictReader(c.open()))

@@ -138,6 +138,39 @@ def test_bad_output_paths_stop_before_any_work(tmp_path, cmd, option, extra, whe
     assert not list(tmp_path.glob("seccomm-psk-*"))
 
 
+@pytest.mark.parametrize("cmd,option,extra", OUTPUTS, ids=[f"{c} {o}" for c, o, _ in OUTPUTS])
+def test_unwritable_output_paths_stop_before_any_work(tmp_path, monkeypatch, capsys, cmd, option, extra):
+    """A path in a folder where nothing can be made (``/proc``: even root cannot; ``os.access``
+    says yes) is refused before any work: exit 2, one line.  In-process: the check comes first."""
+    if cmd == "train":
+        pytest.importorskip("torch")
+        pytest.importorskip("sklearn")
+    for k in [*launch.LAUNCHER_VARS, "SECCOMM_PSK", "SECCOMM_PSK_FILE"]:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.json").write_text('{"config": {}, "world_size": 2, "rows": []}')
+    cal = str(Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json")
+    extra = [{"BENCH": str(tmp_path / "bench.json"), "CAL": cal}.get(x, x) for x in extra]
+    path = "/proc/seccomm-pcap/sub" if option == "--pcap" else "/proc/seccomm-out.png"
+    assert cli.main([cmd, *extra, option, path]) == 2
+    out, err = capsys.readouterr()
+    assert (
+        out == "" and err.startswith(f"seccomm {cmd}: error: {option} {path}: ") and err.count("\n") == 1
+    ), err
+    assert "written" in err and not list(tmp_path.glob("seccomm-psk-*"))
+
+
+def test_output_check_keeps_an_existing_file(tmp_path):
+    """The check opens for appending: an existing file keeps its bytes; a file it made is gone."""
+    from seccomm.cli.usage import check_file
+
+    (tmp_path / "keep.json").write_text("old")
+    check_file("--json", str(tmp_path / "keep.json"))
+    check_file("--json", str(tmp_path / "new.json"))
+    assert (tmp_path / "keep.json").read_text() == "old" and not (tmp_path / "new.json").exists()
+
+
 @pytest.mark.parametrize("cmd", ["bench", "project"])
 def test_plot_path_of_a_type_matplotlib_cannot_write(tmp_path, cmd):
     proc = run_cmd([*SECCOMM, cmd, "--plot", "out.txt"], timeout=120, env=user_env(tmp_path), cwd=tmp_path)

@@ -48,10 +48,11 @@ def _processes_with(marker: str) -> list[int]:
     return out
 
 
-def stop_midway(cmd: list, env: dict, sig: int, marker: str) -> tuple[int, str, str]:
+def stop_midway(cmd: list, env: dict, sig: int, marker: str, twice: bool = False) -> tuple[int, str, str]:
     """Start ``cmd`` in a session of its own, wait until rank 0 has printed its header (the ranks
     are timing), send ``sig`` to its process group (as a terminal sends Ctrl-C to the foreground
-    group), and return (exit status, stdout, stderr).  Fails if it does not stop by itself."""
+    group; ``twice``: first to the command, then to its group, as GNU ``timeout`` does), and
+    return (exit status, stdout, stderr).  Fails if it does not stop by itself."""
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -66,6 +67,9 @@ def stop_midway(cmd: list, env: dict, sig: int, marker: str) -> tuple[int, str, 
         while not any(ln.startswith("# time:") for ln in lines):
             assert proc.poll() is None and time.monotonic() < deadline, ("".join(lines), err)
             time.sleep(0.05)
+        if twice:  # the second while the first is being handled (ranks still stopping)
+            os.kill(proc.pid, sig)
+            time.sleep(0.3)
         os.killpg(proc.pid, sig)
         rc = proc.wait(timeout=60)
         reader.join(10)
@@ -87,18 +91,52 @@ def _gone(marker: str) -> bool:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_plain_bench_stops_every_rank_on_a_signal(tmp_path, sig):
+@pytest.mark.parametrize(
+    "sig,twice",
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGTERM, True)],
+)
+def test_plain_bench_stops_every_rank_on_a_signal(tmp_path, sig, twice):
     """Run plainly: Ctrl-C (SIGINT), SIGTERM or SIGHUP ends the run with one line on standard
-    error, status 128 + signal, every rank gone, and the fresh job secret removed."""
+    error, status 128 + signal, every rank gone, and the fresh job secret removed; SIGTERM sent
+    twice (GNU timeout: to the command, then to its group) as well."""
     marker = str(tmp_path / "marker.csv")
-    rc, out, err = stop_midway([*SECCOMM, *LONG_BENCH, "--csv", marker], clean_env(tmp_path), sig, marker)
+    cmd = [*SECCOMM, *LONG_BENCH, "--csv", marker]
+    rc, out, err = stop_midway(cmd, clean_env(tmp_path), sig, marker, twice)
     name = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
     assert rc == 128 + sig, (rc, out[-1000:], err[-2000:])
     assert [ln for ln in err.splitlines() if ln.strip()] == [f"seccomm bench: {name}; all ranks stopped"], err
     assert "Traceback" not in out + err and "BAD TERMINATION" not in out
     assert _gone(marker), "ranks left running"
     assert not list(tmp_path.glob("seccomm-psk-*")), "the job secret was left on disk"
+
+
+@pytest.mark.mpi
+def test_report_stopped_during_its_capture_leaves_nothing_behind(tmp_path):
+    """seccomm report stopped (SIGTERM twice, as GNU timeout sends it) while its packet capture
+    runs: one line, status 143, and neither the capture's job secret nor its folder is left."""
+    from seccomm.compliance.capture import LoopbackCapture
+
+    try:
+        LoopbackCapture().sock.close()
+    except (PermissionError, OSError, AttributeError):
+        pytest.skip("no packet socket here: the report skips its capture")
+    cmd = [*SECCOMM, "report", "--compliance", "--trials", "1"]
+    proc = subprocess.Popen(
+        cmd, env=clean_env(tmp_path), stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("seccomm-capture-*")):  # the capture job has started
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
+        rc, err = proc.wait(timeout=60), proc.stderr.read()
+    finally:
+        kill_tree(proc)
+    assert rc == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "seccomm report: stopped by SIGTERM", err
+    assert not list(tmp_path.glob("seccomm-*")), list(tmp_path.iterdir())
 
 
 @pytest.mark.mpi

@@ -127,6 +127,14 @@ def test_scaling_rows_overhead_efficiency_and_tunnel_label():
         (["--link", "fast"], "bad link rate 'fast'"),
         (["--mtu", "100"], "argument --mtu: must be in [1_280, 9_000], got 100"),
         (["--oversubscription", "0.5"], "argument --oversubscription: must be >= 1, got 0.5"),
+        (
+            ["--hosts", "2", "--oversubscription", "2"],
+            "every cluster here is one rack: give --hosts-per-rack",
+        ),
+        (
+            ["--hosts", "2", "--hosts-per-rack", "2", "--oversubscription", "2"],
+            "every cluster here is one rack",
+        ),
         (["--", "--np", "4"], "--np: the lab sets these itself"),
         (["--", "--json", "x.json"], "--json: the lab sets these itself"),
         (["--", "--suites", "rot13"], "unknown suite rot13"),

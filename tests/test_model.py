@@ -171,6 +171,30 @@ def test_calibration_recovers_synthetic_parameters():
     assert max(errs) < 1e-6
 
 
+def test_calibrate_warns_when_a_fit_hits_its_limit(tmp_path, capsys):
+    """A noisy run (time not growing with size; the suite no slower than none): beta clamps to
+    1e-15, alpha to 0 or not, seal/open to 0; --calibrate says so, one line per value, exit 0."""
+    from seccomm import cli
+
+    rows = [
+        {"collective": "allreduce", "size_bytes": s, "variant": v, "time_us": {"median": 100.0 - k}}
+        for k, s in enumerate(2**i for i in range(10, 24, 2))
+        for v in ("none", "aes-256-gcm")
+    ]
+    bench = tmp_path / "noisy.json"
+    bench.write_text(json.dumps({"world_size": 2, "config": {"chunk_bytes": MIB}, "rows": rows}))
+    cal = calib.calibrate(json.loads(bench.read_text()), 4e-11)
+    assert cal["intra"]["beta"] == calib.BETA_MIN and cal["suites"]["aes-256-gcm"]["seal"] == 0
+    assert cli.main(["project", "--calibrate", str(bench), "--out", str(tmp_path / "c.json")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any(ln.startswith("seccomm project: warning: beta fitted to its limit 1e-15") for ln in err), err
+    assert any("aes-256-gcm: seal/open fitted to 0" in ln and "1.00x" in ln for ln in err), err
+    assert calib.limit_warnings(json.loads(CAL.read_text())) == []  # the shipped one fits inside
+    assert cli.main(["project", "--calibration", str(tmp_path / "c.json"), "--nodes", "1"]) == 0
+    err = capsys.readouterr().err  # projecting with it says so too (the table would show 1.00x)
+    assert "c.json: beta fitted to its limit" in err and "aes-256-gcm: seal/open fitted to 0" in err, err
+
+
 def test_sweep_to_16384_gpus_is_fast():
     t0 = time.perf_counter()
     rows = m.sweep(

@@ -84,6 +84,7 @@ def test_plugin_without_a_secret_stops_with_the_fix(tmp_path):
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     assert "no job secret on any rank" in out.stdout + out.stderr
     assert "SECCOMM_INSECURE_BENCH_SECRET=1" in out.stdout + out.stderr
+    assert "without a launcher" not in out.stdout + out.stderr  # pytest makes no secret: not advised
     env["SECCOMM_INSECURE_BENCH_SECRET"] = "1"
     out = run_bench(tmp_path, "-k", "allreduce and 1024 and none", env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -210,6 +211,16 @@ def test_gate_reads_a_bench_result_and_refuses_other_files(tmp_path):
             gate.parse_tolerance(bad)
 
 
+def test_a_gate_that_compared_nothing_does_not_pass():
+    """A baseline with no group of this run (a seccomm bench result, other sizes), or a run that
+    timed no group: NOTHING COMPARED, not "OK: 0 of 0 families"."""
+    bench_rows = {("allreduce", "aes-256-gcm", 4096): (2.5, 10.0)}
+    now = gate.points(_doc({("allreduce", "aes-256-gcm", 1024): 2.0}))
+    for base, run, why in ((bench_rows, now, "none of this run's 1 group"), (bench_rows, {}, "timed no")):
+        status, lines = gate.report(gate.compare(base, run), 0.4, len(run.keys() - base.keys()))
+        assert status == "NOTHING COMPARED" and why in lines[0] and "OK" not in lines[0], lines
+
+
 @pytest.mark.parametrize(
     "opt,msg",
     [
@@ -219,6 +230,7 @@ def test_gate_reads_a_bench_result_and_refuses_other_files(tmp_path):
         ("--seccomm-rounds=0", "--seccomm-rounds must be >= 1"),
         ("--seccomm-warmup=-1", "--seccomm-warmup >= 0"),
         ("--seccomm-gate-tolerance=-1", "tolerance must be > 0"),
+        ("--seccomm-gate-tolerance=abc", "--seccomm-gate-tolerance: tolerance must be a number > 0"),
         ("--seccomm-gate=/nonexistent.json", "--seccomm-gate /nonexistent.json:"),
     ],
 )

@@ -197,6 +197,12 @@ def test_the_bench_result_reaches_the_report():
     md = to_markdown(build(evidence(), CFG, bench, "results.json")[0])
     assert "From results.json: measured 2026-11-29T12:00:00+00:00 on h (cpu), commit abc123, 2 ranks." in md
     assert "| allreduce | 4,096 | aes-256-gcm | 10.0 | 25.0 | 0.500 | 2.50 | 0 |" in md
+    # no commit known, and a result of seccomm bench -c 0 (nothing checked): said as elsewhere
+    bench["machine"] = {**MACHINE, "git_commit": None}
+    bench["rows"][1]["wrong"] = None
+    md = to_markdown(build(evidence(), {**CFG, "trials": 1}, bench, "results.json")[0])
+    assert "commit unknown, 2 ranks." in md and "commit ?" not in md
+    assert "| 2.50 | N/A |" in md and "(1 trial per class," in md
 
 
 def test_html_is_one_strict_self_contained_file_and_escapes_text():

@@ -16,7 +16,8 @@ on a 2-core machine shared with other jobs, two runs of unchanged code differed 
   move native MPI), which can make seccomm's ratio grow (load slows its small, Python-driven
   operations more than MPI's) or shrink (hiding a regression); otherwise it FAILS when its median
   growth exceeds the tolerance (default 40 %).  The run is FAILED when a family failed, else
-  INCONCLUSIVE when one was, else OK; only OK passes.  (30 % keeps a 2x regression visible:
+  INCONCLUSIVE when one was, else OK; NOTHING COMPARED when no group is in both runs (a gate
+  that compared nothing must not pass); only OK passes.  (30 % keeps a 2x regression visible:
   2 / 1.3 - 1 = +54 % > 40 %.)
 
 A change that makes seccomm's path 2x slower doubles the ratio wherever seccomm's own time
@@ -117,17 +118,30 @@ def families(records: list[dict], tolerance: float = DEFAULT_TOLERANCE) -> list[
 
 
 def verdict(records: list[dict], tolerance: float = DEFAULT_TOLERANCE) -> tuple[str, list[dict]]:
-    """(``"FAILED"`` when a family failed, else ``"INCONCLUSIVE"`` when one was measured under
-    other load, else ``"OK"``; the families)."""
+    """(``"NOTHING COMPARED"`` when no group is in both runs, else ``"FAILED"`` when a family
+    failed, else ``"INCONCLUSIVE"`` when one was measured under other load, else ``"OK"``; the
+    families).  Only OK passes: a gate that compared nothing has shown nothing."""
     fams = families(records, tolerance)
     states = {f["status"] for f in fams}
+    if not fams:
+        return "NOTHING COMPARED", fams
     return ("FAILED" if "FAIL" in states else "INCONCLUSIVE" if "LOAD" in states else "OK"), fams
 
 
 def report(records: list[dict], tolerance: float, missing: int = 0) -> tuple[str, list[str]]:
     """(verdict, lines for the terminal): the verdict, every family (worst first) and the five
-    groups that grew most."""
+    groups that grew most; ``missing``: this run's groups that are not in the baseline."""
     status, fams = verdict(records, tolerance)
+    if status == "NOTHING COMPARED":
+        why = (
+            f"none of this run's {missing} group(s) (collective, suite, size) is in the baseline"
+            if missing
+            else "this run timed no collective_bench group"
+        )
+        return status, [
+            f"seccomm gate: NOTHING COMPARED: {why}, so no regression could be seen; make the baseline "
+            "with --benchmark-json from a run of the same benchmarks, sizes and suites"
+        ]
     n = {s: sum(f["status"] == s for f in fams) for s in ("FAIL", "LOAD")}
     head = (
         f"seccomm gate: {status}: {n['FAIL']} of {len(fams)} families (per suite, per collective) grew "
@@ -154,7 +168,10 @@ def report(records: list[dict], tolerance: float, missing: int = 0) -> tuple[str
 def parse_tolerance(text: str) -> float:
     """``50%`` or ``0.5`` -> 0.5; ``ValueError`` unless a finite number > 0."""
     t = text.strip()
-    v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"tolerance must be a number > 0 such as 40% or 0.4, got {text!r}") from None
     if not v > 0 or v == float("inf"):
         raise ValueError(f"tolerance must be > 0, got {text!r}")
     return v

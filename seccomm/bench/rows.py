@@ -5,7 +5,8 @@ Row keys: ``collective``, ``size_bytes`` (S), ``count``, ``dtype``, ``redop`` (`
 collectives that do not reduce), ``root`` (-1 for collectives without one), ``variant``,
 ``ranks``, ``time_us`` (``min``/``median``/``max`` over iterations [us]), ``algbw_gbps`` = S / t
 [GB/s], ``busbw_gbps`` = algbw x the record's busbw factor (nccl-tests doc/PERFORMANCE.md),
-``overhead_x`` = t / t(native), ``wrong`` (elements that differ from native), then any extra keys.
+``overhead_x`` = t / t(native), ``wrong`` (elements that differ from native; None when nothing was
+checked: ``seccomm bench -c 0``, the pytest plugin), then any extra keys.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def result_row(
     ranks: int,
     times,
     native_s: float,
-    wrong: int = 0,
+    wrong: int | None = None,
     op: str = "sum",
     root: int = 0,
     **extra,
@@ -51,6 +52,6 @@ def result_row(
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * coll.busbw_factor(ranks),
         "overhead_x": med / native_s if native_s > 0 else float("nan"),
-        "wrong": int(wrong),
+        "wrong": None if wrong is None else int(wrong),
         **extra,
     }

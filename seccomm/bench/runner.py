@@ -20,7 +20,7 @@ from ..suites import get_suite
 from .bound import bounds, crypto_seconds, measure_rates
 from .rows import NATIVE, result_row
 from .secret import BenchSecretError, bench_secret
-from .table import Report
+from .table import Report, wrong_total
 from .timing import measure
 
 
@@ -81,13 +81,13 @@ def main_ranks(cfg) -> int:
             from .workload import bench_workload
 
             desc, rows = bench_workload(comm, comms, cfg)
-            total_wrong = sum(r["wrong"] for r in rows)
+            total_wrong = wrong_total(rows)
             if report:
                 report.workload(desc, rows)
         for cname in [] if cfg.workload else cfg.collectives:
             for nbytes in cfg.sizes():
                 rows = bench_one(comm, comms, cfg, cname, nbytes, rates)
-                total_wrong += sum(r["wrong"] for r in rows)
+                total_wrong += wrong_total(rows)
                 if report:
                     report.rows(rows)
     except SecCommError as e:

@@ -28,10 +28,22 @@ INSECURE_ENV = "SECCOMM_INSECURE_BENCH_SECRET"
 #: a rank's state: its secret loaded, no secret set, a secret set but unusable
 OK, NONE, BAD = 2, 1, 0
 CLEAR_SOURCE = "benchmark-only secret broadcast in the clear (SECCOMM_INSECURE_BENCH_SECRET=1)"
-NO_SECRET = (
+_SET_ONE = (
     "no job secret on any rank: set SECCOMM_PSK_FILE on every rank (a 0600 file: "
-    "umask 077 && openssl rand -hex 32 > FILE), or run without a launcher (it makes one); "
-    f"for synthetic data only, {INSECURE_ENV}=1 on every rank allows a secret broadcast in the clear"
+    "umask 077 && openssl rand -hex 32 > FILE)"
+)
+_CLEAR_OK = f"for synthetic data only, {INSECURE_ENV}=1 on every rank allows a secret broadcast in the clear"
+#: no secret anywhere, for a command that makes one when run without a launcher (seccomm CMD)
+NO_SECRET = f"{_SET_ONE}, or run without a launcher (it makes one); {_CLEAR_OK}"
+#: the same for the pytest plugin, which makes none: the secret must come with the command line
+PLUGIN_NO_SECRET = (
+    f"{_SET_ONE} and start pytest with it, e.g. SECCOMM_PSK_FILE=FILE mpiexec -n 2 python -m pytest ...; "
+    f"{_CLEAR_OK}"
+)
+#: the same for ``seccomm report``, whose evidence never runs on a secret broadcast in the clear
+REPORT_NO_SECRET = (
+    f"{_SET_ONE}, or run without a launcher (it makes one); a compliance report does not run on a "
+    f"secret broadcast in the clear ({INSECURE_ENV} is not taken)"
 )
 
 
@@ -71,11 +83,14 @@ def opted_in() -> bool:
     return os.environ.get(INSECURE_ENV) == "1"
 
 
-def decide(rank: int, mine: LocalSecret, states: list[int], opt_ins: list[int]) -> bool:
+def decide(
+    rank: int, mine: LocalSecret, states: list[int], opt_ins: list[int], no_secret: str = NO_SECRET
+) -> bool:
     """From every rank's state and opt-in (identical lists on every rank): False to use the
     ranks' own secrets, True to use a secret broadcast in the clear; raises
     :class:`BenchSecretError` on every rank otherwise (an unusable secret on some rank, a secret
-    on some ranks only, or no secret and no opt-in on every rank)."""
+    on some ranks only, or no secret and no opt-in on every rank: ``no_secret``, the message that
+    fits the caller; :data:`REPORT_NO_SECRET` also refuses the opt-in)."""
     bad = [r for r, s in enumerate(states) if s == BAD]
     if bad:
         first = bad[0]
@@ -90,8 +105,16 @@ def decide(rank: int, mine: LocalSecret, states: list[int], opt_ins: list[int]) 
             "SECCOMM_PSK_FILE or SECCOMM_PSK on every rank",
             rank == 0,
         )
-    if not all(opt_ins):
-        raise BenchSecretError(NO_SECRET, rank == 0)
+    lacking = [r for r, o in enumerate(opt_ins) if not o]
+    if no_secret == REPORT_NO_SECRET or len(lacking) == len(opt_ins):
+        raise BenchSecretError(no_secret, rank == 0)
+    if lacking:
+        raise BenchSecretError(
+            f"no job secret on any rank, and rank(s) {lacking[:8]} lack {INSECURE_ENV}=1 that the "
+            "others set: the secret broadcast in the clear needs every rank's opt-in; "
+            f"set it on every rank, or set SECCOMM_PSK_FILE on every rank",
+            rank == 0,
+        )
     return True
 
 
@@ -111,20 +134,34 @@ def warn_clear_secret(rank: int) -> None:
         sys.stderr.flush()
 
 
-def bench_secret(comm) -> tuple[bytes, str]:
+def bench_secret(comm, no_secret: str = NO_SECRET) -> tuple[bytes, str]:
     """(secret, where it came from) on every rank of the ``mpi4py`` communicator ``comm``
     (collective): the job secret, or with every rank's opt-in and none set, a secret rank 0
     draws and broadcasts in the clear.  Raises :class:`BenchSecretError` on every rank when
-    there is no usable common secret."""
+    there is no usable common secret (``no_secret``: see :func:`decide`)."""
     import numpy as np
 
     mine = local_secret()
     flags = np.empty((comm.Get_size(), 2), np.int32)
     comm.Allgather(np.array([mine.state, opted_in()], np.int32), flags)
     rank = comm.Get_rank()
-    if not decide(rank, mine, flags[:, 0].tolist(), flags[:, 1].tolist()):
+    if not decide(rank, mine, flags[:, 0].tolist(), flags[:, 1].tolist(), no_secret):
         return mine.secret, mine.text
     buf = np.frombuffer(random_secret(), np.uint8).copy()
     comm.Bcast(buf, root=0)
     warn_clear_secret(rank)
     return buf.tobytes(), CLEAR_SOURCE
+
+
+def ranks_secret(prog: str, no_secret: str = NO_SECRET) -> bytes | None:
+    """The job secret on every rank of ``MPI.COMM_WORLD`` (:func:`bench_secret`; collective: call
+    it before any other traffic), or None on every rank after the rank that knows why printed
+    ``PROG: error: ...`` once (the command then exits with status 2)."""
+    from mpi4py import MPI
+
+    try:
+        return bench_secret(MPI.COMM_WORLD, no_secret)[0]
+    except BenchSecretError as e:
+        if e.speaker:
+            print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+        return None

@@ -144,7 +144,7 @@ class Report:
                     f"{r['busbw_gbps']:.3f}",
                     f"{r['overhead_x']:.2f}",
                     *_bound_cells(r),
-                    r["wrong"],
+                    wrong_cell(r),
                 )
             )
         self.all_rows += rows
@@ -170,7 +170,7 @@ class Report:
             self.line(
                 f"  {r['variant']:>18} {r['time_us']['median'] / 1e3:15.3f} "
                 f"{r['projected_step_ms']:15.3f} {r['busbw_gbps']:13.3f} {r['overhead_x']:13.2f} "
-                f"{r['wrong']:7d}"
+                f"{wrong_cell(r):>7}"
             )
         self.all_rows += rows
         self.workload_desc = w
@@ -178,8 +178,10 @@ class Report:
     def footer(self):
         if self.bar is not None:
             self.bar.close()
-        wrong = sum(r["wrong"] for r in self.all_rows)
-        self.line(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        wrong = wrong_total(self.all_rows)
+        checked = not self.all_rows or self.all_rows[0]["wrong"] is not None
+        verdict = ("OK" if wrong == 0 else "FAILED") if checked else "(not checked: --check 0)"
+        self.line(f"# Out of bounds values : {wrong if checked else 'N/A'} {verdict}")
         for coll in self.cfg.collectives:
             for v in ["native"] + list(self.cfg.suites):
                 rs = [r for r in self.all_rows if r["collective"] == coll and r["variant"] == v]
@@ -190,7 +192,8 @@ class Report:
                         f"# Avg bus bandwidth {coll:>14} {v:>18} : {avg:8.3f} GB/s   "
                         f"overhead at {big['size_bytes']} B: {big['overhead_x']:.2f}x"
                     )
-        self.line(f"# Result: {'OK' if wrong == 0 else f'FAILED ({wrong} wrong elements)'}")
+        result = "OK" if wrong == 0 else f"FAILED ({wrong} wrong elements)"
+        self.line(f"# Result: {result}{'' if checked else ' (results not checked: --check 0)'}")
 
     def document(self) -> dict:
         doc = {
@@ -234,6 +237,16 @@ def flatten(row: dict) -> dict:
     for k, v in row.get("bound_us", {}).items():
         flat[f"bound_us_{k}"] = v
     return {k: flat.get(k, "") for k in CSV_FIELDS}
+
+
+def wrong_total(rows: list[dict]) -> int:
+    """Wrong elements over ``rows`` (rows that were not checked count none)."""
+    return sum(r["wrong"] or 0 for r in rows)
+
+
+def wrong_cell(r: dict):
+    """The ``#wrong`` cell: the count, or ``N/A`` when nothing was checked (as nccl-tests)."""
+    return "N/A" if r["wrong"] is None else r["wrong"]
 
 
 def write_csv(path: str, rows: list[dict]) -> None:

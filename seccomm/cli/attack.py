@@ -48,7 +48,12 @@ def run(args, argv) -> int:
         check_cores(args.np or DEFAULT_NP, True, "seccomm attack")  # a warning: idle ranks yield
         return relaunch(args.np or DEFAULT_NP, argv, prog="seccomm attack")
     launcher_np(args.np)
-    return main_ranks(classes, args.trials, args.seed, args.suite)
+    from ..bench.secret import ranks_secret
+
+    secret = ranks_secret("seccomm attack")  # every rank decides it before any other traffic
+    if secret is None:
+        return 2
+    return main_ranks(classes, args.trials, args.seed, args.suite, psk=secret)
 
 
 def _classes(args) -> list[str]:

@@ -238,7 +238,8 @@ def _check_workload(cfg: BenchConfig) -> None:
         from ..torch.workloads import WORKLOADS
     except ImportError:
         raise UsageError(
-            "--workload needs the torch extra: pip install torch==2.13.0 && pip install -e '.[torch]'"
+            "--workload needs the torch extra: pip install torch==2.13.0 && pip install 'seccomm[torch]' "
+            "(in a checkout: pip install -e '.[torch]')"
         ) from None
     if cfg.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {cfg.workload!r}; allowed: {', '.join(WORKLOADS)}")

@@ -62,6 +62,7 @@ def run(args, argv) -> int:
     from ..lab import privilege
 
     specs, bench_args = _specs(args), _bench_args(args)
+    _check_oversubscription(specs)
     cfg = _bench_config(bench_args)
     at = size_arg(args.at) if args.at else cfg.sizes()[-1]
     if at not in cfg.sizes():
@@ -137,6 +138,22 @@ def _specs(a) -> list:
         return [ClusterSpec(n, *shape) for n in counts]
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+
+def _check_oversubscription(specs) -> None:
+    """``--oversubscription`` shapes rack uplinks: ``UsageError`` when no cluster has two racks
+    (it would do nothing); a note naming the host counts that have one rack only."""
+    if specs[0].oversubscription == 1:
+        return
+    single = [s.hosts for s in specs if s.racks < 2]
+    if len(single) == len(specs):
+        raise UsageError(
+            f"--oversubscription {specs[0].oversubscription:g} shapes the uplinks between racks, and "
+            f"every cluster here is one rack: give --hosts-per-rack below the host count "
+            f"(e.g. --hosts-per-rack {max(1, max(s.hosts for s in specs) // 2)})"
+        )
+    if single:
+        print(f"# note: --oversubscription does nothing for {single} host(s): one rack", flush=True)
 
 
 def _bench_args(a) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 
 from .. import costmodel
 from .. import calibration
@@ -200,6 +201,8 @@ def _calibrate(a) -> int:
         cal = calibration.calibrate(doc, gamma=_gamma_here(), topo=topo)
     except (KeyError, ValueError) as e:
         raise UsageError(f"cannot calibrate from {a.calibrate}: {e}") from None
+    for w in calibration.limit_warnings(cal):
+        print(f"seccomm project: warning: {w}", file=sys.stderr, flush=True)
     text = json.dumps(cal, indent=1)
     if a.out:
         with open(a.out, "w") as f:
@@ -302,7 +305,10 @@ def _params(a) -> costmodel.Params:
     ``--crypto-threads``; ``UsageError`` on a bad file or a suite it has no rates for."""
     try:
         if a.calibration:
-            prm = calibration.params_for(_load(a.calibration, "calibration"), a.suite)
+            cal = _load(a.calibration, "calibration")
+            prm = calibration.params_for(cal, a.suite)
+            for w in calibration.limit_warnings(cal, a.suite):  # the projection would hide them
+                print(f"seccomm project: warning: {a.calibration}: {w}", file=sys.stderr, flush=True)
         else:
             prm = costmodel.for_suite(costmodel.get_preset(a.preset or DEFAULT_PRESET), a.suite)
     except ValueError as e:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
 
@@ -67,7 +68,7 @@ def run(args, argv) -> int:
     """Check the arguments; run plainly, capture packets, then start ``--np`` local ranks that get
     the capture's result through ``SECCOMM_CAPTURE_RESULT``; as a rank, gather the evidence and
     write the report.  Exit status 1 when any evidence check fails; ``UsageError`` on bad values."""
-    from ..launch import relaunch, under_launcher
+    from ..launch import Stopped, relaunch, stop_on_signals, under_launcher
 
     _check(args)
     if under_launcher():
@@ -75,7 +76,12 @@ def run(args, argv) -> int:
         check_outputs(lambda: _check_outputs(args))
         return _ranks(args, argv)
     _check_outputs(args)
-    cap = _capture(args)
+    try:
+        with stop_on_signals():  # SIGTERM/SIGHUP: the capture's secret and folder are removed
+            cap = _capture(args)
+    except Stopped as e:
+        print(f"\nseccomm report: stopped by {signal.Signals(e.signum).name}", file=sys.stderr, flush=True)
+        return 128 + e.signum
     fd, path = tempfile.mkstemp(prefix="seccomm-capture-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(cap, f)
@@ -152,7 +158,12 @@ def _ranks(args, argv) -> int:
     rank = comm.Get_rank()
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if rank == 0 else (lambda s: None)
     config = review_config(args)
-    ev = gather_evidence(comm, args.trials, args.seed, log, config=config)
+    from ..bench.secret import REPORT_NO_SECRET, ranks_secret
+
+    secret = ranks_secret("seccomm report", REPORT_NO_SECRET)  # every rank, before any other traffic
+    if secret is None:
+        return 2
+    ev = gather_evidence(comm, args.trials, args.seed, log, config=config, psk=secret)
     if rank != 0:
         return 0
     ev["capture"] = _capture_result()

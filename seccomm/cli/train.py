@@ -61,8 +61,8 @@ def run(args, argv) -> int:
         import torch  # noqa: F401
     except ImportError as e:
         raise UsageError(
-            f"seccomm train needs the torch extra ({e.name} missing): "
-            "pip install torch==2.13.0 && pip install -e '.[torch]'"
+            f"seccomm train needs the torch extra ({e.name} missing): pip install torch==2.13.0 && "
+            "pip install 'seccomm[torch]' (in a checkout: pip install -e '.[torch]')"
         ) from None
     world = rank_and_size()[1] if launcher() else args.np or DEFAULT_NP
     if args.batch * world > 1437:

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 
 from ..units import parse_size
 
@@ -139,6 +140,20 @@ def check_file(option: str, path: str, suffixes=None) -> None:
     ext = os.path.splitext(path)[1].lstrip(".").lower()
     if suffixes is not None and ext not in suffixes:
         raise UsageError(f"{option} {path}: unknown file type {ext!r}; use one of .{', .'.join(suffixes)}")
+    _try_write(option, path)
+
+
+def _try_write(option: str, path: str) -> None:
+    """Open ``path`` for appending (an existing file keeps its content; one made here is removed):
+    what ``os.access`` cannot tell (``/sys``, ``/proc``, a read-only mount, root).  ``UsageError``."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot be written ({e.strerror or e})") from None
+    if not existed:
+        os.unlink(path)
 
 
 def check_dir(option: str, path: str) -> None:
@@ -151,6 +166,12 @@ def check_dir(option: str, path: str) -> None:
         raise UsageError(f"{option} {path}: {p} is a file, not a folder")
     if not os.access(p, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {path}: folder {p} is not writable")
+    try:  # what os.access cannot tell: /sys, /proc, a read-only mount, root
+        fd, probe = tempfile.mkstemp(prefix=".seccomm-probe-", dir=p)
+    except OSError as e:
+        raise UsageError(f"{option} {path}: nothing can be written in {p} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def plot_suffixes() -> list[str]:

@@ -591,11 +591,12 @@ def run_classes(
     log=print,
     suite: str = "aes-256-gcm",
     config: ReviewConfig | None = None,
+    psk: bytes | None = None,
 ) -> list[dict]:
     """Run every attack class in ``classes`` (collective over ``comm``) under ``config`` (default:
-    ``suite`` with default settings); ``log(line)`` is called on rank 0 with the header and one
-    table row per class.  Returns the rows (:func:`_row`) on every rank; ``redirect`` on fewer
-    than 3 ranks is not applicable (every trial, with the reason)."""
+    ``suite`` with default settings) and the job secret (or ``psk``); ``log(line)`` is called on
+    rank 0 with the header and one table row per class.  Returns the rows (:func:`_row`) on every
+    rank; ``redirect`` on fewer than 3 ranks is not applicable (every trial, with the reason)."""
     from mpi4py import MPI
 
     config = config or ReviewConfig(suite=suite)
@@ -603,7 +604,8 @@ def run_classes(
     rows = []
     if rank == 0:
         log(
-            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trials per class, seed {seed}; "
+            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class, "
+            f"seed {seed}; "
             f"every class on ranks 0-1 except redirect and the setup classes (all ranks); "
             f"{config.describe()}"
         )
@@ -617,14 +619,14 @@ def run_classes(
     for cls in classes:
         tc = time.time()
         if cls in SETUP_CLASSES:
-            r = run_setup_class(comm, cls, trials, seed, config=config)
+            r = run_setup_class(comm, cls, trials, seed, config=config, psk=psk)
         elif cls == "redirect" and comm.Get_size() < 3:
             why = f"needs >= 3 ranks (one that seals for two peers); this run has {comm.Get_size()}"
             r = _row(cls, trials, 0, 0, "", config.record(), na=trials, reason=why, suite=config.suite)
         elif cls == "redirect":
-            r = run_class(comm, cls, trials, seed, config=config)
+            r = run_class(comm, cls, trials, seed, config=config, psk=psk)
         else:
-            r = run_class(pair, cls, trials, seed, config=config) if pair != MPI.COMM_NULL else None
+            r = run_class(pair, cls, trials, seed, config=config, psk=psk) if pair != MPI.COMM_NULL else None
             _polite_barrier(comm, 60 + trials * TRIAL_LIMIT_S, f"attack class {cls} on ranks 0-1")
             r = comm.bcast(r, root=0)
         r["seconds"] = round(time.time() - tc, 1)
@@ -666,15 +668,17 @@ def explain(r: dict) -> str:
     return "; ".join(parts)
 
 
-def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm") -> int:
-    """Every rank of ``seccomm attack``: run ``classes`` on ``MPI.COMM_WORLD``, rank 0 prints the
+def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm", psk: bytes | None = None) -> int:
+    """Every rank of ``seccomm attack``: run ``classes`` on ``MPI.COMM_WORLD`` with the job secret
+    (or ``psk``), rank 0 prints the
     table and a verdict line.  Exit status 1 when a class's outcome does not fit what the suite
     should give (:func:`expected`: an attack silently accepted that should be detected, or a trial
     that raised another error), else 0."""
     from mpi4py import MPI
 
     t0 = time.time()
-    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=lambda s: print(s, flush=True), suite=suite)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=log, suite=suite, psk=psk)
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(verdict(rows, suite, time.time() - t0), flush=True)
     return 0 if all(r["passed"] for r in rows) else 1

@@ -125,10 +125,9 @@ def _captured_job(
     mpiexec: str, nranks: int, suite: str, count: int, salt: int, timeout: float, settings: str
 ):
     """Run one capture job under a :class:`LoopbackCapture`; ``(capture, frames the ranks sent)``."""
-    from ..keys import new_secret_file
-    from ..launch import LAUNCHER_VARS, python_argv
+    from ..launch import LAUNCHER_VARS, fresh_secret_file, python_argv
 
-    secret = new_secret_file()
+    secret = fresh_secret_file()  # /dev/shm where there is one; removed below, also on signals
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     with tempfile.TemporaryDirectory(prefix="seccomm-capture-") as tmp:
         env.update(TCP_ENV, SECCOMM_PSK_FILE=secret, SECCOMM_CAPTURE_FRAMES=tmp)

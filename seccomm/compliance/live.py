@@ -32,7 +32,8 @@ def _attack_evidence(d: Doc, rv: Review) -> None:
     )
     d.p(
         "An on-path attacker transport sits between SecureComm and MPI on real ranks and alters what "
-        f"one rank puts on the wire ({cfg['trials']} trials per class, seed {cfg['seed']}; every class "
+        f"one rank puts on the wire ({cfg['trials']} trial{'s' * (cfg['trials'] != 1)} per class, "
+        f"seed {cfg['seed']}; every class "
         "runs on ranks 0 and 1 except redirect, which needs a rank sealing for two peers and runs on "
         f"all {ev['world_size']} ranks). Every trial's SecureComm: {config.describe()}; the algorithm "
         "is the class's own (redirect: recursive doubling, swap: ring, others: auto). Detected: the "
@@ -216,7 +217,7 @@ def _bench_section(d: Doc, bench: dict, name: str | None) -> None:
     bm = bench.get("machine", {})
     d.p(
         f"From {name}: measured {bm.get('utc', '?')} on {bm.get('host', '?')} "
-        f"({(bm.get('cpu') or {}).get('model', '?')}), commit {bm.get('git_commit') or '?'}, "
+        f"({(bm.get('cpu') or {}).get('model', '?')}), commit {bm.get('git_commit') or 'unknown'}, "
         f"{bench.get('world_size', '?')} ranks. Native MPI and each suite ran interleaved in one run; the "
         "overhead is the suite's median time divided by native MPI's at the same size."
     )
@@ -236,7 +237,7 @@ def _bench_section(d: Doc, bench: dict, name: str | None) -> None:
                 f"{r['time_us']['median']:.1f}",
                 f"{r['busbw_gbps']:.3f}",
                 f"{r['overhead_x']:.2f}",
-                r["wrong"],
+                "N/A" if r["wrong"] is None else r["wrong"],
             ]
         )
     d.table(

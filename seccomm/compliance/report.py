@@ -84,7 +84,7 @@ def load_bench(path: str) -> dict:
             and isinstance(r.get("collective"), str)
             and isinstance(r.get("variant"), str)
             and isinstance(r.get("size_bytes"), int)
-            and isinstance(r.get("wrong"), int)
+            and (r.get("wrong") is None or isinstance(r.get("wrong"), int))
             and all(
                 isinstance(r.get(k), num) and not isinstance(r.get(k), bool)
                 for k in ("busbw_gbps", "overhead_x")
@@ -105,11 +105,17 @@ def load_bench(path: str) -> dict:
 
 # -- running -------------------------------------------------------------------------------------
 def gather_evidence(
-    comm, trials: int, seed: int, log, suite: str = "aes-256-gcm", config: ReviewConfig | None = None
+    comm,
+    trials: int,
+    seed: int,
+    log,
+    suite: str = "aes-256-gcm",
+    config: ReviewConfig | None = None,
+    psk: bytes | None = None,
 ) -> dict:
     """Collective: the attacker harness, the wire check and the rotation check on ``comm``, each
-    under ``config`` (default: ``suite`` with default settings); the result on every rank, with
-    the machine and the module behind the CPU cryptography."""
+    under ``config`` (default: ``suite`` with default settings) and the job secret (or ``psk``);
+    the result on every rank, with the machine and the module behind the CPU cryptography."""
     from ..bench.machine import machine_info
     from .attack import CLASSES, run_classes
     from .evidence import wire_check
@@ -117,16 +123,16 @@ def gather_evidence(
     from .status import crypto_module
 
     config = config or ReviewConfig(suite=suite)
-    attacks = run_classes(comm, CLASSES, trials, seed, log=log, config=config)
+    attacks = run_classes(comm, CLASSES, trials, seed, log=log, config=config, psk=psk)
     if comm.Get_rank() == 0:
         log(f"# wire check: recording transport, {len(SUITES)} suites; {config.describe()}")
     try:
-        wire, wire_error = wire_check(comm, config=config), None
+        wire, wire_error = wire_check(comm, config=config, psk=psk), None
     except ValueError as e:  # the same on every rank, before any traffic: a point no op fits under
         wire, wire_error = [], f"not run: {e}"
     if comm.Get_rank() == 0:
         log("# rotation check")
-    rotation = rotation_check(comm, config)
+    rotation = rotation_check(comm, config, psk)
     return {
         "attacks": attacks,
         "wire": wire,

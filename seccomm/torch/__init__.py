@@ -1,6 +1,7 @@
 """PyTorch integration: an encrypted DDP communication hook over ``torch.distributed``.
 
-Needs the ``torch`` extra (``pip install -e '.[torch]'``); ``import seccomm`` never imports torch.
+Needs the ``torch`` extra (``pip install 'seccomm[torch]'``; in a checkout ``pip install -e '.[torch]'``);
+``import seccomm`` never imports torch.
 """
 
 from .hook import SecureHookState, secure_allreduce_hook
