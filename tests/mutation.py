@@ -17,8 +17,8 @@ Prints, per module: mutants, killed (timeouts count as killed, as in mutmut), su
 the survivors written down as equivalent in ``docs/testing.md`` (a table row
 ``| `NAME` | reason |``), and the score = killed / (mutants - equivalent).  Then every survivor
 that is not written down, and every written-down name that no longer survives (stale).  Exit
-status 1 when a module scores below ``--target`` (default 95 %).  Takes about 10 minutes on 2
-cores (docs/testing.md has the measured time).
+status 1 when a module scores below ``--target`` (default 95 %).  Takes about 90 minutes for all
+modules on 2 shared cores (docs/testing.md has the measured time).
 """
 
 from __future__ import annotations
