@@ -269,6 +269,12 @@ class Counted:
         return self.inner.aead(suite)
 
 
+def _mixed_engine_comm(tr, **kw) -> SecureComm:
+    """A rank of the device/CPU engine tests: AES-GCM, small chunks (several per hop), one
+    crypto thread, a short deadline; ``kw``: the rank's own settings."""
+    return SecureComm(tr, "aes-256-gcm", psk=PSK, timeout=2, crypto_threads=1, chunk_bytes=256, **kw)
+
+
 def test_device_engine_ranks_and_cpu_engine_ranks_interoperate(host_backend):
     """device_backend given: every call of that rank runs on the device engine with that
     backend's arrays; its frames open on CPU-engine ranks and the other way round."""
@@ -279,15 +285,7 @@ def test_device_engine_ranks_and_cpu_engine_ranks_interoperate(host_backend):
 
     def body(r):
         dev = r % 2 == 0
-        sc = SecureComm(
-            trs[r],
-            "aes-256-gcm",
-            psk=PSK,
-            timeout=2,
-            crypto_threads=1,
-            chunk_bytes=256,
-            device_backend=backends[r] if dev else None,
-        )
+        sc = _mixed_engine_comm(trs[r], device_backend=backends[r] if dev else None)
         wrap = DevArray if dev else (lambda a: a)
         out, used = {}, []
         for alg in ("ring", "recursive_doubling"):
@@ -422,16 +420,8 @@ def test_a_tampered_frame_is_refused_on_a_device_engine_rank(host_backend):
 
     def body(r):
         wrap = (lambda t: Swap(t, flip(5, 0))) if r == 1 else None
-        sc = SecureComm(
-            trs[r],
-            "aes-256-gcm",
-            psk=PSK,
-            timeout=2,
-            crypto_threads=1,
-            chunk_bytes=256,
-            algorithm="ring",
-            wrap_transport=wrap,
-            device_backend=host_backend if r == 0 else None,
+        sc = _mixed_engine_comm(
+            trs[r], algorithm="ring", wrap_transport=wrap, device_backend=host_backend if r == 0 else None
         )
         x = data("float32", 301, r)
         try:

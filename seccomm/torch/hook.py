@@ -91,7 +91,7 @@ class SecureHookState:
                 )
         if comm is None:
             comm = TorchTransport(process_group, timeout=kw["timeout"], batch_p2p=batch_p2p, device=device)
-        self.transport = "mpi" if comm is not None and not isinstance(comm, TorchTransport) else "torch"
+        self.transport = "torch" if isinstance(comm, TorchTransport) else "mpi"
         self.sc = SecureComm(comm, suite, **kw)
         self.buckets = 0
 
