@@ -6,6 +6,7 @@ import atexit
 import math
 import os
 import weakref
+from typing import NamedTuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -226,6 +227,7 @@ class SecureComm:
         self.node_ids, local = session.node_ids, session.local
         self._device_backend, self._auto_backend = device_backend, None
         self._device_ctx: dict = {}  # backend id -> OpContext of the device engine
+        self._plans: dict = {}  # (name, id(sendbuf), id(recvbuf), *kw) -> _Plan (small host calls)
         self._seq = 0
         self.epoch, self._epoch_ops, self._epoch_frames = 0, 0, 0
         self.rotations = 0
@@ -291,6 +293,7 @@ class SecureComm:
             self._transport.close()
         self._keys = self._ctx = None
         self._device_ctx = {}
+        self._plans = {}
 
     def _route(self, a, b):
         """("host" | "device" | "staged", a, b), decided on every call: with a ``device_backend``
@@ -334,55 +337,52 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _begin(
-        self,
-        coll: _coll.Collective,
-        dname: str,
-        count: int,
-        itemsize: int,
-        redop: str,
-        device: bool,
-    ) -> OpRun:
-        collective = coll.name
-        if self._broken:
-            raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
-        nbytes, p = count * itemsize, self.size
+    def _bound(self, coll: _coll.Collective, nbytes: int) -> int:
+        """Upper bound of frames one op of ``nbytes`` bytes seals under any one key, identical on
+        every rank; ``ValueError`` when it needs too many chunks per hop or more frames than one
+        key may seal."""
         chunks = math.ceil(nbytes / self.chunk_bytes) + 1
         if chunks > MAX_CHUNKS_PER_HOP:
             raise ValueError(
-                f"{collective} of {nbytes} bytes needs {chunks} chunks per hop; at most "
+                f"{coll.name} of {nbytes} bytes needs {chunks} chunks per hop; at most "
                 f"{MAX_CHUNKS_PER_HOP}: raise chunk_bytes"
             )
-        # Upper bound of frames sealed under any one key by this op, identical on every rank.
-        bound = coll.frame_bound(p, chunks)
+        bound = coll.frame_bound(self.size, chunks)
         if bound > self.usage_limit:
             fix = "raise rotate_after_frames" if self._limit_forced else "raise chunk_bytes"
             raise ValueError(
-                f"{collective} of {nbytes} bytes may seal up to {bound} frames under one "
+                f"{coll.name} of {nbytes} bytes may seal up to {bound} frames under one "
                 f"key, over the per-key limit of {self.usage_limit}: {fix}"
             )
+        return bound
+
+    def _begin(self, coll: _coll.Collective, call: _coll.Call, bound: int, device: bool) -> OpRun:
+        """The op's :class:`OpRun`: a fresh sequence number and frame context, after rotating to
+        the next epoch when ``bound`` more frames would pass the per-key limit."""
+        if self._broken:
+            raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
         frame = FrameContext(
             self.suite.suite_id,
             coll.code,
-            DTYPES[dname][1],
+            DTYPES[call.dtype][1],
             self._job_id,
             self._comm_id,
             self.epoch,
             self._seq,
             self._epoch_ops,
-            count,
-            redop,
+            call.count,
+            call.redop,
         )
         self._epoch_ops += 1
         self._epoch_frames += bound
         if device:
             from .gpu.engine import DeviceOpRun
 
-            return DeviceOpRun(self._device_context(), frame, itemsize, collective)
-        return OpRun(self._ctx, frame, itemsize, collective)
+            return DeviceOpRun(self._device_context(), frame, call.itemsize, coll.name)
+        return OpRun(self._ctx, frame, call.itemsize, coll.name)
 
     def _device_context(self) -> OpContext:  # pragma: no mutate block (GPU: tests/test_gpu.py)
         """The device engine's context: the host context with a device workspace of the backend
@@ -422,16 +422,66 @@ class SecureComm:
     def _collective(self, name: str, sendbuf, recvbuf, **kw) -> None:
         """The one path of every public collective (each record's ``method`` calls it): route
         the buffers, check the arguments (the record's ``args``), begin the op, run the
-        algorithm the record chooses.  Device buffers the engine cannot take are staged."""
+        algorithm the record chooses.  Device buffers the engine cannot take are staged.
+
+        A repeat call with the very same numpy arrays (same shape, strides, dtype and
+        writeability) and arguments skips the checks: its plan (the checked :class:`Call`
+        and the op's frame bound) is kept for calls of at most :data:`PLAN_MAX_BYTES` per buffer,
+        :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two arrays
+        until it is dropped (a full table is emptied; :meth:`close` drops all)."""
+        key = None
+        if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and self._device_backend is None:
+            try:
+                key = (name, id(sendbuf), id(recvbuf), *kw.values(), *map(type, kw.values()))
+                plan = self._plans.get(key)
+            except TypeError:  # an unhashable argument: the checks below name it
+                key = plan = None
+            if (
+                plan is not None
+                and plan.send is sendbuf
+                and plan.recv is recvbuf
+                and plan.layout == _layout(sendbuf, recvbuf)
+            ):
+                coll, call = plan.coll, plan.call
+                alg = coll.pick(self, plan.nbytes, call.count, self.size)
+                self._run(self._begin(coll, call, plan.bound, False), coll.algorithms[alg], *call.args)
+                return
         coll = _coll.COLLECTIVES[name]
         route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
         if route == "staged":
             return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
         device = route == "device"
         call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
-        alg = coll.pick(self, call.count * call.itemsize, call.count, self.size)
-        run = self._begin(coll, call.dtype, call.count, call.itemsize, call.redop, device=device)
+        nbytes = call.count * call.itemsize
+        alg = coll.pick(self, nbytes, call.count, self.size)
+        bound = self._bound(coll, nbytes)
+        run = self._begin(coll, call, bound, device)
+        if key is not None and max(sendbuf.nbytes, recvbuf.nbytes) <= PLAN_MAX_BYTES:
+            if len(self._plans) >= PLAN_SLOTS:
+                self._plans.clear()
+            plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), coll, call, nbytes, bound)
+            self._plans[key] = plan
         self._run(run, coll.algorithms[alg], *call.args)
+
+
+#: largest buffer (bytes) whose checked call is kept as a plan; plans per communicator
+PLAN_MAX_BYTES, PLAN_SLOTS = 1 << 20, 16
+
+
+class _Plan(NamedTuple):
+    send: np.ndarray  # the two arrays of the key (kept alive: their ids stay theirs)
+    recv: np.ndarray
+    layout: tuple  # _layout(sendbuf, recvbuf) when the call was checked
+    coll: _coll.Collective
+    call: _coll.Call  # the checked call (its args view the two arrays)
+    nbytes: int
+    bound: int
+
+
+def _layout(a: np.ndarray, b: np.ndarray) -> tuple:
+    """What a checked call depends on and an array can change in place: shape, strides, dtype,
+    writeability (the arrays themselves are the plan's key: their ids, kept alive by the plan)."""
+    return (a.shape, a.strides, a.dtype, a.flags.writeable, b.shape, b.strides, b.dtype, b.flags.writeable)
 
 
 def _install_collectives(cls) -> None:

@@ -261,18 +261,18 @@ class OpRun:
         (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext."""
         t, ws, frame, rank, op_label = self.t, self.ws, self.frame, self.rank, self.op_label
         nbytes = elems * self.itemsize
-        rslot = ws.slots("recv", [nbytes])[0]
-        rreq = t.irecv(rslot.frame, peer)
-        self.pending.append(rreq)
         key = self._protect(False, rank, peer)
         sslot = ws.slots("send", [nbytes])[0]
         frame.fill(sslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, rank, peer, elems)
         key.seal(sslot, piece)
-        sreq = t.isend(sslot.frame, peer)
+        sreq = t.isend(sslot.frame, peer)  # first: the peer waits on it
         self.pending.append(sreq)
-        self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer, step)
+        rslot = ws.slots("recv", [nbytes])[0]
+        rreq = t.irecv(rslot.frame, peer)
+        self.pending.append(rreq)
         key = self._protect(False, peer, rank)
         frame.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
+        self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer, step)
         consume(0, self._open(rslot, key, out, peer, step, 0, 1))
         t.wait_sends((sreq,), self.timeout, (peer,), op_label)
 

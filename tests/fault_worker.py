@@ -80,7 +80,9 @@ class DieAfterFirstFrame(TransportWrapper):
         if self.armed:
             if self.forge:
                 forge_notice(self.inner, (self.rank + 1) % self.size, _WAITED)
-            time.sleep(0.05)  # let the frame leave
+            deadline = time.monotonic() + 5  # let the frame leave: die once the receiver has it
+            while not r.Test() and time.monotonic() < deadline:  # (a survivor's read of a rank
+                time.sleep(0.001)  # already gone may fail inside MPI itself: not what this tests)
             os._exit(3)
         return r
 

@@ -563,9 +563,8 @@ def tamper_into_callers_buffer(comm, rec, suite, coll, threads):
         ref[:] = comm.bcast(x if comm.rank == 0 else None, root=0)
         if comm.rank == 0:
             y[:] = before[:] = ref
-    else:
+    else:  # recursive doubling reads sendbuf and writes recvbuf only with verified data
         comm.Allreduce(x, ref)
-        before[:] = x  # recursive doubling starts from recvbuf = sendbuf
     hits = []
     _check_opens(sc._keys, y, hits)
     err = None

@@ -500,14 +500,14 @@ def test_limits_per_op_are_checked_before_it_begins():
     ar = COLLECTIVES["allreduce"]
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16) as s:
         most = 16 * (MAX_CHUNKS_PER_HOP - 1) // 4  # float32 elements: exactly 2**24 chunks
-        s._begin(ar, "float32", most, 4, "sum", False)
+        s._bound(ar, 4 * most)
         seq = s._seq
         with pytest.raises(
             ValueError,
             match=rf"^allreduce of {4 * most + 4} bytes needs {MAX_CHUNKS_PER_HOP + 1} chunks per hop; "
             rf"at most {MAX_CHUNKS_PER_HOP}: raise chunk_bytes$",
         ):
-            s._begin(ar, "float32", most + 1, 4, "sum", False)
+            s._bound(ar, 4 * (most + 1))
         assert s._seq == seq
     big = (1 << 31) - 64
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=big) as s:
@@ -520,7 +520,7 @@ def test_limits_per_op_are_checked_before_it_begins():
             match=rf"^allreduce of {count * 8} bytes may seal up to {bound} frames under one key, "
             rf"over the per-key limit of {s.usage_limit}: raise chunk_bytes$",
         ):
-            s._begin(ar, "float64", count, 8, "sum", False)
+            s._bound(ar, 8 * count)
     x = np.ones(64, np.float32)  # 256 bytes at chunk_bytes=16: 17 chunks
     bound = ar.frame_bound(1, 17)
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16, rotate_after_frames=bound) as s:

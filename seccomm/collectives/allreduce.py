@@ -9,6 +9,8 @@ lower-ranked operand first, so all ranks end bitwise identical.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..dtypes import as_bytes, check_op, typed
@@ -64,62 +66,93 @@ def ring(run, send, recv, ufunc, avg):
     ring_allgather(run, mine, recv, blocks)
 
 
-def recursive_doubling(run, send, recv, ufunc, avg):
-    p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
-    if not np.may_share_memory(send, recv):
-        np.copyto(recv, send)
-    if p > 1 and recv.size:
-        u8 = as_bytes(recv)
-        tmp = run.ws.get("rdtmp", u8.size)[: u8.size]
-        pieces, elems = chunk_views(u8, 0, recv.size, ce, isz)
-        outs, _ = chunk_views(tmp, 0, recv.size, ce, isz)
-        pof2 = 1 << (p.bit_length() - 1)
-        rem = p - pof2
+#: steps of recursive doubling (_rd_schedule): fold (give my data / take and reduce), swap with
+#: a partner, unfold (return the result / get it)
+GIVE, TAKE, SWAP, RETURN, GET = range(5)
 
-        def reducer(lower_first):
-            def consume(j, pt):
-                lo, hi = j * ce, j * ce + elems[j]
-                theirs = typed(pt, recv.dtype)
-                if lower_first:
-                    ufunc(theirs, recv[lo:hi], out=recv[lo:hi])
-                else:
-                    ufunc(recv[lo:hi], theirs, out=recv[lo:hi])
 
-            return consume
+@functools.lru_cache(maxsize=64)
+def _rd_schedule(p: int, r: int) -> tuple:
+    """Rank ``r``'s steps of recursive doubling on ``p`` ranks: ``(kind, peer, step,
+    theirs_first)``, where ``theirs_first`` puts the peer's operand first (it is the lower
+    rank).  Non-powers of two fold the first 2r ranks pairwise before and after (MPICH's
+    scheme); cached: a repeated call costs a lookup."""
+    pof2 = 1 << (p.bit_length() - 1)
+    rem = p - pof2
+    out = []
+    newrank = r - rem
+    if r < 2 * rem:  # fold: even ranks hand their data to the next odd rank
+        newrank = r // 2 if r % 2 else -1
+        out.append((TAKE, r - 1, 0, True) if r % 2 else (GIVE, r + 1, 0, False))
+    mask, step = 1, 1
+    while newrank >= 0 and mask < pof2:
+        newdst = newrank ^ mask
+        dst = newdst * 2 + 1 if newdst < rem else newdst + rem
+        out.append((SWAP, dst, step, newdst < newrank))
+        mask <<= 1
+        step += 1
+    step = pof2.bit_length()
+    if r < 2 * rem:  # unfold: odd ranks return the result
+        out.append((RETURN, r - 1, step, False) if r % 2 else (GET, r + 1, step, False))
+    return tuple(out)
 
-        if r < 2 * rem:  # fold: even ranks hand their data to the next odd rank
-            if r % 2 == 0:
-                run.exchange(Send(dst=r + 1, step=0, pieces=pieces), None)
-                newrank = -1
+
+def _reducer(ufunc, cur, recv, elems, ce, theirs_first):
+    """``consume(j, pt)``: chunk j of ``recv`` = ufunc(ours, theirs), the lower rank's operand
+    first; ``cur`` holds this rank's operand (``sendbuf`` before the first reduction, ``recv``
+    after)."""
+    dt = recv.dtype
+    if len(elems) == 1:  # one chunk: whole arrays, no slicing
+
+        def whole(j, pt):
+            if theirs_first:
+                ufunc(typed(pt, dt), cur, out=recv)
             else:
-                run.exchange(None, Recv(src=r - 1, step=0, elems=elems, outs=outs, consume=reducer(True)))
-                newrank = r // 2
+                ufunc(cur, typed(pt, dt), out=recv)
+
+        return whole
+
+    def consume(j, pt):
+        lo, hi = j * ce, j * ce + elems[j]
+        if theirs_first:
+            ufunc(typed(pt, dt), cur[lo:hi], out=recv[lo:hi])
         else:
-            newrank = r - rem
-        step, mask = 1, 1
-        single = len(pieces) == 1
-        if newrank >= 0:
-            while mask < pof2:
-                newdst = newrank ^ mask
-                dst = newdst * 2 + 1 if newdst < rem else newdst + rem
-                consume = reducer(newdst < newrank)
-                if single:  # small message: one frame each way
-                    run.swap(dst, step, pieces[0], elems[0], outs[0], consume)
-                else:
-                    run.exchange(
-                        Send(dst, step, pieces=pieces), Recv(dst, elems, outs, step, consume=consume)
-                    )
-                mask <<= 1
-                step += 1
-        step = 1 + (pof2.bit_length() - 1)
-        if r < 2 * rem:  # unfold: odd ranks return the result
-            if r % 2:
-                run.exchange(Send(dst=r - 1, step=step, pieces=pieces), None)
-            else:
-                run.exchange(
-                    None,
-                    Recv(src=r + 1, step=step, elems=elems, outs=chunk_views(u8, 0, recv.size, ce, isz)[0]),
-                )
+            ufunc(cur[lo:hi], typed(pt, dt), out=recv[lo:hi])
+
+    return consume
+
+
+def recursive_doubling(run, send, recv, ufunc, avg):
+    """Recursive doubling (the steps of :func:`_rd_schedule`).  The first step seals straight
+    from ``send`` and reduces into ``recv``, later steps work in ``recv``: no copy of the input."""
+    p, isz, ce = run.size, run.itemsize, run.chunk_elems
+    if p == 1 or not recv.size:
+        if not np.may_share_memory(send, recv):
+            np.copyto(recv, send)
+        if avg:
+            _divide(recv, p)
+        return
+    nbytes = recv.size * isz
+    tmp = run.ws.get("rdtmp", nbytes)[:nbytes]
+    outs, elems = chunk_views(tmp, 0, recv.size, ce, isz)
+    single = len(elems) == 1
+    cur = send
+    for kind, peer, step, theirs_first in _rd_schedule(p, run.rank):
+        if kind == GET:
+            run.exchange(None, Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step))
+            continue
+        mine = [as_bytes(cur)] if single else chunk_views(as_bytes(cur), 0, recv.size, ce, isz)[0]
+        if kind in (GIVE, RETURN):
+            run.exchange(Send(peer, step, pieces=mine), None)
+            continue
+        consume = _reducer(ufunc, cur, recv, elems, ce, theirs_first)
+        if kind == TAKE:
+            run.exchange(None, Recv(peer, elems, outs, step, consume=consume))
+        elif single:  # small message: one frame each way
+            run.swap(peer, step, mine[0], elems[0], outs[0], consume)
+        else:
+            run.exchange(Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume))
+        cur = recv
     if avg:
         _divide(recv, p)
 
