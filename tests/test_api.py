@@ -169,7 +169,7 @@ def test_bad_buffers(sc):
         ),
         (lambda: sc.allreduce(x, np.ones(8, np.float64)), TypeError, "one dtype"),
         (lambda: sc.allreduce(x, np.ones(9, np.float32)), ValueError, "must match"),
-        (lambda: sc.allreduce(np.ones(16, np.float32)[::2], x.copy()), ValueError, "C-contiguous"),
+        (lambda: sc.allreduce(np.ones(16, np.float32)[::2], x.copy()), ValueError, "contiguous"),
         (lambda: sc.allreduce(x, x.copy(), op="xor"), ValueError, "unknown op 'xor'; allowed"),
         (
             lambda: sc.allreduce(np.ones(4, np.int32), np.ones(4, np.int32), op="avg"),
@@ -296,11 +296,11 @@ def test_argument_errors_name_the_buffer(sc):
     cases = [
         (lambda: sc.allreduce([1.0] * 8, x), TypeError, "sendbuf must be a numpy.ndarray, got list"),
         (lambda: sc.allreduce(x, [1.0] * 8), TypeError, "recvbuf must be a numpy.ndarray, got list"),
-        (lambda: sc.allreduce(big[::2], x.copy()), ValueError, "sendbuf must be C-contiguous"),
-        (lambda: sc.allreduce(x, big[::2]), ValueError, "recvbuf must be C-contiguous"),
+        (lambda: sc.allreduce(big[::2], x.copy()), ValueError, "sendbuf must be contiguous, C or"),
+        (lambda: sc.allreduce(x, big[::2]), ValueError, "recvbuf must be contiguous, C or"),
         (lambda: sc.alltoall(x, ro), ValueError, "recvbuf is read-only"),
         (lambda: sc.bcast([1.0]), TypeError, "buf must be a numpy.ndarray, got list"),
-        (lambda: sc.bcast(big[::2]), ValueError, "buf must be C-contiguous"),
+        (lambda: sc.bcast(big[::2]), ValueError, "buf must be contiguous, C or"),
         (lambda: sc.bcast(ro), ValueError, "buf is read-only"),
         (
             lambda: sc.allgather(big[:8], big[4:12]),
@@ -321,11 +321,12 @@ def test_argument_errors_name_the_buffer(sc):
 
 class DeviceArray:
     """A device array as the device engine hands it to the records (CuPy's interface, emulated
-    on host memory): dtype, flags, size, itemsize, reshape and ``__cuda_array_interface__``, never
-    a numpy.ndarray; ``numpy.may_share_memory`` dispatches to it (NEP 18), as it does to CuPy."""
+    on host memory): dtype, flags, shape, size, itemsize, reshape and ``__cuda_array_interface__``,
+    never a numpy.ndarray; ``numpy.may_share_memory`` dispatches to it (NEP 18), as it does to CuPy."""
 
     def __init__(self, a):
         self.a, self.dtype, self.flags, self.size, self.itemsize = a, a.dtype, a.flags, a.size, a.itemsize
+        self.shape = a.shape
 
     def reshape(self, *shape):
         return DeviceArray(self.a.reshape(*shape))
@@ -389,6 +390,11 @@ def test_records_take_device_arrays_on_the_device_engine():
             lambda: get_collective("bcast").args(None, DeviceArray(big[::2]), 0, 2, True, root=0),
             ValueError,
             "buf must be C-contiguous",
+        ),
+        (
+            lambda: get_collective("bcast").args(None, DeviceArray(np.zeros((3, 4), order="F")), 0, 2, 1, 0),
+            ValueError,
+            "buf must be C-contiguous: the device engine takes device buffers in C order only",
         ),
         (
             lambda: get_collective("allgather").args(dev(8), dev(16, np.float64), 0, 2, True),

@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from ..dtypes import as_bytes, check_buffer
+from ..dtypes import as_bytes, check_buffer, flat
 from . import Call, Collective, Counts, register
 from .common import chunk_views, ring_tree_bound, seeded, writeable
 from .cost import Cost, Step, rd_steps, whole
@@ -27,7 +27,7 @@ def _args(sendbuf, buf, rank, size, device, root) -> Call:
         writeable(buf, "buf")
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ValueError(f"root must be a rank in [0, {size - 1}], got {root!r}")
-    return Call(dname, buf.size, buf.itemsize, "none", (buf, int(root)))  # tree() reads it as bytes
+    return Call(dname, buf.size, buf.itemsize, "none", (flat(buf), int(root)))  # tree() reads it as bytes
 
 
 def _choose(tuning, nbytes, count, p) -> str:

@@ -1,0 +1,144 @@
+"""Buffers and arguments on real ranks (issue 17), run as scenarios of tests/mpi_worker.py
+(``layouts``, ``nan_minmax``); tests/test_arguments_mpi.py launches them.
+
+Every case keeps its correct value as the assertion: native MPI on the same buffers (mpi4py
+takes any contiguous buffer, in its memory order), or numpy's reduction over every rank's input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from seccomm import SecureComm
+
+CHUNK = 1024  #: frame payload bytes: the larger cases are several frames per hop
+
+
+def _fortran(comm, shape, dt, salt):
+    """A Fortran-ordered (not C-contiguous) array of ``shape``, this rank's integer values."""
+    rng = np.random.default_rng(100 * comm.rank + salt)
+    return np.asfortranarray(rng.integers(-50, 50, shape).astype(dt))
+
+
+def _same_bytes(a, b) -> bool:
+    """Equal element by index and in memory (both buffers have one layout)."""
+    return a.shape == b.shape and np.array_equal(a, b) and a.tobytes(order="A") == b.tobytes(order="A")
+
+
+def _layout_cases(comm, sc, rec, dt):
+    """Each collective on Fortran-ordered buffers, against native MPI on the same buffers."""
+    p, tag = comm.size, f"{sc.algorithm} {np.dtype(dt).name}"
+    for shape in ((3, 5), (64, 33), (4, 5, 6)):
+        x, y = _fortran(comm, shape, dt, 1), np.asfortranarray(np.zeros(shape, dt))
+        rec.run(f"layouts allreduce F {shape} {tag}", lambda: sc.allreduce(x, y))
+        ref = np.asfortranarray(np.zeros(shape, dt))
+        comm.Allreduce(x, ref, MPI.SUM)
+        whole = np.sum(comm.allgather(x), axis=0).astype(dt)
+        rec(f"layouts allreduce F {shape} {tag}", _same_bytes(y, ref) and np.array_equal(y, whole))
+        z = x.copy(order="F")
+        rec.run(f"layouts allreduce F in place {shape} {tag}", lambda: sc.allreduce(z, z))
+        rec(f"layouts allreduce F in place {shape} {tag}", _same_bytes(z, ref))
+        n = x.size
+        counts = sc.block_counts(n)
+        mine = np.zeros(counts[comm.rank], dt)
+        rec.run(f"layouts reduce_scatter F {shape} {tag}", lambda: sc.reduce_scatter(x, mine))
+        rs = np.zeros_like(mine)
+        comm.Reduce_scatter(x, rs, counts, MPI.SUM)
+        rec(f"layouts reduce_scatter F {shape} {tag}", np.array_equal(mine, rs))
+    block = _fortran(comm, (2, 3), dt, 2)  # 6 elements per rank, gathered into (3, 2p) F
+    out, ref = np.asfortranarray(np.zeros((3, 2 * p), dt)), np.asfortranarray(np.zeros((3, 2 * p), dt))
+    rec.run(f"layouts allgather F {tag}", lambda: sc.allgather(block, out))
+    comm.Allgather(block, ref)
+    rec(f"layouts allgather F {tag}", _same_bytes(out, ref))
+    a2a, got = _fortran(comm, (4, 2 * p), dt, 3), np.zeros((4, 2 * p), dt, order="F")
+    rec.run(f"layouts alltoall F {tag}", lambda: sc.alltoall(a2a, got))
+    ref = np.zeros((4, 2 * p), dt, order="F")
+    comm.Alltoall(a2a, ref)
+    rec(f"layouts alltoall F {tag}", _same_bytes(got, ref))
+    for root in range(p):
+        buf = _fortran(comm, (40, 9), dt, 4)
+        ref = buf.copy(order="F")
+        rec.run(f"layouts bcast F root={root} {tag}", lambda: sc.bcast(buf, root=root))
+        comm.Bcast(ref, root=root)
+        rec(f"layouts bcast F root={root} {tag}", _same_bytes(buf, ref))
+
+
+def _refused(comm, rec, psk, label, call, words):
+    """Every rank passes the same refused buffers: each raises ValueError naming ``words``."""
+    sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=20)
+    try:
+        call(sc)
+        got = None
+    except ValueError as e:
+        got = e
+    rec(f"layouts refused: {label}: {got}", got is not None and all(w in str(got) for w in words))
+    sc.close()
+    comm.Barrier()
+
+
+def layouts(comm, rec, psk):
+    """issue 17 item 6: a Fortran-ordered contiguous array works like its flat buffer, as in MPI:
+    every collective, both allreduce algorithms, several frames per hop; one shape in two orders
+    and a strided view are refused with the reason."""
+    for alg in ("ring", "recursive_doubling"):
+        sc = SecureComm(comm, "aes-256-gcm", psk=psk, algorithm=alg, chunk_bytes=CHUNK, timeout=20)
+        for dt in (np.int32, np.float64):
+            _layout_cases(comm, sc, rec, dt)
+        sc.close()
+    f, c = np.zeros((3, 4), np.float32, order="F"), np.zeros((3, 4), np.float32)
+    words = ["Fortran order", "C order", "memory order"]
+    _refused(comm, rec, psk, "allreduce F into C", lambda sc: sc.allreduce(f, c), words)
+    _refused(comm, rec, psk, "alltoall C into F", lambda sc: sc.alltoall(c, f), words)
+    strided = np.zeros((4, 6), np.float32)[:, ::2]
+    _refused(comm, rec, psk, "strided", lambda sc: sc.bcast(strided, root=0), ["contiguous"])
+
+
+def _with_nan(comm, dname, n, holder, where):
+    """Integer-valued data (exact max/min) with a NaN at ``where`` on rank ``holder``."""
+    import ml_dtypes
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dname == "bfloat16" else np.dtype(dname)
+    rng = np.random.default_rng(31 * comm.rank + n)
+    x = rng.integers(-60, 60, n).astype(dt)
+    if comm.rank == holder:
+        x[where] = np.nan
+    return x
+
+
+def nan_minmax(comm, rec, psk):
+    """issue 17 item 6: max/min with a NaN on one rank give NaN there on every rank (numpy
+    semantics, kept on purpose: MPICH's MPI_MAX/MPI_MIN keep or drop it depending on which rank
+    holds it); every other element is the exact max/min.  Both allreduce algorithms, one frame
+    and several, the NaN on the first and on the last rank; reduce_scatter too."""
+    for alg in ("ring", "recursive_doubling"):
+        sc = SecureComm(comm, "aes-256-gcm", psk=psk, algorithm=alg, chunk_bytes=CHUNK, timeout=20)
+        for dname in ("float16", "bfloat16", "float32", "float64"):
+            for n in (7, 3001):
+                where = np.array(sorted({0, n // 2, n - 1}))
+                for holder in sorted({0, comm.size - 1}):
+                    for op in ("max", "min"):
+                        x = _with_nan(comm, dname, n, holder, where)
+                        y = np.zeros_like(x)
+                        label = f"nan {alg} allreduce {op} {dname} n={n} NaN on rank {holder}"
+                        rec.run(label, lambda: sc.allreduce(x, y, op=op))
+                        rec(label, _nan_ok(comm, x, y, where, op, 0))
+                        counts = sc.block_counts(n)
+                        lo = sum(counts[: comm.rank])
+                        mine = np.zeros(counts[comm.rank], x.dtype)
+                        label = label.replace("allreduce", "reduce_scatter")
+                        rec.run(label, lambda: sc.reduce_scatter(x, mine, op=op))
+                        rec(label, _nan_ok(comm, x, mine, where, op, lo))
+        sc.close()
+
+
+def _nan_ok(comm, x, got, where, op, lo) -> bool:
+    """``got`` (elements lo.. of the reduction) is NaN exactly at ``where``, elsewhere the exact
+    max/min over every rank's ``x``."""
+    allx = np.array(comm.allgather(x.astype(np.float64)))
+    ref = (np.fmax if op == "max" else np.fmin).reduce(allx, axis=0)[lo : lo + got.size]
+    nan = np.zeros(x.size, bool)
+    nan[where] = True
+    nan = nan[lo : lo + got.size]
+    g = got.astype(np.float64)
+    return bool(np.array_equal(np.isnan(g), nan) and np.array_equal(g[~nan], ref[~nan]))
