@@ -142,3 +142,68 @@ def _nan_ok(comm, x, got, where, op, lo) -> bool:
     nan = nan[lo : lo + got.size]
     g = got.astype(np.float64)
     return bool(np.array_equal(np.isnan(g), nan) and np.array_equal(g[~nan], ref[~nan]))
+
+
+def _read_only(comm, dt, n, salt):
+    """(array, bytes): this rank's data as ``np.frombuffer`` of a bytes object (read-only), and a
+    separate copy of those bytes to prove afterwards that nothing wrote into them."""
+    rng = np.random.default_rng(7 * comm.rank + salt)
+    raw = rng.integers(-50, 50, n).astype(dt).tobytes()
+    return np.frombuffer(raw, dt), bytes(bytearray(raw))
+
+
+def _unchanged(arr, saved) -> bool:
+    return not arr.flags.writeable and arr.tobytes() == saved
+
+
+def readonly_send(comm, rec, psk):
+    """issue 17 item 2(a): a send-only input may be read-only, as in native MPI: bcast's root
+    buffer, allreduce/reduce_scatter/allgather/alltoall ``sendbuf``; the results equal native
+    MPI's, and the read-only memory is unchanged afterwards (no copy-in-place into it).  Every
+    suite, both bcast trees and allreduce algorithms, one frame and several, a crypto pool."""
+    p, dt = comm.size, np.float32
+    for suite in ("none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"):
+        for alg, chain in (("ring", 0), ("recursive_doubling", 1 << 20)):
+            sc = SecureComm(
+                comm,
+                suite,
+                psk=psk,
+                algorithm=alg,
+                chunk_bytes=CHUNK,
+                bcast_chain_bytes=chain,
+                crypto_threads=2,
+                timeout=20,
+            )
+            tag = f"{suite} {alg}"
+            for n in (7, 3001):
+                for root in range(p):
+                    mine, saved = _read_only(comm, dt, n, root)
+                    buf = mine if comm.rank == root else np.zeros(n, dt)
+                    ref = mine.copy() if comm.rank == root else np.zeros(n, dt)
+                    label = f"readonly bcast root={root} n={n} {tag}"
+                    rec.run(label, lambda: sc.bcast(buf, root=root))
+                    comm.Bcast(ref, root=root)
+                    ok = np.array_equal(buf, ref) and (comm.rank != root or _unchanged(mine, saved))
+                    rec(label, ok)
+                x, saved = _read_only(comm, dt, n, 1)
+                y, ref = np.zeros(n, dt), np.zeros(n, dt)
+                rec.run(f"readonly allreduce n={n} {tag}", lambda: sc.allreduce(x, y))
+                comm.Allreduce(x, ref, MPI.SUM)
+                rec(f"readonly allreduce n={n} {tag}", np.array_equal(y, ref) and _unchanged(x, saved))
+                counts = sc.block_counts(n)
+                mine, rs = np.zeros(counts[comm.rank], dt), np.zeros(counts[comm.rank], dt)
+                rec.run(f"readonly reduce_scatter n={n} {tag}", lambda: sc.reduce_scatter(x, mine))
+                comm.Reduce_scatter(x, rs, counts, MPI.SUM)
+                rec(f"readonly reduce_scatter n={n} {tag}", np.array_equal(mine, rs) and _unchanged(x, saved))
+                block, bsaved = _read_only(comm, dt, 5 * n, 2)
+                out, ref = np.zeros(5 * n * p, dt), np.zeros(5 * n * p, dt)
+                rec.run(f"readonly allgather n={5 * n} {tag}", lambda: sc.allgather(block, out))
+                comm.Allgather(block, ref)
+                ok = np.array_equal(out, ref) and _unchanged(block, bsaved)
+                rec(f"readonly allgather n={5 * n} {tag}", ok)
+                a2a, asaved = _read_only(comm, dt, n * p, 3)
+                got, ref = np.zeros(n * p, dt), np.zeros(n * p, dt)
+                rec.run(f"readonly alltoall m={n} {tag}", lambda: sc.alltoall(a2a, got))
+                comm.Alltoall(a2a, ref)
+                rec(f"readonly alltoall m={n} {tag}", np.array_equal(got, ref) and _unchanged(a2a, asaved))
+            sc.close()

@@ -964,6 +964,12 @@ def nan_minmax(comm, rec):
 
 
 @scenario
+def readonly_send(comm, rec):
+    """issue 17: read-only send-only inputs (tests/argument_cases.py)"""
+    argument_cases.readonly_send(comm, rec, PSK)
+
+
+@scenario
 def op_replay(comm, rec):
     """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
     AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every
