@@ -328,6 +328,18 @@ class SecureComm:
             raise ValueError(f"count must be an integer >= 0, got {count!r}")
         return block_counts(int(count), self.size)
 
+    def _refuse(self, name: str, err: Exception) -> None:
+        """This rank refused its own arguments to ``name`` (``err``, raised by the caller next)
+        before any frame was posted.  The other ranks may already wait on it in that op: a refusal
+        notice (:meth:`Transport.refuse`) makes them raise ``PeerAbortError`` naming this rank and
+        the exception, at once.  The op sequence now differs between this rank (no number taken)
+        and those that began the op, so the communicator is unusable here too, as after any failed
+        op."""
+        seq = self._seq + 1  # the number the op would have had
+        if not self._broken:
+            self._broken = f"{name} #{seq} refused its arguments on this rank ({type(err).__name__})"
+        self._transport.refuse(seq, type(err).__name__)
+
     def _rotate(self) -> None:
         self.epoch += 1
         self._epoch_ops = self._epoch_frames = 0
@@ -428,9 +440,13 @@ class SecureComm:
         if route == "staged":
             return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
         device = route == "device"
-        call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
-        alg = coll.pick(self, call.count * call.itemsize, call.count, self.size)
-        run = self._begin(coll, call.dtype, call.count, call.itemsize, call.redop, device=device)
+        try:
+            call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
+            alg = coll.pick(self, call.count * call.itemsize, call.count, self.size)
+            run = self._begin(coll, call.dtype, call.count, call.itemsize, call.redop, device=device)
+        except (TypeError, ValueError) as e:
+            self._refuse(name, e)
+            raise
         self._run(run, coll.algorithms[alg], *call.args)
 
 

@@ -7,10 +7,12 @@ takes any contiguous buffer, in its memory order), or numpy's reduction over eve
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
-from seccomm import SecureComm
+from seccomm import CommClosedError, PeerAbortError, SecureComm
 
 CHUNK = 1024  #: frame payload bytes: the larger cases are several frames per hop
 
@@ -207,3 +209,98 @@ def readonly_send(comm, rec, psk):
                 comm.Alltoall(a2a, ref)
                 rec(f"readonly alltoall m={n} {tag}", np.array_equal(got, ref) and _unchanged(a2a, asaved))
             sc.close()
+
+
+def _refusal_cases(p, r, bad):
+    """(name, expected exception, call(sc)): rank ``bad`` passes a refused argument, the others a
+    correct call of the same collective.  ``r``: this rank."""
+    f32, me = np.float32, r == bad
+    ro = np.frombuffer(np.ones(8, f32).tobytes(), f32)
+    big = 100_000  # 400 KB: the other ranks' sends are rendezvous transfers, not eager ones
+    root = (bad + 1) % p
+    return [
+        (
+            "bcast read-only non-root buf",
+            ValueError,
+            lambda sc: sc.bcast(ro if me else np.ones(8, f32), root),
+        ),
+        ("bcast root out of range", ValueError, lambda sc: sc.bcast(np.ones(8, f32), p if me else 0)),
+        ("bcast buf not an array", TypeError, lambda sc: sc.bcast([1.0] * 8 if me else np.ones(8, f32), 0)),
+        (
+            "allreduce two dtypes",
+            TypeError,
+            lambda sc: sc.allreduce(np.ones(8, f32), np.ones(8, np.float64 if me else f32)),
+        ),
+        (
+            "allreduce unknown op",
+            ValueError,
+            lambda sc: sc.allreduce(np.ones(8, f32), np.ones(8, f32), op="x" if me else "sum"),
+        ),
+        (
+            "allreduce ring, rendezvous sizes",
+            ValueError,
+            lambda sc: sc.allreduce(np.ones(big, f32), np.ones(big + me, f32)),
+        ),
+        (
+            "reduce_scatter recvbuf size",
+            ValueError,
+            lambda sc: sc.reduce_scatter(np.ones(4 * p, f32), np.ones(4 + me, f32)),
+        ),
+        (
+            "allgather sendbuf size",
+            ValueError,
+            lambda sc: sc.allgather(np.ones(4 + me, f32), np.ones(4 * p, f32)),
+        ),
+        (
+            "alltoall not p blocks",
+            ValueError,
+            lambda sc: sc.alltoall(np.ones(4 * p + me, f32), np.ones(4 * p + me, f32)),
+        ),
+    ]
+
+
+def refusal(comm, rec, psk):
+    """issue 17 item 2(b): one rank refuses its own arguments (ValueError/TypeError) while the
+    others may already wait on it: it raises its own exception, and every other rank raises
+    PeerAbortError naming it, the op and the exception, at once (a timeout of 20 s, checked
+    under 5 s), in that op or, when its part of the op completed without that rank, at its next
+    op; then the SecureComm is unusable on every rank (CommClosedError on the refusing one)."""
+    p, r = comm.size, comm.rank
+    for bad in sorted({0, p - 1}):
+        for name, exc, call in _refusal_cases(p, r, bad):
+            label = f"refusal by rank {bad}: {name}"
+            sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=20)
+            rec.start(label)
+            t0 = time.monotonic()
+            first, where = None, None
+            for step, fn in (
+                (1, call),
+                (2, lambda sc: sc.allreduce(np.ones(4, np.float32), np.ones(4, np.float32))),
+            ):
+                try:
+                    fn(sc)
+                except Exception as e:  # noqa: BLE001 - what was raised is the case's result
+                    if first is None:
+                        first, where = e, step
+                        continue
+                    follow = e
+                    break
+            else:
+                follow = None
+            secs = time.monotonic() - t0
+            if r == bad:
+                ok = type(first) is exc and where == 1 and isinstance(follow, CommClosedError)
+            else:
+                msg = str(first)
+                ok = (
+                    isinstance(first, PeerAbortError)
+                    and first.peer == bad
+                    and f"rank {bad} refused its arguments" in msg
+                    and exc.__name__ in msg
+                    and (
+                        where == 2 or f"refused its arguments to {name.split()[0]} #1: {exc.__name__}" in msg
+                    )
+                )
+            rec(f"{label}: step {where} {type(first).__name__}: {first} ({secs:.1f} s)", ok and secs < 5)
+            sc.close()
+            comm.Barrier()

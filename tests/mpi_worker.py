@@ -970,6 +970,12 @@ def readonly_send(comm, rec):
 
 
 @scenario
+def refusal(comm, rec):
+    """issue 17: one rank refuses its arguments, the others learn at once (tests/argument_cases.py)"""
+    argument_cases.refusal(comm, rec, PSK)
+
+
+@scenario
 def op_replay(comm, rec):
     """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
     AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every
