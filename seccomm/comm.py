@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,6 +17,7 @@ from .engine import OpContext, OpRun
 from .errors import (
     AuthenticationError,
     CommClosedError,
+    ConcurrentUseError,
     ConfigMismatchError,
     FrameError,
     KeyScheduleError,
@@ -132,6 +134,7 @@ class SecureComm:
             small_bytes = transport.small_bytes_default
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
+        self._busy = threading.RLock()  # held by the thread inside a collective call
         self._pool = None
         local_error, secret = None, None
         label = (
@@ -434,20 +437,26 @@ class SecureComm:
     def _collective(self, name: str, sendbuf, recvbuf, **kw) -> None:
         """The one path of every public collective (each record's ``method`` calls it): route
         the buffers, check the arguments (the record's ``args``), begin the op, run the
-        algorithm the record chooses.  Device buffers the engine cannot take are staged."""
-        coll = _coll.COLLECTIVES[name]
-        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
-        if route == "staged":
-            return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
-        device = route == "device"
+        algorithm the record chooses.  Device buffers the engine cannot take are staged.  One
+        call at a time: ``ConcurrentUseError`` while another thread is inside one."""
+        if not self._busy.acquire(False):  # (reentrant: the staged call below re-enters)
+            raise ConcurrentUseError(_concurrent_use(name, self.rank))
         try:
-            call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
-            alg = coll.pick(self, call.count * call.itemsize, call.count, self.size)
-            run = self._begin(coll, call.dtype, call.count, call.itemsize, call.redop, device=device)
-        except (TypeError, ValueError) as e:
-            self._refuse(name, e)
-            raise
-        self._run(run, coll.algorithms[alg], *call.args)
+            coll = _coll.COLLECTIVES[name]
+            route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
+            if route == "staged":
+                return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
+            device = route == "device"
+            try:
+                call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
+                alg = coll.pick(self, call.count * call.itemsize, call.count, self.size)
+                run = self._begin(coll, call.dtype, call.count, call.itemsize, call.redop, device=device)
+            except (TypeError, ValueError) as e:
+                self._refuse(name, e)
+                raise
+            self._run(run, coll.algorithms[alg], *call.args)
+        finally:
+            self._busy.release()
 
 
 def _install_collectives(cls) -> None:
@@ -457,6 +466,16 @@ def _install_collectives(cls) -> None:
             raise ValueError(f"collective {name!r} would replace SecureComm.{name}")
         coll.method.__qualname__ = f"{cls.__name__}.{name}"
         setattr(cls, name, coll.method)
+
+
+def _concurrent_use(name: str, rank: int) -> str:
+    return (
+        f"{name}: another thread is inside a collective call on this SecureComm (rank {rank}); a "
+        f"SecureComm runs one call at a time, so this call was refused before it sent anything (the "
+        f"call in progress is unaffected). Use one SecureComm per thread (several may be built on "
+        f"one MPI communicator: each construction is collective, in the same order on every rank), "
+        f"or serialise the calls with a lock of your own"
+    )
 
 
 def _staged(fn, sendbuf, recvbuf, **kw):  # pragma: no mutate block (GPU: tests/test_gpu.py)

@@ -93,6 +93,12 @@ class PeerAbortError(SecCommError):
         super().__init__(msg)
 
 
+class ConcurrentUseError(SecCommError):
+    """A collective was called on a ``SecureComm`` while another thread was inside a collective
+    call on it.  A ``SecureComm`` runs one call at a time: this call was refused before it did
+    anything (nothing sent, no sequence number taken; the call in progress is unaffected)."""
+
+
 class ConfigMismatchError(SecCommError):
     """Ranks disagree on suite, key, or settings, or a setup message failed its checks; raised on
     every rank at construction.  ``peer``: the rank whose arguments or setup message failed (None

@@ -7,11 +7,13 @@ takes any contiguous buffer, in its memory order), or numpy's reduction over eve
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 from mpi4py import MPI
 
+import seccomm
 from seccomm import CommClosedError, PeerAbortError, SecureComm
 
 CHUNK = 1024  #: frame payload bytes: the larger cases are several frames per hop
@@ -304,3 +306,124 @@ def refusal(comm, rec, psk):
             rec(f"{label}: step {where} {type(first).__name__}: {first} ({secs:.1f} s)", ok and secs < 5)
             sc.close()
             comm.Barrier()
+
+
+def _calls(comm, n=1000):
+    """name -> (run(sc), check()): one call of each collective on fresh buffers, and whether its
+    result equals native MPI's (checked after every rank has run it)."""
+    p, r, f32 = comm.size, comm.rank, np.float32
+    x = np.arange(n, dtype=f32) + r
+    y, blk, out = np.zeros(n, f32), np.zeros(n // p, f32), np.zeros(n // p * p, f32)
+    buf = x.copy()
+    a2a, got = np.arange(4 * p, dtype=f32) + 10 * r, np.zeros(4 * p, f32)
+
+    def native(fn, *args):
+        ref = np.zeros_like(args[-1])
+        fn(*args[:-1], ref)
+        return ref
+
+    def same(a, b):
+        return bool(np.array_equal(a, b))
+
+    return {
+        "allreduce": (lambda sc: sc.allreduce(x, y), lambda: same(y, native(comm.Allreduce, x, y))),
+        "reduce_scatter": (
+            lambda sc: sc.reduce_scatter(x[: n // p * p], blk),
+            lambda: same(blk, native(comm.Reduce_scatter_block, x[: n // p * p], blk)),
+        ),
+        "allgather": (
+            lambda sc: sc.allgather(blk + r, out),
+            lambda: same(out, native(comm.Allgather, blk + r, out)),
+        ),
+        "bcast": (lambda sc: sc.bcast(buf, root=0), lambda: same(buf, comm.bcast(x, root=0))),
+        "alltoall": (lambda sc: sc.alltoall(a2a, got), lambda: same(got, native(comm.Alltoall, a2a, got))),
+    }
+
+
+def threads(comm, rec, psk):
+    """issue 17 item 5: a second thread calling a collective on a SecureComm while a first is
+    inside one gets ConcurrentUseError at once, saying what to do; it sends nothing, so the call
+    in progress completes with the right result and the SecureComm stays usable.  One SecureComm
+    per thread on one MPI communicator, used at once, works."""
+    err_cls = getattr(seccomm, "ConcurrentUseError", None)
+    pairs = [("allreduce", i) for i in ("allreduce", "reduce_scatter", "allgather", "bcast", "alltoall")]
+    pairs += [("bcast", "allreduce"), ("alltoall", "bcast")]
+    for busy, intruder in pairs:
+        label = f"threads: {intruder} while {busy} runs in another thread"
+        rec.start(label)
+        sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=20, crypto_threads=1)
+        calls, spare = _calls(comm), _calls(comm)
+        comm.Barrier()
+        got, seq = {}, sc._seq
+
+        def first():
+            try:
+                calls[busy][0](sc)
+            except Exception as e:  # noqa: BLE001 - reported below
+                got["first"] = e
+
+        t = threading.Thread(target=first)
+        if comm.rank == 0:
+            t.start()  # the others join the op 0.5 s later: rank 0's thread waits inside it
+            deadline = time.monotonic() + 5
+            while sc._seq == seq and time.monotonic() < deadline:
+                time.sleep(0.001)
+            t0 = time.monotonic()
+            try:
+                spare[intruder][0](sc)
+            except Exception as e:  # noqa: BLE001 - the case's result
+                got["second"] = e
+            got["secs"] = time.monotonic() - t0
+            t.join()
+        else:
+            time.sleep(0.5)
+            first()
+        right = calls[busy][1]()
+        second = got.get("second")
+        if comm.rank == 0:
+            ok = (
+                err_cls is not None
+                and type(second) is err_cls
+                and "one SecureComm per thread" in str(second)
+                and got["secs"] < 0.5
+            )
+        else:
+            ok = True
+        ok = ok and "first" not in got and right
+        check = _calls(comm)["allreduce"]
+        try:
+            check[0](sc)
+            usable = check[1]()
+        except Exception:  # noqa: BLE001 - a failed case
+            usable = False
+        rec(f"{label}: {type(second).__name__}: {second}; first {got.get('first')!r}", ok and usable)
+        sc.close()
+        comm.Barrier()
+    _one_per_thread(comm, rec, psk)
+
+
+def _one_per_thread(comm, rec, psk):
+    """Two threads, each with its own SecureComm on the same MPI communicator, 40 ops each at once."""
+    comms = [SecureComm(comm, "aes-256-gcm", psk=psk, timeout=20, crypto_threads=1) for _ in range(2)]
+    results = [[], []]
+
+    def work(i, sc):
+        for k in range(40):
+            c = _calls(comm, 1000 + k)["allreduce" if i == 0 else "allgather"]
+            try:
+                c[0](sc)
+                results[i].append(c)
+            except Exception as e:  # noqa: BLE001 - a failed case
+                results[i].append(e)
+
+    ts = [threading.Thread(target=work, args=(i, sc)) for i, sc in enumerate(comms)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for i in range(2):  # the native checks, in one order on every rank
+        for k, c in enumerate(results[i]):
+            ok = not isinstance(c, Exception) and c[1]()
+            rec(f"threads: one SecureComm per thread, thread {i} op {k}: {c if not ok else 'ok'}", ok)
+    for sc in comms:
+        sc.close()

@@ -976,6 +976,12 @@ def refusal(comm, rec):
 
 
 @scenario
+def threads(comm, rec):
+    """issue 17: two threads on one SecureComm, and one SecureComm per thread (tests/argument_cases.py)"""
+    argument_cases.threads(comm, rec, PSK)
+
+
+@scenario
 def op_replay(comm, rec):
     """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
     AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every

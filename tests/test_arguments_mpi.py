@@ -7,10 +7,10 @@ import pytest
 
 from conftest import run_worker
 
-SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal"]
+SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads"]
 SIZES = (2, 3)
 #: minimum cases a scenario must have checked per rank (guards against a silent no-op)
-MIN_CASES = {"layouts": 55, "nan_minmax": 128, "readonly_send": 96, "refusal": 18}
+MIN_CASES = {"layouts": 55, "nan_minmax": 128, "readonly_send": 96, "refusal": 18, "threads": 87}
 
 
 @pytest.fixture(scope="module")

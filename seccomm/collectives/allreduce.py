@@ -31,7 +31,8 @@ def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -
     ``max``/``min`` propagate a NaN from any rank (numpy semantics; MPICH's MAX/MIN may drop
     it).  Every rank gets bitwise identical results.  Raises ``TypeError``/``ValueError``
     before traffic for bad arguments, ``AuthenticationError``/``FrameError``/``TransportTimeout``
-    on the wire.
+    on the wire, ``ConcurrentUseError`` while another thread is inside a call on this
+    ``SecureComm`` (one ``SecureComm`` per thread).
     CuPy arrays and torch CUDA tensors are accepted too (staged through pinned host memory,
     see :mod:`seccomm.gpu.staging`).
     """
