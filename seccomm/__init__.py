@@ -7,6 +7,7 @@
 from .errors import (
     AuthenticationError,
     CommClosedError,
+    ConcurrentUseError,
     ConfigMismatchError,
     FrameError,
     KeyScheduleError,
@@ -36,6 +37,7 @@ __all__ = [
     "ConfigMismatchError",
     "KeyScheduleError",
     "CommClosedError",
+    "ConcurrentUseError",
     "PeerAbortError",
     "CipherSuite",
     "SUITES",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import threading
 import weakref
 from typing import NamedTuple
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from .engine import OpContext, OpRun
 from .errors import (
     AuthenticationError,
     CommClosedError,
+    ConcurrentUseError,
     ConfigMismatchError,
     FrameError,
     KeyScheduleError,
@@ -133,6 +135,7 @@ class SecureComm:
             small_bytes = transport.small_bytes_default
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
+        self._busy = threading.RLock()  # held by the thread inside a collective call
         self._pool = None
         local_error, secret = None, None
         label = (
@@ -331,6 +334,18 @@ class SecureComm:
             raise ValueError(f"count must be an integer >= 0, got {count!r}")
         return block_counts(int(count), self.size)
 
+    def _refuse(self, name: str, err: Exception) -> None:
+        """This rank refused its own arguments to ``name`` (``err``, raised by the caller next)
+        before any frame was posted.  The other ranks may already wait on it in that op: a refusal
+        notice (:meth:`Transport.refuse`) makes them raise ``PeerAbortError`` naming this rank and
+        the exception, at once.  The op sequence now differs between this rank (no number taken)
+        and those that began the op, so the communicator is unusable here too, as after any failed
+        op."""
+        seq = self._seq + 1  # the number the op would have had
+        if not self._broken:
+            self._broken = f"{name} #{seq} refused its arguments on this rank ({type(err).__name__})"
+        self._transport.refuse(seq, type(err).__name__)
+
     def _rotate(self) -> None:
         self.epoch += 1
         self._epoch_ops = self._epoch_frames = 0
@@ -422,46 +437,56 @@ class SecureComm:
     def _collective(self, name: str, sendbuf, recvbuf, **kw) -> None:
         """The one path of every public collective (each record's ``method`` calls it): route
         the buffers, check the arguments (the record's ``args``), begin the op, run the
-        algorithm the record chooses.  Device buffers the engine cannot take are staged.
+        algorithm the record chooses.  Device buffers the engine cannot take are staged.  One
+        call at a time: ``ConcurrentUseError`` while another thread is inside one.
 
         A repeat call with the very same numpy arrays (same shape, strides, dtype and
         writeability) and arguments skips the checks: its plan (the checked :class:`Call`
         and the op's frame bound) is kept for calls of at most :data:`PLAN_MAX_BYTES` per buffer,
         :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two arrays
         until it is dropped (a full table is emptied; :meth:`close` drops all)."""
-        key = None
-        if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and self._device_backend is None:
+        if not self._busy.acquire(False):  # (reentrant: the staged call below re-enters)
+            raise ConcurrentUseError(_concurrent_use(name, self.rank))
+        try:
+            key = None
+            if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and self._device_backend is None:
+                try:
+                    key = (name, id(sendbuf), id(recvbuf), *kw.values(), *map(type, kw.values()))
+                    plan = self._plans.get(key)
+                except TypeError:  # an unhashable argument: the checks below name it
+                    key = plan = None
+                if (
+                    plan is not None
+                    and plan.send is sendbuf
+                    and plan.recv is recvbuf
+                    and plan.layout == _layout(sendbuf, recvbuf)
+                ):
+                    coll, call = plan.coll, plan.call
+                    alg = coll.pick(self, plan.nbytes, call.count, self.size)
+                    self._run(self._begin(coll, call, plan.bound, False), coll.algorithms[alg], *call.args)
+                    return
+            coll = _coll.COLLECTIVES[name]
+            route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
+            if route == "staged":
+                return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
+            device = route == "device"
             try:
-                key = (name, id(sendbuf), id(recvbuf), *kw.values(), *map(type, kw.values()))
-                plan = self._plans.get(key)
-            except TypeError:  # an unhashable argument: the checks below name it
-                key = plan = None
-            if (
-                plan is not None
-                and plan.send is sendbuf
-                and plan.recv is recvbuf
-                and plan.layout == _layout(sendbuf, recvbuf)
-            ):
-                coll, call = plan.coll, plan.call
-                alg = coll.pick(self, plan.nbytes, call.count, self.size)
-                self._run(self._begin(coll, call, plan.bound, False), coll.algorithms[alg], *call.args)
-                return
-        coll = _coll.COLLECTIVES[name]
-        route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
-        if route == "staged":
-            return _staged(lambda s, r, **k: self._collective(name, s, r, **k), sendbuf, recvbuf, **kw)
-        device = route == "device"
-        call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
-        nbytes = call.count * call.itemsize
-        alg = coll.pick(self, nbytes, call.count, self.size)
-        bound = self._bound(coll, nbytes)
-        run = self._begin(coll, call, bound, device)
-        if key is not None and max(sendbuf.nbytes, recvbuf.nbytes) <= PLAN_MAX_BYTES:
-            if len(self._plans) >= PLAN_SLOTS:
-                self._plans.clear()
-            plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), coll, call, nbytes, bound)
-            self._plans[key] = plan
-        self._run(run, coll.algorithms[alg], *call.args)
+                call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
+                nbytes = call.count * call.itemsize
+                alg = coll.pick(self, nbytes, call.count, self.size)
+                bound = self._bound(coll, nbytes)
+                run = self._begin(coll, call, bound, device)
+            except (TypeError, ValueError) as e:
+                self._refuse(name, e)
+                raise
+            if key is not None and max(sendbuf.nbytes, recvbuf.nbytes) <= PLAN_MAX_BYTES:
+                if len(self._plans) >= PLAN_SLOTS:
+                    self._plans.clear()
+                plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), coll, call, nbytes, bound)
+                self._plans[key] = plan
+            self._run(run, coll.algorithms[alg], *call.args)
+        finally:
+            self._busy.release()
 
 
 #: largest buffer (bytes) whose checked call is kept as a plan; plans per communicator
@@ -491,6 +516,16 @@ def _install_collectives(cls) -> None:
             raise ValueError(f"collective {name!r} would replace SecureComm.{name}")
         coll.method.__qualname__ = f"{cls.__name__}.{name}"
         setattr(cls, name, coll.method)
+
+
+def _concurrent_use(name: str, rank: int) -> str:
+    return (
+        f"{name}: another thread is inside a collective call on this SecureComm (rank {rank}); a "
+        f"SecureComm runs one call at a time, so this call was refused before it sent anything (the "
+        f"call in progress is unaffected). Use one SecureComm per thread (several may be built on "
+        f"one MPI communicator: each construction is collective, in the same order on every rank), "
+        f"or serialise the calls with a lock of your own"
+    )
 
 
 def _staged(fn, sendbuf, recvbuf, **kw):  # pragma: no mutate block (GPU: tests/test_gpu.py)

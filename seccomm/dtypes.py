@@ -79,16 +79,31 @@ def as_bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
+def flat(arr):
+    """A 1-D view (no copy) of a contiguous array in its memory order: C order, or Fortran order
+    for an array that is only Fortran-contiguous; what MPI sees of the buffer."""
+    return (arr if arr.flags.c_contiguous else arr.T).reshape(-1)
+
+
 def check_buffer(arr, what: str, device: bool = False) -> str:
     """Validate a user buffer before any traffic and return its dtype name.
 
     ``device``: ``arr`` is an array of the device engine's array module (CuPy), not numpy.
-    Raises ``TypeError`` for a non-numpy object or an unsupported dtype and ``ValueError`` for a
-    non-contiguous or read-only buffer where one is written.
+    A host buffer may be C- or Fortran-contiguous: seccomm, like MPI, moves its memory in the
+    order it is laid out (:func:`flat`).  Raises ``TypeError`` for a non-numpy object or an
+    unsupported dtype and ``ValueError`` for a non-contiguous buffer, or a device buffer that is
+    not C-contiguous (the device engine takes C order only).
     """
     if not device and not isinstance(arr, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, got {type(arr).__name__}")
     name = dtype_name(arr.dtype)
-    if not arr.flags.c_contiguous:
-        raise ValueError(f"{what} must be C-contiguous (use numpy.ascontiguousarray)")
+    if arr.flags.c_contiguous:
+        return name
+    if device:
+        raise ValueError(
+            f"{what} must be C-contiguous: the device engine takes device buffers in C order only "
+            f"(use cupy.ascontiguousarray)"
+        )
+    if not arr.flags.f_contiguous:
+        raise ValueError(f"{what} must be contiguous, C or Fortran order (use numpy.ascontiguousarray)")
     return name

@@ -82,13 +82,21 @@ class TransportTimeout(SecCommError):
 
 class PeerAbortError(SecCommError):
     """The peer this rank waited on stopped the operation because it detected an error (for
-    example a frame that failed authentication), or because an exception of its own was raised
-    inside the operation: ``peer`` is that rank, ``blamed`` the rank it named (itself for an
-    error of its own).  Raised at once instead of after the deadline."""
+    example a frame that failed authentication), because an exception of its own was raised
+    inside the operation, or because it refused its own arguments to the operation
+    (``ValueError``/``TypeError``, named in the message with the op it refused): ``peer`` is that
+    rank, ``blamed`` the rank it named (itself for an error or refusal of its own).  Raised at
+    once instead of after the deadline."""
 
     def __init__(self, msg, *, peer=None, op=None, blamed=None):
         self.peer, self.op, self.blamed = peer, op, blamed
         super().__init__(msg)
+
+
+class ConcurrentUseError(SecCommError):
+    """A collective was called on a ``SecureComm`` while another thread was inside a collective
+    call on it.  A ``SecureComm`` runs one call at a time: this call was refused before it did
+    anything (nothing sent, no sequence number taken; the call in progress is unaffected)."""
 
 
 class ConfigMismatchError(SecCommError):

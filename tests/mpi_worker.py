@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
+import argument_cases
 import seccomm
 import wire_cases
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
@@ -947,6 +948,36 @@ def wire_policy(comm, rec):
     map (node_ids), encrypting suite, collective and algorithm; no plaintext in a sealed frame;
     no keystream shared by two origins (tests/wire_cases.py)"""
     wire_cases.wire_policy(comm, rec, PSK)
+
+
+@scenario
+def layouts(comm, rec):
+    """issue 17: Fortran-ordered buffers in every collective (tests/argument_cases.py)"""
+    argument_cases.layouts(comm, rec, PSK)
+
+
+@scenario
+def nan_minmax(comm, rec):
+    """issue 17: max/min propagate a NaN from any rank (tests/argument_cases.py)"""
+    argument_cases.nan_minmax(comm, rec, PSK)
+
+
+@scenario
+def readonly_send(comm, rec):
+    """issue 17: read-only send-only inputs (tests/argument_cases.py)"""
+    argument_cases.readonly_send(comm, rec, PSK)
+
+
+@scenario
+def refusal(comm, rec):
+    """issue 17: one rank refuses its arguments, the others learn at once (tests/argument_cases.py)"""
+    argument_cases.refusal(comm, rec, PSK)
+
+
+@scenario
+def threads(comm, rec):
+    """issue 17: two threads on one SecureComm, and one SecureComm per thread (tests/argument_cases.py)"""
+    argument_cases.threads(comm, rec, PSK)
 
 
 @scenario

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 import seccomm
-from seccomm import AuthenticationError, ConfigMismatchError, KeyScheduleError, SecCommError, SecureComm
+from seccomm import (
+    AuthenticationError,
+    CommClosedError,
+    ConfigMismatchError,
+    KeyScheduleError,
+    SecCommError,
+    SecureComm,
+)
 
 # a random job secret (keys.load_secret refuses patterned ones such as bytes(range(32)))
 PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
@@ -19,6 +26,15 @@ PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169f
 
 @pytest.fixture(scope="module")
 def sc():
+    from mpi4py import MPI
+
+    with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK) as s:
+        yield s
+
+
+@pytest.fixture
+def fresh():
+    """A SecureComm of its own, for a test whose argument errors leave it unusable (issue 17)."""
     from mpi4py import MPI
 
     with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK) as s:
@@ -159,7 +175,8 @@ def test_missing_secret(monkeypatch):
     SecureComm(self_comm(), "none").close()  # the baseline needs no key
 
 
-def test_bad_buffers(sc):
+def test_bad_buffers(fresh):
+    sc = fresh
     x = np.ones(8, np.float32)
     cases = [
         (
@@ -169,7 +186,7 @@ def test_bad_buffers(sc):
         ),
         (lambda: sc.allreduce(x, np.ones(8, np.float64)), TypeError, "one dtype"),
         (lambda: sc.allreduce(x, np.ones(9, np.float32)), ValueError, "must match"),
-        (lambda: sc.allreduce(np.ones(16, np.float32)[::2], x.copy()), ValueError, "C-contiguous"),
+        (lambda: sc.allreduce(np.ones(16, np.float32)[::2], x.copy()), ValueError, "contiguous"),
         (lambda: sc.allreduce(x, x.copy(), op="xor"), ValueError, "unknown op 'xor'; allowed"),
         (
             lambda: sc.allreduce(np.ones(4, np.int32), np.ones(4, np.int32), op="avg"),
@@ -191,6 +208,8 @@ def test_bad_buffers(sc):
         with pytest.raises(exc, match=match):
             fn()
     assert sc._seq == seq  # rejected before an operation began (no frame, no sequence number)
+    with pytest.raises(CommClosedError, match="allreduce #1 refused its arguments on this rank"):
+        sc.allreduce(x, x.copy())  # issue 17: the other ranks' op took that number; build a new one
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"])
@@ -255,7 +274,7 @@ def test_collective_methods_come_from_the_records():
     assert params("alltoall") == params("allgather")
 
 
-def test_alltoall_bad_arguments(sc):
+def test_alltoall_bad_arguments(fresh):
     """sizes that are not p*m (checked by the record for any world size), two dtypes, sizes that
     differ, in place: refused before an operation begins"""
     from seccomm.collectives import get_collective
@@ -265,6 +284,7 @@ def test_alltoall_bad_arguments(sc):
         ValueError, match="alltoall: sendbuf has 8 elements, not a multiple of the world size 3"
     ):
         get_collective("alltoall").args(x, x.copy(), 0, 3, False)
+    sc = fresh
     seq = sc._seq
     for fn, exc, match in [
         (lambda: sc.alltoall(x, np.ones(8, np.float64)), TypeError, "one dtype"),
@@ -287,8 +307,9 @@ def test_long_labels_and_errors_fit_the_setup():
         SecureComm(self_comm(), "aes-256-gcm", psk=PSK, algorithm="\u0001" * 100000)
 
 
-def test_argument_errors_name_the_buffer(sc):
+def test_argument_errors_name_the_buffer(fresh):
     """Each refusal names the buffer at fault (sendbuf, recvbuf, or bcast's buf) in full."""
+    sc = fresh
     x = np.ones(8, np.float32)
     ro = x.copy()
     ro.flags.writeable = False
@@ -296,12 +317,16 @@ def test_argument_errors_name_the_buffer(sc):
     cases = [
         (lambda: sc.allreduce([1.0] * 8, x), TypeError, "sendbuf must be a numpy.ndarray, got list"),
         (lambda: sc.allreduce(x, [1.0] * 8), TypeError, "recvbuf must be a numpy.ndarray, got list"),
-        (lambda: sc.allreduce(big[::2], x.copy()), ValueError, "sendbuf must be C-contiguous"),
-        (lambda: sc.allreduce(x, big[::2]), ValueError, "recvbuf must be C-contiguous"),
+        (lambda: sc.allreduce(big[::2], x.copy()), ValueError, "sendbuf must be contiguous, C or"),
+        (lambda: sc.allreduce(x, big[::2]), ValueError, "recvbuf must be contiguous, C or"),
         (lambda: sc.alltoall(x, ro), ValueError, "recvbuf is read-only"),
         (lambda: sc.bcast([1.0]), TypeError, "buf must be a numpy.ndarray, got list"),
-        (lambda: sc.bcast(big[::2]), ValueError, "buf must be C-contiguous"),
-        (lambda: sc.bcast(ro), ValueError, "buf is read-only"),
+        (lambda: sc.bcast(big[::2]), ValueError, "buf must be contiguous, C or"),
+        (
+            lambda: seccomm.collectives.get_collective("bcast").args(None, ro, 1, 2, False, root=0),
+            ValueError,
+            "buf is read-only; only the root's (rank 0) may be: this rank's is written",
+        ),
         (
             lambda: sc.allgather(big[:8], big[4:12]),
             ValueError,
@@ -318,14 +343,18 @@ def test_argument_errors_name_the_buffer(sc):
         with pytest.raises(exc, match=f"^{re.escape(msg)}"):
             fn()
 
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK) as root:
+        root.bcast(ro)  # the root only reads its buffer: read-only is fine there (issue 17)
+
 
 class DeviceArray:
     """A device array as the device engine hands it to the records (CuPy's interface, emulated
-    on host memory): dtype, flags, size, itemsize, reshape and ``__cuda_array_interface__``, never
-    a numpy.ndarray; ``numpy.may_share_memory`` dispatches to it (NEP 18), as it does to CuPy."""
+    on host memory): dtype, flags, shape, size, itemsize, reshape and ``__cuda_array_interface__``,
+    never a numpy.ndarray; ``numpy.may_share_memory`` dispatches to it (NEP 18), as it does to CuPy."""
 
     def __init__(self, a):
         self.a, self.dtype, self.flags, self.size, self.itemsize = a, a.dtype, a.flags, a.size, a.itemsize
+        self.shape = a.shape
 
     def reshape(self, *shape):
         return DeviceArray(self.a.reshape(*shape))
@@ -389,6 +418,11 @@ def test_records_take_device_arrays_on_the_device_engine():
             lambda: get_collective("bcast").args(None, DeviceArray(big[::2]), 0, 2, True, root=0),
             ValueError,
             "buf must be C-contiguous",
+        ),
+        (
+            lambda: get_collective("bcast").args(None, DeviceArray(np.zeros((3, 4), order="F")), 0, 2, 1, 0),
+            ValueError,
+            "buf must be C-contiguous: the device engine takes device buffers in C order only",
         ),
         (
             lambda: get_collective("allgather").args(dev(8), dev(16, np.float64), 0, 2, True),

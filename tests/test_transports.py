@@ -131,6 +131,21 @@ def test_notice_round_trip_and_every_forgery_rejected():
     assert open_notice(key, 2, seal_notice(key, 2, 1, 7).tobytes(), 3) is None  # no such kind
 
 
+def test_refusal_notice_carries_the_exception_and_the_op_number():
+    """Issue 17: a rank that refused its arguments to its op #seq says so in the notice's kind;
+    kinds of no known exception are not notices."""
+    from seccomm.transports.mpi import REFUSALS, open_notice, refusal, refusal_kind, seal_notice
+
+    key = bytes(range(32))
+    for seq in (1, 3, 2**40):
+        for error in REFUSALS:
+            kind = refusal_kind(seq, error)
+            assert open_notice(key, 1, seal_notice(key, 1, 1, kind).tobytes(), 2) == (1, kind)
+            assert refusal(kind) == (seq, error)
+    for kind in (3, 3 | 3 << 4, 3 | 15 << 4 | 1 << 8, -(1 << 8) | 3 | 1 << 4, 4, 1 << 8):
+        assert open_notice(key, 1, seal_notice(key, 1, 1, kind).tobytes(), 2) is None, kind
+
+
 def test_notice_key_is_per_session_and_handed_to_the_transport():
     from mpi4py import MPI
 

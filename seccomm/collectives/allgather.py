@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes
+from ..dtypes import as_bytes, flat
 from ..engine import Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
@@ -65,7 +65,7 @@ def ring_allgather(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> Non
 
 
 def _run(run, sendbuf, recvbuf):
-    ring_allgather(run, sendbuf.reshape(-1), recvbuf.reshape(-1), Blocks(recvbuf.size, run.size))
+    ring_allgather(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size))
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)

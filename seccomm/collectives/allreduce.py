@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from ..dtypes import as_bytes, check_op, typed
+from ..dtypes import as_bytes, check_op, flat, typed
 from ..engine import Recv, Send
 from . import Call, Collective, Counts, register
 from .allgather import ring_allgather
@@ -26,11 +26,15 @@ from .reduce_scatter import ring_reduce_scatter
 def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
     """Reduce ``sendbuf`` over all ranks into ``recvbuf`` on every rank.
 
-    ``sendbuf``, ``recvbuf``: C-contiguous numpy arrays of one dtype (float16, bfloat16,
-    float32, float64, uint8, int32, int64) and equal size; ``recvbuf is sendbuf`` works in
-    place.  ``op``: sum, avg (floats), max, min, prod.  Every rank gets bitwise identical
-    results.  Raises ``TypeError``/``ValueError`` before traffic for bad arguments,
-    ``AuthenticationError``/``FrameError``/``TransportTimeout`` on the wire.
+    ``sendbuf``, ``recvbuf``: contiguous numpy arrays (C or Fortran order, each moved in its
+    memory order as MPI does; one shape in two orders is refused) of one dtype (float16,
+    bfloat16, float32, float64, uint8, int32, int64) and equal size; ``sendbuf`` may be
+    read-only; ``recvbuf is sendbuf`` works in place.  ``op``: sum, avg (floats), max, min, prod;
+    ``max``/``min`` propagate a NaN from any rank (numpy semantics; MPICH's MAX/MIN may drop
+    it).  Every rank gets bitwise identical results.  Raises ``TypeError``/``ValueError``
+    before traffic for bad arguments, ``AuthenticationError``/``FrameError``/``TransportTimeout``
+    on the wire, ``ConcurrentUseError`` while another thread is inside a call on this
+    ``SecureComm`` (one ``SecureComm`` per thread).
     CuPy arrays and torch CUDA tensors are accepted too (staged through pinned host memory,
     see :mod:`seccomm.gpu.staging`).
     """
@@ -40,8 +44,8 @@ def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -
 def _args(sendbuf, recvbuf, rank, size, device, op) -> Call:
     dname = check_pair(sendbuf, recvbuf, same_size=True, device=device, in_place=True)
     ufunc = check_op(op, recvbuf.dtype)
-    flat = (sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, op == "avg")
-    return Call(dname, recvbuf.size, recvbuf.itemsize, op, flat)
+    args = (flat(sendbuf), flat(recvbuf), ufunc, op == "avg")
+    return Call(dname, recvbuf.size, recvbuf.itemsize, op, args)
 
 
 def _choose(tuning, nbytes, count, p) -> str:

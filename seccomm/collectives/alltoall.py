@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes
+from ..dtypes import as_bytes, flat
 from ..engine import Recv, Send
 from . import Call, Collective, Counts, register
 from .common import check_pair, chunk_views
@@ -19,7 +19,7 @@ from .native import as_bytes_spec
 def alltoall(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:
     """Send block j of ``sendbuf`` to rank j and receive block i of ``recvbuf`` from rank i.
 
-    ``sendbuf``, ``recvbuf``: C-contiguous arrays of one dtype (as for :meth:`allreduce`) and
+    ``sendbuf``, ``recvbuf``: contiguous arrays of one dtype (as for :meth:`allreduce`) and
     p*m elements each, p the world size and m the same on every rank (blocks of m elements in
     rank order); they must not overlap.  Errors as for :meth:`allreduce`."""
     self._collective("alltoall", sendbuf, recvbuf)
@@ -32,7 +32,7 @@ def _args(sendbuf, recvbuf, rank, size, device) -> Call:
             f"alltoall: sendbuf has {sendbuf.size} elements, not a multiple of the "
             f"world size {size} (one block of m elements per rank)"
         )
-    return Call(dname, sendbuf.size, sendbuf.itemsize, "none", (sendbuf.reshape(-1), recvbuf.reshape(-1)))
+    return Call(dname, sendbuf.size, sendbuf.itemsize, "none", (flat(sendbuf), flat(recvbuf)))
 
 
 def pairwise(run, send: np.ndarray, recv: np.ndarray) -> None:

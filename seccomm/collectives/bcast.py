@@ -8,26 +8,28 @@ from functools import partial
 
 import numpy as np
 
-from ..dtypes import as_bytes, check_buffer
+from ..dtypes import as_bytes, check_buffer, flat
 from . import Call, Collective, Counts, register
-from .common import chunk_views, ring_tree_bound, seeded, writeable
+from .common import chunk_views, ring_tree_bound, seeded
 from .cost import Cost, Step, rd_steps, whole
 from .native import as_bytes_spec
 
 
 def bcast(self, buf: np.ndarray, root: int = 0) -> None:
     """Broadcast ``buf`` from ``root`` to every rank (same size and dtype everywhere).
-    Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above."""
+    Binomial tree at or below ``bcast_chain_bytes``, pipelined chain above.  The root only
+    reads ``buf``: there it may be read-only; every other rank's must be writeable.  Errors as
+    for :meth:`allreduce`."""
     self._collective("bcast", buf, buf, root=root)
 
 
 def _args(sendbuf, buf, rank, size, device, root) -> Call:
     dname = check_buffer(buf, "buf", device=device)
-    if not device:
-        writeable(buf, "buf")
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ValueError(f"root must be a rank in [0, {size - 1}], got {root!r}")
-    return Call(dname, buf.size, buf.itemsize, "none", (buf, int(root)))  # tree() reads it as bytes
+    if not device and rank != root and not buf.flags.writeable:  # the root's is only read
+        raise ValueError(f"buf is read-only; only the root's (rank {root}) may be: this rank's is written")
+    return Call(dname, buf.size, buf.itemsize, "none", (flat(buf), int(root)))  # tree() reads it as bytes
 
 
 def _choose(tuning, nbytes, count, p) -> str:

@@ -45,8 +45,10 @@ def writeable(arr, what: str) -> None:
 
 def check_pair(sendbuf, recvbuf, same_size: bool, device: bool, in_place: bool = False) -> str:
     """Dtype name of a (sendbuf, recvbuf) pair.  ``TypeError`` for a bad buffer or two dtypes;
-    ``ValueError`` for a non-contiguous or read-only buffer, sizes that differ (``same_size``)
-    or overlapping buffers (``in_place``: the very same array twice is allowed)."""
+    ``ValueError`` for a non-contiguous buffer, a read-only ``recvbuf`` (``sendbuf`` is only
+    read: it may be read-only), sizes that differ (``same_size``), one shape in two orders
+    (:func:`same_layout`) or overlapping buffers (``in_place``: the very same array twice is
+    allowed).  C- and Fortran-contiguous buffers are moved in memory order, as MPI does."""
     s = check_buffer(sendbuf, "sendbuf", device)
     r = check_buffer(recvbuf, "recvbuf", device)
     if not device:
@@ -55,6 +57,7 @@ def check_pair(sendbuf, recvbuf, same_size: bool, device: bool, in_place: bool =
         raise TypeError(f"sendbuf is {s} but recvbuf is {r}; both must have one dtype")
     if same_size and sendbuf.size != recvbuf.size:
         raise ValueError(f"sendbuf has {sendbuf.size} elements, recvbuf {recvbuf.size}; they must match")
+    same_layout(sendbuf, recvbuf)
     if recvbuf.size and sendbuf.size and np.may_share_memory(sendbuf, recvbuf):
         same = in_place and _address(sendbuf) == _address(recvbuf)
         if not same:
@@ -63,6 +66,21 @@ def check_pair(sendbuf, recvbuf, same_size: bool, device: bool, in_place: bool =
                 "(pass the same array twice); use separate buffers"
             )
     return s
+
+
+def same_layout(sendbuf, recvbuf) -> None:
+    """``ValueError`` for two buffers of one multi-dimensional shape in different orders (one
+    C-, the other Fortran-contiguous): seccomm, like MPI, reads and writes each in its memory
+    order, so ``recvbuf[i, j]`` would not be the result of ``sendbuf[i, j]``."""
+    if sendbuf.shape != recvbuf.shape or sendbuf.flags.c_contiguous == recvbuf.flags.c_contiguous:
+        return
+    order = {True: "C", False: "Fortran"}
+    raise ValueError(
+        f"sendbuf is in {order[sendbuf.flags.c_contiguous]} order and recvbuf in "
+        f"{order[recvbuf.flags.c_contiguous]} order (shape {sendbuf.shape}): seccomm, like MPI, "
+        f"moves each buffer in its memory order, so the elements would not correspond by index; "
+        f"pass both in one order (numpy.ascontiguousarray or numpy.asfortranarray)"
+    )
 
 
 def _address(a) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import as_bytes, check_op, typed
+from ..dtypes import as_bytes, check_op, flat, typed
 from ..engine import Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
@@ -71,7 +71,7 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
 
 def _run(run, sendbuf, recvbuf, ufunc, avg):
     blocks = Blocks(sendbuf.size, run.size)
-    ring_reduce_scatter(run, sendbuf.reshape(-1), recvbuf.reshape(-1), ufunc, blocks)
+    ring_reduce_scatter(run, flat(sendbuf), flat(recvbuf), ufunc, blocks)
     if avg and run.size > 1 and recvbuf.size:
         np.divide(recvbuf, recvbuf.dtype.type(run.size), out=recvbuf)
 

@@ -76,6 +76,12 @@ class Transport:
         inside the operation that is not a frame error): tell the ranks waiting on it, so they
         raise ``PeerAbortError`` naming this rank now instead of at their deadline."""
 
+    def refuse(self, seq: int, error: str) -> None:
+        """This rank refused its own arguments to its op number ``seq`` (``error``: the
+        exception's name, ``"ValueError"`` or ``"TypeError"``) before sending anything: tell the
+        ranks that wait, or will wait, on it in that op, so they raise ``PeerAbortError`` naming
+        this rank and the refusal now instead of at their deadline."""
+
     def authenticate_notices(self, key: bytes) -> None:
         """Authenticate the give-up/abort notices (failure propagation) under ``key``, the
         session's notice key (32 bytes, :meth:`~seccomm.keys.KeySchedule.notice_key`), handed
@@ -191,6 +197,9 @@ class TransportWrapper(Transport):
 
     def fail(self):
         return self.inner.fail()
+
+    def refuse(self, seq, error):
+        return self.inner.refuse(seq, error)
 
     def authenticate_notices(self, key):
         return self.inner.authenticate_notices(key)

@@ -36,8 +36,12 @@ from .base import Backoff, Transport, poll_until
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
 _NOTICE_EVERY = 256  # polls between two looks at the give-up notices
 #: kinds of give-up notice: gave up waiting on the blamed rank; stopped after a bad frame from the
-#: blamed rank; stopped after an error of its own (the blamed rank is the sender)
-_WAITED, _ABORT, _FAILED = 0, 1, 2
+#: blamed rank; stopped after an error of its own (the blamed rank is the sender); refused its own
+#: arguments to an op (the blamed rank is the sender; the kind's low 4 bits are _REFUSED, the next
+#: 4 the exception, :data:`REFUSALS`, the bits above the op sequence number it refused)
+_WAITED, _ABORT, _FAILED, _REFUSED = 0, 1, 2, 3
+#: exceptions a refusal notice can name, by code (1, 2)
+REFUSALS = ("ValueError", "TypeError")
 _NOTICE = struct.Struct(">qq")  # blamed rank, kind
 _MAC = 32  # HMAC-SHA256
 NOTICE_BYTES = _NOTICE.size + _MAC
@@ -64,7 +68,24 @@ def open_notice(key: bytes, sender: int, msg: bytes, size: int):
     if not hmac_verify(key, _notice_mac_input(sender, body), tag):
         return None
     blamed, kind = _NOTICE.unpack(body)
-    return (blamed, kind) if 0 <= blamed < size and kind in (_WAITED, _ABORT, _FAILED) else None
+    return (blamed, kind) if 0 <= blamed < size and _known_kind(kind) else None
+
+
+def refusal_kind(seq: int, error: str) -> int:
+    """The notice kind of a rank that refused its own arguments to its op ``seq`` with the
+    exception named ``error`` (one of :data:`REFUSALS`)."""
+    return _REFUSED | (REFUSALS.index(error) + 1) << 4 | (seq if 0 < seq < 1 << 55 else 0) << 8
+
+
+def refusal(kind: int) -> tuple[int, str]:
+    """``(seq, error)`` of a refusal notice's kind (see :func:`refusal_kind`)."""
+    return kind >> 8, REFUSALS[(kind >> 4 & 0xF) - 1]
+
+
+def _known_kind(kind: int) -> bool:
+    if kind in (_WAITED, _ABORT, _FAILED):
+        return True
+    return kind >= 0 and kind & 0xF == _REFUSED and 1 <= (kind >> 4 & 0xF) <= len(REFUSALS)
 
 
 class MPITransport(Transport):
@@ -95,6 +116,7 @@ class MPITransport(Transport):
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
         self.aborted: set[int] = set()  # ranks that stopped after detecting an error
         self.failed: set[int] = set()  # of those, the ranks whose error was their own
+        self.refused: dict[int, tuple[int, str]] = {}  # of those, rank -> (op seq, exception)
         self.forged_notices: dict[int, int] = {}  # claimed sender -> notices that failed the MAC
         self._nstatus = MPI.Status()
         self._nbuf = np.zeros((max(self.size, 1), NOTICE_BYTES), np.uint8)
@@ -221,10 +243,12 @@ class MPITransport(Transport):
                     self._forged(r)
                     continue
                 self.gave_up[r] = got[0]
-                if got[1] in (_ABORT, _FAILED):
+                if got[1] != _WAITED:
                     self.aborted.add(r)
-                if got[1] == _FAILED:
+                if got[1] not in (_WAITED, _ABORT):
                     self.failed.add(r)
+                if got[1] & 0xF == _REFUSED:
+                    self.refused[r] = refusal(got[1])
                 self._nreqs[r] = MPI.REQUEST_NULL
         return bool(self.gave_up)
 
@@ -303,6 +327,13 @@ class MPITransport(Transport):
             )
         self._flush_notices(min(timeout, 0.5))
         culprit = self._blame(peer)
+        if culprit in self.refused:
+            raise PeerAbortError(
+                self._refused_text(culprit, op_label) + self._forged_note(),
+                peer=culprit,
+                op=op_label,
+                blamed=culprit,
+            )
         if culprit in self.failed:
             raise PeerAbortError(
                 f"{op_label}: rank {culprit} stopped this operation after an error of its own (an "
@@ -336,6 +367,19 @@ class MPITransport(Transport):
             peer=culprit,
             op=op_label,
             timeout_s=timeout,
+        )
+
+    def _refused_text(self, culprit: int, op_label: str) -> str:
+        """What a rank waiting in ``op_label`` is told of ``culprit``'s refusal notice."""
+        seq, error = self.refused[culprit]
+        if op_label.endswith(f" #{seq}"):
+            what = f"to {op_label}"
+        else:  # this rank is in another op: its own op #seq ended without that rank, or seqs differ
+            what = f"to its op #{seq or '?'} (this rank is in {op_label})"
+        return (
+            f"{op_label}: rank {culprit} refused its arguments {what}: {error} (see the error on rank "
+            f"{culprit}); the op cannot complete, and the SecureComm is unusable on every rank: "
+            f"build a new one"
         )
 
     def _notices_settle(self, peer: int) -> bool:
@@ -377,6 +421,11 @@ class MPITransport(Transport):
     def fail(self) -> None:
         if self.comm is not None:
             self._notify(self.rank, _FAILED)
+            self._flush_notices(0.2)
+
+    def refuse(self, seq: int, error: str) -> None:
+        if self.comm is not None:
+            self._notify(self.rank, refusal_kind(seq, error if error in REFUSALS else "ValueError"))
             self._flush_notices(0.2)
 
     def quiesce(self, timeout):

@@ -248,6 +248,9 @@ class NCCLTransport(Transport):
     def fail(self):
         return self.control.fail()
 
+    def refuse(self, seq, error):
+        return self.control.refuse(seq, error)
+
     def authenticate_notices(self, key):
         """The notices go over the control transport (MPI: authenticated from now on); the NCCL
         waits themselves read none and blame the peer they waited on."""

@@ -1,0 +1,33 @@
+"""Buffers and arguments on real ranks (issue 17): the scenarios of tests/argument_cases.py, run
+by tests/mpi_worker.py in one mpiexec launch per world size, many cases each."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_worker
+
+SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads"]
+SIZES = (2, 3)
+#: minimum cases a scenario must have checked per rank (guards against a silent no-op)
+MIN_CASES = {"layouts": 55, "nan_minmax": 128, "readonly_send": 96, "refusal": 18, "threads": 87}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    cache: dict[int, dict] = {}
+
+    def get(n: int) -> dict:
+        if n not in cache:
+            cache[n] = run_worker(n, SCENARIOS, tmp_path_factory.mktemp(f"args-np{n}") / "results.json")
+        return cache[n]
+
+    return get
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n,scenario", [(n, s) for n in SIZES for s in SCENARIOS])
+def test_scenario(results, n, scenario):
+    res = results(n)[scenario]
+    assert not res["failures"], "\n".join(res["failures"][:20])
+    assert res["cases"] >= MIN_CASES[scenario] * n
