@@ -308,9 +308,9 @@ def refusal(comm, rec, psk):
             comm.Barrier()
 
 
-def _calls(comm, n=1000):
+def _calls(comm, n=1000, root=0):
     """name -> (run(sc), check()): one call of each collective on fresh buffers, and whether its
-    result equals native MPI's (checked after every rank has run it)."""
+    result equals native MPI's (checked after every rank has run it); ``root``: bcast's."""
     p, r, f32 = comm.size, comm.rank, np.float32
     x = np.arange(n, dtype=f32) + r
     y, blk, out = np.zeros(n, f32), np.zeros(n // p, f32), np.zeros(n // p * p, f32)
@@ -335,7 +335,7 @@ def _calls(comm, n=1000):
             lambda sc: sc.allgather(blk + r, out),
             lambda: same(out, native(comm.Allgather, blk + r, out)),
         ),
-        "bcast": (lambda sc: sc.bcast(buf, root=0), lambda: same(buf, comm.bcast(x, root=0))),
+        "bcast": (lambda sc: sc.bcast(buf, root=root), lambda: same(buf, comm.bcast(x, root=root))),
         "alltoall": (lambda sc: sc.alltoall(a2a, got), lambda: same(got, native(comm.Alltoall, a2a, got))),
     }
 
@@ -352,7 +352,9 @@ def threads(comm, rec, psk):
         label = f"threads: {intruder} while {busy} runs in another thread"
         rec.start(label)
         sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=20, crypto_threads=1)
-        calls, spare = _calls(comm), _calls(comm)
+        # the busy call must wait for the others on rank 0: a bcast rank 0 roots could finish
+        # (eager sends) before the intruder is called, which would then run alone
+        calls, spare = _calls(comm, root=comm.size - 1), _calls(comm)
         comm.Barrier()
         got, seq = {}, sc._seq
 

@@ -32,7 +32,10 @@ from seccomm.transports import TamperTransport, TransportWrapper
 PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 SUITES = list(seccomm.SUITES)
 DTYPES = ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"]
-COUNTS = [0, 1, 7, 1001, 2**20 + 3]
+#: the sweep's counts; the largest spans several chunks per hop at the sweep's chunk size
+BIG = 2**17 + 3
+COUNTS = [0, 1, 7, 1001, BIG]
+SWEEP_CHUNK = 1 << 16  #: frame payload bytes in the sweep (BIG float64: 8 to 16 frames per hop)
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 NATIVE_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
 SCENARIOS = {}
@@ -227,8 +230,8 @@ def check_alltoall(comm, sc, rec, dname, m, tag=""):
 
 
 def alltoall_blocks(comm):
-    """per-peer counts: empty, odd, and a block of about 2**20 elements (a partial last chunk)"""
-    return (0, 1, 7, 1001, (2**20 + 3) // comm.size)
+    """per-peer counts: empty, odd, and a block of about BIG / p elements (a partial last chunk)"""
+    return (0, 1, 7, 1001, BIG // comm.size)
 
 
 def check_alltoall_args(comm, rec):
@@ -261,7 +264,7 @@ def check_alltoall_args(comm, rec):
 def sweep(comm, rec):
     """every collective x suite x dtype x count against native MPI"""
     for suite in SUITES:
-        sc = SecureComm(comm, suite, psk=PSK, timeout=60)
+        sc = SecureComm(comm, suite, psk=PSK, timeout=60, chunk_bytes=SWEEP_CHUNK)
         for dname in DTYPES:
             for n in COUNTS:
                 check_allreduce(comm, sc, rec, dname, n)
@@ -1127,7 +1130,7 @@ def device_kernels(comm, rec):
         sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=20000, device_backend=mine)
         for dname, n in (
             ("float32", 0),
-            ("float32", 30011),
+            ("float32", 12011),
             ("float16", 4099),
             ("bfloat16", 4099),
             ("int64", 1001),

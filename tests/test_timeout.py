@@ -31,10 +31,10 @@ def test_hung_launch_names_scenario_case_and_ranks(tmp_path):
     out = tmp_path / "hang-results.json"
     t0 = time.monotonic()
     with pytest.raises(_pytest.outcomes.Failed) as info:
-        run_worker(3, ["hang"], out, timeout=20)
+        run_worker(3, ["hang"], out, timeout=10)
     msg = str(info.value)
     assert time.monotonic() - t0 < 60, msg
-    assert "timed out after 20 s" in msg and "mpi_worker.py" in msg, msg
+    assert "timed out after 10 s" in msg and "mpi_worker.py" in msg, msg
     assert "ranks not finished: [0, 1, 2]" in msg, msg
     assert "rank 1: hang / started: hang: rank 1 waits forever" in msg, msg
     assert "rank 2: hang / started: hang: rank 2 waits forever" in msg, msg
