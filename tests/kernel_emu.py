@@ -17,19 +17,25 @@ KERNELS = Path(__file__).resolve().parents[1] / "seccomm" / "gpu" / "cuda"
 HERE = Path(__file__).resolve().parent
 
 
-def kernel_names() -> list[str]:
-    src = (KERNELS / "aead.cu").read_text()
+def kernel_names(source: str | None = None) -> list[str]:
+    """The ``__global__`` functions of ``source`` (CUDA C++; default: seccomm's aead.cu)."""
+    src = source if source is not None else (KERNELS / "aead.cu").read_text()
     return re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", src)
 
 
-def build(outdir: Path) -> ctypes.CDLL:
+def build(outdir: Path, source: str | None = None) -> ctypes.CDLL:
+    """Compile ``source`` (CUDA C++; default: seccomm's aead.cu) with tests/cuda_emu.h in ``outdir``."""
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
         raise RuntimeError("no C++ compiler (g++/c++/clang++) found")
-    names = kernel_names()
+    names = kernel_names(source)
+    included = "aead.cu"
+    if source is not None:
+        included = "kernels.cu"
+        (outdir / included).write_text(source)
     unit = outdir / "aead_emu.cpp"
     unit.write_text(
-        '#include "cuda_emu.h"\n#include "aead.cu"\n' + "".join(f"EMU_KERNEL({n})\n" for n in names)
+        f'#include "cuda_emu.h"\n#include "{included}"\n' + "".join(f"EMU_KERNEL({n})\n" for n in names)
     )
     lib = outdir / "libaead_emu.so"
     # -Wno-unknown-pragmas: `#pragma unroll` is nvcc's; g++ spells it `#pragma GCC unroll`
@@ -115,8 +121,8 @@ class EmulatedModule:
 
     xp = _Host
 
-    def __init__(self, lib: ctypes.CDLL):
-        self._kernels = {n: _Kernel(lib, n) for n in kernel_names()}
+    def __init__(self, lib: ctypes.CDLL, source: str | None = None):
+        self._kernels = {n: _Kernel(lib, n) for n in kernel_names(source)}
 
     def get_function(self, name: str) -> _Kernel:
         return self._kernels[name]

@@ -1130,7 +1130,7 @@ def device_kernels(comm, rec):
         sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=20000, device_backend=mine)
         for dname, n in (
             ("float32", 0),
-            ("float32", 12011),
+            ("float32", 30011),
             ("float16", 4099),
             ("bfloat16", 4099),
             ("int64", 1001),
