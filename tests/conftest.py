@@ -13,6 +13,12 @@ from pathlib import Path
 
 import pytest
 
+# A shell starts a background job (`cmd &`, no job control) with SIGINT ignored, and an ignored
+# signal stays ignored in every child: the tests that send Ctrl-C to a command would then see it
+# do nothing.  Python's own handler here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 WORKER = Path(__file__).with_name("mpi_worker.py")
 #: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
 PLAN = {
