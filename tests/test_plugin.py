@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,14 +43,10 @@ def run_bench(tmp_path, *extra, env=None):
         f"--benchmark-storage=file://{tmp_path}/store",
         *extra,
     ]
-    return subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**__import__("os").environ, "SECCOMM_PSK": GOOD_HEX} if env is None else env,
-    )
+    env = {**os.environ, "SECCOMM_PSK": GOOD_HEX} if env is None else env
+    # the inner pytest is not a worker of this run's pytest-xdist (it would disable benchmarks)
+    env = {k: v for k, v in env.items() if not k.startswith("PYTEST_XDIST")}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
 
 
 @pytest.mark.mpi
