@@ -136,8 +136,7 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int, rates=None) -> li
         call,
         reset,
         lambda v: coll.wrong(outs[v], outs[NATIVE]),
-        cfg.iters,
-        cfg.warmup,
+        *cfg.loop(nbytes),
         cfg.check,
     )
     native_s = float(np.median(times[0]))

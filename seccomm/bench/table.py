@@ -82,7 +82,7 @@ class Report:
             f"vaes={m['cpu']['vaes']} pclmulqdq={m['cpu']['pclmulqdq']})"
         )
         loop = (
-            f"warmup iters: {c.warmup} iters: {c.iters} check: {c.check} "
+            f"{c.loop_text()} check: {c.check} "
             f"algorithm: {c.algorithm} encrypt: {c.encrypt} chunk: {c.chunk_bytes} B"
         )
         if c.workload:

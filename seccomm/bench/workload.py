@@ -47,8 +47,7 @@ def bench_workload(comm, comms: dict, cfg) -> tuple[dict, list[dict]]:
         step,
         lambda: None,
         lambda v: coll.wrong(outs[v], outs[NATIVE]),
-        cfg.iters,
-        cfg.warmup,
+        *cfg.loop(None),
         cfg.check,
     )
     desc = {
