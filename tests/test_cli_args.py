@@ -205,3 +205,26 @@ def test_project_help_lists_the_presets(capsys):
 def test_version():
     proc = run_cmd([*SECCOMM, "--version"], timeout=60)
     assert proc.returncode == 0 and proc.stdout == f"seccomm {__version__}\n"
+
+
+def test_bench_loop_by_size_unless_given():
+    """OSU-style defaults: more calls for small messages; given -n/-w are used as they are."""
+    from seccomm.bench import BenchConfig
+
+    by_size = BenchConfig()
+    assert [by_size.loop(s) for s in (8, 4096, 16384, 65536, 262144, 64 << 20)] == [
+        (1000, 200),
+        (1000, 200),
+        (256, 51),
+        (64, 12),
+        (20, 5),
+        (20, 5),
+    ]
+    assert by_size.loop(None) == (20, 5)  # a workload step
+    assert BenchConfig(iters=3, warmup=0).loop(4096) == (3, 0)
+    assert BenchConfig(iters=100).loop(4096) == (100, 20)
+    assert BenchConfig(warmup=7).loop(4096) == (1000, 7)
+    assert by_size.loop_text() == (
+        "warmup iters: by size (iters / 5, at least 5) iters: by size (4 MiB / S in [20, 1000])"
+    )
+    assert BenchConfig(iters=20, warmup=5).loop_text() == "warmup iters: 5 iters: 20"
