@@ -135,6 +135,7 @@ class SecureComm:
             small_bytes = transport.small_bytes_default
         self.rank, self.size = transport.rank, transport.size
         self._broken: str | None = None
+        self._unsent = None  # (requests, peers, label): the last op's sends, waited for by the next
         self._busy = threading.RLock()  # held by the thread inside a collective call
         self._pool = None
         local_error, secret = None, None
@@ -292,6 +293,8 @@ class SecureComm:
             self._pool = None
         if self._broken != "closed":
             self._transport.quiesce(min(self.timeout, 10.0))  # also after an error: peers wait here
+            if self._unsent:  # the last op's sends: MPI progressed them during the wait above
+                self._stale, self._unsent = list(self._unsent[0]), None
             self._broken = "closed"
             self._transport.close()
         self._keys = self._ctx = None
@@ -376,6 +379,8 @@ class SecureComm:
         the next epoch when ``bound`` more frames would pass the per-key limit."""
         if self._broken:
             raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
+        if self._unsent:
+            self._settle_unsent()
         if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
             self._rotate()
         self._seq += 1
@@ -412,10 +417,28 @@ class SecureComm:
             ctx = self._device_ctx[id(backend)] = replace(self._ctx, workspace=DeviceWorkspace(backend))
         return ctx
 
+    def _settle_unsent(self) -> None:
+        """Wait for the last op's sends (not waited for in that op: its receivers may have
+        returned and stopped calling MPI, and MPICH completes a large send only while its
+        receiver progresses) before this op reuses the workspace they are read from.  A peer
+        that does not come back within ``timeout`` is blamed as in any wait."""
+        reqs, peers, label = self._unsent
+        self._unsent = None
+        try:
+            self._transport.wait_sends(reqs, self.timeout, peers, f"{label} (its last sends)")
+        except SecCommError as e:
+            self._broken = f"{label} failed ({type(e).__name__})"
+            self._transport.cancel(list(reqs))
+            self._stale = list(reqs)
+            raise
+
     def _run(self, run: OpRun, fn, *args) -> None:
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
                 fn(run, *args)
+            if run.sends:
+                reqs, peers = zip(*run.sends)
+                self._unsent = (reqs, peers, run.op_label)
         except SecCommError as e:
             self._broken = f"{run.op_label} failed ({type(e).__name__})"
             if isinstance(e, (AuthenticationError, FrameError)):

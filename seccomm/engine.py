@@ -111,6 +111,7 @@ class OpRun:
         self.chunk_elems = max(1, ctx.chunk_bytes // itemsize)
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
+        self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
 
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
@@ -195,10 +196,27 @@ class OpRun:
             for f in futs:
                 f.cancel()
 
+    # -- sends: waited for at the next step, never at the end of the op ---------------------
+    def _settle(self) -> None:
+        """Wait for the sends of the earlier steps, before this step seals into (or receives
+        into) workspace they may still be read from.  The sends of an op's last step are not
+        waited for in the op: a peer that received everything may return and stop calling MPI,
+        and MPICH completes a large send only while its receiver makes progress; the
+        ``SecureComm`` waits for them before its next op reuses the workspace (docs/design.md)."""
+        if self.sends:
+            reqs, peers = zip(*self.sends)
+            self.sends = []
+            self.t.wait_sends(reqs, self.timeout, peers, self.op_label)
+
+    def _sent(self, reqs, peer) -> None:
+        self.pending += reqs
+        self.sends += [(r, peer) for r in reqs]
+
     # -- one step ----------------------------------------------------------------------------
     def exchange(self, send: Send | None = None, recv: Recv | None = None) -> None:
         """Run one step: post receives, seal+send, then open+consume in chunk order."""
         t = self.t
+        self._settle()
         rreqs = sreqs = None
         if recv is not None:
             isz = self.itemsize
@@ -208,11 +226,9 @@ class OpRun:
         if send is not None:
             frames = send.frames if send.frames is not None else self.sealed_frames(send)
             sreqs = [t.isend(f, send.dst) for f in frames]
-            self.pending += sreqs
+            self._sent(sreqs, send.dst)
         if recv is not None:
             self._drain(recv, rreqs)
-        if sreqs:
-            t.wait_sends(sreqs, self.timeout, [send.dst] * len(sreqs), self.op_label)
 
     def _drain(self, recv: Recv, rreqs):
         t, timeout, op_label = self.t, self.timeout, self.op_label
@@ -260,13 +276,14 @@ class OpRun:
         ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace memory
         (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext."""
         t, ws, frame, rank, op_label = self.t, self.ws, self.frame, self.rank, self.op_label
+        self._settle()
         nbytes = elems * self.itemsize
         key = self._protect(False, rank, peer)
         sslot = ws.slots("send", [nbytes])[0]
         frame.fill(sslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, rank, peer, elems)
         key.seal(sslot, piece)
         sreq = t.isend(sslot.frame, peer)  # first: the peer waits on it
-        self.pending.append(sreq)
+        self._sent((sreq,), peer)
         rslot = ws.slots("recv", [nbytes])[0]
         rreq = t.irecv(rslot.frame, peer)
         self.pending.append(rreq)
@@ -274,7 +291,6 @@ class OpRun:
         frame.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
         self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer, step)
         consume(0, self._open(rslot, key, out, peer, step, 0, 1))
-        t.wait_sends((sreq,), self.timeout, (peer,), op_label)
 
     # -- tree relay (broadcast) --------------------------------------------------------------
     def relay(
@@ -285,14 +301,11 @@ class OpRun:
         opens it into private scratch and copies it to ``outs[j]`` (the caller's buffer) once it
         verified.  Pipelined per chunk (a chain overlaps its hops)."""
         t, timeout, n, op_label = self.t, self.timeout, len(elems), self.op_label
-        sreqs, peers = [], []
+        self._settle()
         if parent is None:
             for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin, pieces=pieces_or_outs)):
                 for c in children:
-                    sreqs.append(t.isend(f, c))
-                    peers.append(c)
-            self.pending += sreqs
-            t.wait_sends(sreqs, timeout, peers, op_label)
+                    self._sent([t.isend(f, c)], c)
             return
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
@@ -302,12 +315,8 @@ class OpRun:
             slot = slots[j]
             self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent)
             for c in children:
-                r = t.isend(slot.frame, c)
-                sreqs.append(r)
-                peers.append(c)
-                self.pending.append(r)
+                self._sent([t.isend(slot.frame, c)], c)
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             out = pieces_or_outs[j]
             tmp = self.ws.scratch(len(slot.body)) if key.suite.confidential else out
             _copy_out(out, self._open(slot, key, tmp, parent, GROUP_STEP, j, n))
-        t.wait_sends(sreqs, timeout, peers, op_label)

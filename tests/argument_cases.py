@@ -429,3 +429,59 @@ def _one_per_thread(comm, rec, psk):
             rec(f"threads: one SecureComm per thread, thread {i} op {k}: {c if not ok else 'ok'}", ok)
     for sc in comms:
         sc.close()
+
+
+#: (label, collective, bytes, chunk_bytes): sends large enough for MPICH's rendezvous protocol;
+#: before the fix the root of this bcast raised TransportTimeout (docs/design.md, "Completion")
+COMPLETION = [("bcast 64 MiB, 64 KiB frames", "bcast", 64 << 20, 64 << 10)]
+
+
+def completion(comm, rec, psk):
+    """issue 17 item 3: a collective that has delivered everything completes on every rank at
+    once, even when the others then stop calling MPI for longer than the deadline (a checkpoint
+    write): every rank returns with the right result, none raises TransportTimeout, and the next
+    op, once every rank is back, runs as usual.  Before, MPICH held the root's last large sends
+    until the receivers made progress again, and the root blamed them after the deadline."""
+    p, r = comm.size, comm.rank
+    for label, name, nbytes, chunk in COMPLETION:
+        timeout, pause = 4.0, 5.0  # the others pause longer than the deadline
+        sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=timeout, chunk_bytes=chunk)
+        n = nbytes // 4 // p * p
+        x = (np.arange(n, dtype=np.float32) % 251) + r
+        if name == "bcast":
+            buf = x.copy() if r == 0 else np.zeros(n, np.float32)
+            call, out = (lambda: sc.bcast(buf, root=0)), buf
+            want = np.arange(n, dtype=np.float32) % 251
+        elif name == "allreduce":
+            out = np.empty_like(x)
+            call = lambda: sc.allreduce(x, out)  # noqa: E731
+            want = (np.arange(n, dtype=np.float32) % 251) * p + p * (p - 1) / 2
+        else:
+            mine = x[: n // p]
+            out = np.empty(n // p * p, np.float32)
+            call = lambda: sc.allgather(mine, out)  # noqa: E731
+            want = np.concatenate([x[: n // p] - r + q for q in range(p)])
+        comm.Barrier()
+        t0 = time.monotonic()
+        err = None
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - the case's result
+            err = e
+        secs = time.monotonic() - t0
+        if r != 0:
+            time.sleep(pause)  # no MPI call for longer than the deadline
+        ok = err is None and bool(np.array_equal(out, want)) and secs < timeout
+        got = f"{type(err).__name__}: {err}" if err else "ok"
+        rec(f"completion {label} rank {r}: {got} in {secs:.2f} s", ok)
+        comm.Barrier()  # everyone back (a rank pausing past the deadline inside an op would be blamed)
+        try:  # the next op runs as usual (it waits for the last op's sends first)
+            y = np.empty(4, np.float32)
+            sc.allreduce(np.ones(4, np.float32), y)
+            nxt = bool(np.all(y == p))
+        except Exception as e:  # noqa: BLE001 - a failed case
+            nxt = False
+            rec(f"completion {label} rank {r}: next op: {type(e).__name__}: {e}", False)
+        rec(f"completion {label} rank {r}: the next op", nxt)
+        sc.close()
+        comm.Barrier()

@@ -984,6 +984,13 @@ def threads(comm, rec):
 
 
 @scenario
+def completion(comm, rec):
+    """issue 17 item 3: a delivered collective completes while the others stop calling MPI
+    (tests/argument_cases.py)"""
+    argument_cases.completion(comm, rec, PSK)
+
+
+@scenario
 def op_replay(comm, rec):
     """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
     AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every

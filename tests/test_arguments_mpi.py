@@ -8,9 +8,17 @@ import pytest
 from conftest import run_worker
 
 SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads"]
-SIZES = (2, 3)
+#: world size -> its scenarios ("completion" pauses ranks past a deadline: 2 ranks are enough)
+PLAN = {2: [*SCENARIOS, "completion"], 3: SCENARIOS}
 #: minimum cases a scenario must have checked per rank (guards against a silent no-op)
-MIN_CASES = {"layouts": 55, "nan_minmax": 128, "readonly_send": 96, "refusal": 18, "threads": 87}
+MIN_CASES = {
+    "layouts": 55,
+    "nan_minmax": 128,
+    "readonly_send": 96,
+    "refusal": 18,
+    "threads": 87,
+    "completion": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +27,14 @@ def results(tmp_path_factory):
 
     def get(n: int) -> dict:
         if n not in cache:
-            cache[n] = run_worker(n, SCENARIOS, tmp_path_factory.mktemp(f"args-np{n}") / "results.json")
+            cache[n] = run_worker(n, PLAN[n], tmp_path_factory.mktemp(f"args-np{n}") / "results.json")
         return cache[n]
 
     return get
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n,scenario", [(n, s) for n in SIZES for s in SCENARIOS])
+@pytest.mark.parametrize("n,scenario", [(n, s) for n, names in PLAN.items() for s in names])
 def test_scenario(results, n, scenario):
     res = results(n)[scenario]
     assert not res["failures"], "\n".join(res["failures"][:20])
