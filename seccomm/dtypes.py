@@ -60,7 +60,7 @@ def resolve_dtype(name_or_dtype) -> np.dtype:
 
 def check_op(op: str, dt: np.dtype) -> np.ufunc:
     """Return the ufunc for ``op``; ``ValueError`` naming the allowed ops for this dtype."""
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:  # (an unhashable op is not a dict key either)
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
     if op == "avg" and dtype_name(dt) not in FLOAT_NAMES:
         raise ValueError(f"op 'avg' needs a floating-point dtype ({', '.join(FLOAT_NAMES)}), got {dt}")

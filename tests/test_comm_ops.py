@@ -433,3 +433,183 @@ def test_a_tampered_frame_is_refused_on_a_device_engine_rank(host_backend):
     assert isinstance(res[0], AuthenticationError) and res[0].peer == 1, res
     assert res[0].op == "allreduce" and "allreduce #1" in str(res[0]), res
     assert isinstance(res[1], SecCommError), res
+
+
+# -- the plan of a repeated call (issue 15) ---------------------------------------------------------
+def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
+    """The same arrays and arguments again: the plan runs (no argument checks, same results as a
+    checked call, every algorithm); other arguments, another plan; an array changed in place
+    (read-only now, another shape, another dtype) is checked again; a plan keeps its arrays; more
+    than PLAN_SLOTS plans empty the table; buffers above PLAN_MAX_BYTES get none; close() drops
+    all."""
+    from seccomm import comm as comm_mod
+
+    checked = []
+    real = {name: c.args for name, c in COLLECTIVES.items()}
+
+    def body(sc):
+        p, r = sc.size, sc.rank
+        x = np.arange(1000, dtype=np.float32) + r
+        y = np.zeros_like(x)
+        got = []
+        for alg in ("recursive_doubling", "ring", "auto"):
+            sc.algorithm = alg  # read on every call, plan or not
+            for _ in range(3):
+                x += 1
+                sc.allreduce(x, y)
+                want = sum(np.arange(1000, dtype=np.float32) + q for q in range(p)) + p * (len(got) + 1)
+                got.append(bool(np.array_equal(y, want)))
+        sc.algorithm = "auto"
+        plans = len(sc._plans)
+        sc.allreduce(x, y, op="max")  # other arguments: another plan
+        got.append(bool(np.array_equal(y, x - r + p - 1)) and len(sc._plans) == plans + 1)
+        sc.allreduce(x, y, op="max")
+        got.append(len(sc._plans) == plans + 1)
+        sc.bcast(y, root=1)  # root: another plan; a bool root is refused even after root=1
+        sc.bcast(y, root=1)
+        got.append(len(sc._plans) == plans + 2)
+        big = np.zeros((comm_mod.PLAN_MAX_BYTES + 4) // 4, np.float32)
+        sc.allreduce(big, big)  # above the limit: no plan
+        got.append(len(sc._plans) == plans + 2)
+        small = np.zeros(comm_mod.PLAN_MAX_BYTES // 4, np.float32)
+        sc.allreduce(small, small)  # at the limit: a plan
+        got.append(len(sc._plans) == plans + 3)
+        keep = [np.zeros(8, np.float32) for _ in range(comm_mod.PLAN_SLOTS)]
+        for a in keep:
+            sc.allreduce(a, a)
+        got.append(0 < len(sc._plans) <= comm_mod.PLAN_SLOTS)  # the full table was emptied
+        plan = next(iter(sc._plans.values()))
+        got.append(any(plan.send is a for a in keep) and plan.recv is plan.send)
+        x.shape = (10, 100)  # another shape, in place: checked again (and fine)
+        y.shape = (100, 10)
+        sc.allreduce(x, y)
+        got.append(bool(np.array_equal(y.reshape(-1), x.reshape(-1) * p - r * p + p * (p - 1) / 2)))
+        y.flags.writeable = False  # read-only now: refused, not run from the plan
+        try:
+            sc.allreduce(x, y)
+            got.append(False)
+        except ValueError as e:
+            got.append("recvbuf is read-only" in str(e))
+        sc.close()
+        got.append(sc._plans == {})
+        return got, checked.count(r)
+
+    def counting(name):
+        def args(sendbuf, recvbuf, rank, size, device, **kw):
+            checked.append(rank)
+            return real[name](sendbuf, recvbuf, rank, size, device, **kw)
+
+        return args
+
+    try:
+        for name in real:
+            object.__setattr__(COLLECTIVES[name], "args", counting(name))
+        res = ok(world_run(2, body))
+    finally:
+        for name, fn in real.items():
+            object.__setattr__(COLLECTIVES[name], "args", fn)
+    for got, n_checked in res:
+        assert all(got), got
+        # 9 allreduces: the first checked, the others run from its plan; max: once; bcast: once;
+        # big: once; small: once; 16 fresh arrays; the reshaped call; the read-only call
+        assert n_checked == 1 + 1 + 1 + 1 + 1 + comm_mod.PLAN_SLOTS + 1 + 1, n_checked
+
+
+def test_a_plan_never_takes_an_argument_of_another_type():
+    """root=True equals root=1 as a dict key, but a bool root is refused: the plan's key holds
+    the types of the arguments too, and an unhashable argument is checked as usual."""
+
+    def body(sc):
+        y = np.zeros(8, np.float32)
+        sc.bcast(y, root=1)
+        for bad in (True, 1.0):
+            try:
+                sc.bcast(y, root=bad)
+                return "no error"
+            except ValueError as e:
+                return str(e)
+
+    for msg in ok(world_run(2, body)):
+        assert "root" in msg, msg
+
+    def unhashable(sc):
+        y = np.zeros(8, np.float32)
+        try:
+            sc.allreduce(y, y, op=["sum"])
+            return "no error"
+        except (TypeError, ValueError) as e:
+            return str(e)
+
+    for msg in ok(world_run(2, unhashable)):
+        assert "op" in msg, msg
+
+
+# -- buffer layouts and refusals, in process (issue 17; real ranks: tests/argument_cases.py) ---------
+def test_fortran_order_moves_memory_order_and_two_orders_of_one_shape_are_refused():
+    def body(sc):
+        p, r = sc.size, sc.rank
+        xf = np.asfortranarray((np.arange(60, dtype=np.float32) + r).reshape(6, 10))
+        yf = np.asfortranarray(np.zeros((6, 10), np.float32))
+        sc.allreduce(xf, yf)  # both Fortran: element for element
+        ok_f = bool(np.array_equal(yf, xf * p - r * p + p * (p - 1) / 2))
+        flat = np.zeros(60, np.float32)
+        sc.allreduce(xf, flat)  # one shape only: memory order, as MPI
+        ok_flat = bool(np.array_equal(flat, (xf * p - r * p + p * (p - 1) / 2).ravel(order="F")))
+        yc = np.zeros((6, 10), np.float32)
+        try:
+            sc.allreduce(xf, yc)
+            return ok_f, ok_flat, "no error"
+        except ValueError as e:
+            return ok_f, ok_flat, str(e)
+
+    for ok_f, ok_flat, msg in ok(world_run(2, body)):
+        assert ok_f and ok_flat
+        assert msg.startswith(
+            "sendbuf is in Fortran order and recvbuf in C order (shape (6, 10)): seccomm, like MPI, "
+            "moves each buffer in its memory order"
+        ), msg
+
+
+def test_a_refusal_names_the_exception_to_the_transport_and_in_the_broken_state():
+    from seccomm.transports import TransportWrapper
+
+    class Told(TransportWrapper):
+        told: list = []
+
+        def refuse(self, seq, error):
+            self.told.append((self.rank, seq, error))
+            return self.inner.refuse(seq, error)
+
+    def body(sc):
+        y = np.zeros(8, np.float32)
+        sc.allreduce(y, y)
+        try:
+            sc.allreduce(y, np.zeros(9, np.float32))  # every rank refuses: sizes differ
+        except ValueError:
+            pass
+        return sc._broken
+
+    res = ok(world_run(2, body, wrap=lambda r, t: Told(t)))
+    assert sorted(Told.told) == [(0, 2, "ValueError"), (1, 2, "ValueError")], Told.told
+    assert all(b == "allreduce #2 refused its arguments on this rank (ValueError)" for b in res), res
+
+
+def test_recursive_doubling_of_nothing_and_of_one_rank():
+    """Zero elements on 2 ranks (avg included) and any count on 1 rank: recvbuf = sendbuf, no
+    frame sent."""
+
+    def body(sc):
+        e = np.zeros(0, np.float32)
+        sc.allreduce(e, np.zeros(0, np.float32), op="avg")
+        return True
+
+    assert ok(world_run(2, body, algorithm="recursive_doubling"))
+
+    def one(sc):
+        x = np.arange(5, dtype=np.float32)
+        y = np.zeros_like(x)
+        sc.allreduce(x, y, op="avg")
+        sc.allreduce(x, x, op="avg")  # in place
+        return bool(np.array_equal(y, np.arange(5, dtype=np.float32))), bool(np.array_equal(x, y))
+
+    assert ok(world_run(1, one, algorithm="recursive_doubling")) == [(True, True)]
