@@ -474,10 +474,14 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
         small = np.zeros(comm_mod.PLAN_MAX_BYTES // 4, np.float32)
         sc.allreduce(small, small)  # at the limit: a plan
         got.append(len(sc._plans) == plans + 3)
+        mid = np.ones(32 << 10, np.float32)  # 128 KiB: the ring, chosen from its count on a plan too
+        sc.allreduce(mid, mid)
+        sc.allreduce(mid, mid)
+        got.append(bool(np.all(mid == p * p)))
         keep = [np.zeros(8, np.float32) for _ in range(comm_mod.PLAN_SLOTS)]
         for a in keep:
             sc.allreduce(a, a)
-        got.append(0 < len(sc._plans) <= comm_mod.PLAN_SLOTS)  # the full table was emptied
+            got.append(0 < len(sc._plans) <= comm_mod.PLAN_SLOTS)  # a full table is emptied
         plan = next(iter(sc._plans.values()))
         got.append(any(plan.send is a for a in keep) and plan.recv is plan.send)
         x.shape = (10, 100)  # another shape, in place: checked again (and fine)
@@ -511,8 +515,8 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
     for got, n_checked in res:
         assert all(got), got
         # 9 allreduces: the first checked, the others run from its plan; max: once; bcast: once;
-        # big: once; small: once; 16 fresh arrays; the reshaped call; the read-only call
-        assert n_checked == 1 + 1 + 1 + 1 + 1 + comm_mod.PLAN_SLOTS + 1 + 1, n_checked
+        # big: once; small: once; mid: once; 16 fresh arrays; the reshaped call; the read-only call
+        assert n_checked == 1 + 1 + 1 + 1 + 1 + 1 + comm_mod.PLAN_SLOTS + 1 + 1, n_checked
 
 
 def test_a_plan_never_takes_an_argument_of_another_type():
@@ -613,3 +617,75 @@ def test_recursive_doubling_of_nothing_and_of_one_rank():
         return bool(np.array_equal(y, np.arange(5, dtype=np.float32))), bool(np.array_equal(x, y))
 
     assert ok(world_run(1, one, algorithm="recursive_doubling")) == [(True, True)]
+
+
+def test_a_second_thread_is_refused_at_once_while_a_call_runs():
+    """In process, as tests/argument_cases.py threads on real ranks: rank 0's second thread calls
+    while its first waits inside an allreduce (rank 1 joins later): ConcurrentUseError at once,
+    naming the call, the rank and what to do; the first call completes."""
+    import threading
+
+    from seccomm import ConcurrentUseError
+
+    def body(sc):
+        x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
+        if sc.rank == 1:
+            time.sleep(0.3)
+            sc.allreduce(x, y)
+            return None
+        seq = sc._seq
+        t = threading.Thread(target=sc.allreduce, args=(x, y))
+        t.start()
+        while sc._seq == seq:
+            time.sleep(0.001)
+        t0 = time.monotonic()
+        try:
+            sc.bcast(np.zeros(4, np.float32), root=0)
+            err = None
+        except ConcurrentUseError as e:
+            err = str(e)
+        secs = time.monotonic() - t0
+        t.join()
+        return err, secs, bool(np.all(y == 2))
+
+    err, secs, done = ok(world_run(2, body))[0]
+    assert err is not None and secs < 0.25 and done, (err, secs, done)
+    busy = "bcast: another thread is inside a collective call on this SecureComm (rank 0)"
+    assert err.startswith(busy), err
+    assert "Use one SecureComm per thread" in err, err
+
+
+def test_the_last_sends_of_an_op_that_never_complete_break_the_next_op():
+    """An op's last sends are waited for at the next op's start: when that wait fails, the next
+    op raises it, the SecureComm is unusable (naming the op whose sends failed), and the requests
+    are handed to the transport's cancel and kept referenced."""
+    from seccomm import TransportTimeout
+    from seccomm.transports import TransportWrapper
+
+    class LastSendsFail(TransportWrapper):
+        cancelled: list = []
+
+        def wait_sends(self, reqs, timeout, peers, op_label):
+            if op_label.endswith("(its last sends)"):
+                raise TransportTimeout(f"{op_label}: planted", peer=peers[0], op=op_label, timeout_s=timeout)
+            return self.inner.wait_sends(reqs, timeout, peers, op_label)
+
+        def cancel(self, reqs):
+            self.cancelled.append((self.rank, list(reqs)))
+            return self.inner.cancel(reqs)
+
+    def body(sc):
+        x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
+        sc.allreduce(x, y)
+        unsent = list(sc._unsent[0])
+        try:
+            sc.allreduce(x, y)
+            return "no error"
+        except TransportTimeout as e:
+            return str(e), sc._broken, sc._stale == unsent, sc._unsent
+
+    res = ok(world_run(2, body, wrap=lambda r, t: LastSendsFail(t)))
+    for msg, broken, stale, unsent in res:
+        assert msg == "allreduce #1 (its last sends): planted" and unsent is None, msg
+        assert broken == "allreduce #1 failed (TransportTimeout)" and stale, broken
+    assert sorted(r for r, reqs in LastSendsFail.cancelled if reqs) == [0, 1], LastSendsFail.cancelled
