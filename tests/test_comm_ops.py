@@ -689,3 +689,25 @@ def test_the_last_sends_of_an_op_that_never_complete_break_the_next_op():
         assert msg == "allreduce #1 (its last sends): planted" and unsent is None, msg
         assert broken == "allreduce #1 failed (TransportTimeout)" and stale, broken
     assert sorted(r for r, reqs in LastSendsFail.cancelled if reqs) == [0, 1], LastSendsFail.cancelled
+
+
+def test_a_device_engine_comm_runs_every_repeated_call_on_the_device_engine(host_backend):
+    """Plans are for the host engine only: with a device_backend, a repeated call of numpy
+    buffers still runs on the device engine (its backend seals and opens every time)."""
+    world = World(2)
+    trs = world.transports(timeout=3)
+    backends = [Counted(host_backend) for _ in range(2)]
+
+    def body(r):
+        sc = _mixed_engine_comm(trs[r], device_backend=backends[r])
+        x, y = np.ones(64, np.float32), np.zeros(64, np.float32)
+        seen = []
+        for _ in range(3):
+            before = backends[r].batches
+            sc.allreduce(x, y)
+            seen.append(backends[r].batches > before and bool(np.all(y == 2)))
+        sc.close()
+        return seen, len(sc._plans)
+
+    for seen, plans in ok(world.run(body)):
+        assert seen == [True, True, True] and plans == 0, seen
