@@ -711,3 +711,16 @@ def test_a_device_engine_comm_runs_every_repeated_call_on_the_device_engine(host
 
     for seen, plans in ok(world.run(body)):
         assert seen == [True, True, True] and plans == 0, seen
+
+
+def test_close_keeps_the_last_sends_referenced():
+    """close() after an op: the op's last sends (never waited for in it) are handed over to the
+    requests kept referenced while MPI may still read their frames."""
+
+    def body(sc):
+        sc.allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))
+        reqs = list(sc._unsent[0])
+        sc.close()
+        return bool(reqs) and sc._stale == reqs and sc._unsent is None
+
+    assert ok(world_run(2, body)) == [True, True]
