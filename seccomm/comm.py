@@ -436,9 +436,11 @@ class SecureComm:
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
                 fn(run, *args)
-            if run.sends:
+            if run.sends and self._transport.defer_last_sends:
                 reqs, peers = zip(*run.sends)
                 self._unsent = (reqs, peers, run.op_label)
+            elif run.sends:  # a transport whose sends complete without the receiver: wait now
+                run._settle()
         except SecCommError as e:
             self._broken = f"{run.op_label} failed ({type(e).__name__})"
             if isinstance(e, (AuthenticationError, FrameError)):

@@ -724,3 +724,23 @@ def test_close_keeps_the_last_sends_referenced():
         return bool(reqs) and sc._stale == reqs and sc._unsent is None
 
     assert ok(world_run(2, body)) == [True, True]
+
+
+def test_a_transport_that_does_not_defer_has_every_send_waited_for_in_the_op():
+    """defer_last_sends False (torch.distributed, NCCL): the op waits for its last sends itself."""
+    from seccomm.transports import TransportWrapper
+
+    class NoDefer(TransportWrapper):
+        defer_last_sends = False
+        waited: list = []
+
+        def wait_sends(self, reqs, timeout, peers, op_label):
+            self.waited.append((self.rank, op_label))
+            return self.inner.wait_sends(reqs, timeout, peers, op_label)
+
+    def body(sc):
+        sc.allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))
+        return sc._unsent
+
+    assert ok(world_run(2, body, wrap=lambda r, t: NoDefer(t))) == [None, None]
+    assert sorted(NoDefer.waited) == [(0, "allreduce #1"), (1, "allreduce #1")], NoDefer.waited

@@ -88,6 +88,8 @@ class _Sent:
 class ThreadTransport(Transport):
     """Rank ``rank`` of ``world``; ``timeout``: seconds for the setup collectives."""
 
+    defer_last_sends = True  # as MPI: an op's last sends are waited for by the next op
+
     def __init__(self, world: World, rank: int, timeout: float = 5.0):
         self.world, self.rank, self.size, self.timeout = world, rank, world.size, timeout
         self.calls = 0

@@ -25,11 +25,15 @@ class Transport:
 
     ``small_bytes_default``: where ``algorithm="auto"`` switches allreduce from recursive doubling
     (lg p messages) to ring (2(p-1) messages); higher for transports with a higher latency.
+    ``defer_last_sends``: an op returns without waiting for its last sends, which its
+    ``SecureComm`` waits for at the next op's start (MPI: a large send completes only while its
+    receiver progresses, docs/design.md "Completion"); else they are waited for at the op's end.
     """
 
     rank: int
     size: int
     small_bytes_default = 64 << 10
+    defer_last_sends = False
 
     def isend(self, buf, peer: int):
         raise NotImplementedError
@@ -156,6 +160,10 @@ class TransportWrapper(Transport):
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    @property
+    def defer_last_sends(self):
+        return self.inner.defer_last_sends
 
     def send_own(self, buf, peer):
         """``isend`` of a buffer this wrapper made; it stays referenced for the wrapper's life."""

@@ -95,6 +95,8 @@ class MPITransport(Transport):
     ``close``).  ``timeout``: seconds for collective waits during setup.
     """
 
+    defer_last_sends = True  # MPICH completes a large send only while its receiver progresses
+
     def __init__(self, comm, timeout: float = 60.0, tag: int = 7):
         from mpi4py import MPI
 
