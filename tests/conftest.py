@@ -226,13 +226,19 @@ def run_worker(n: int, scenarios: list[str], out: Path, timeout: float | None = 
     return json.loads(out.read_text())
 
 
-@pytest.fixture(scope="session")
-def mpi_results(tmp_path_factory):
+def cached_launches(tmp_path_factory, plan: dict, prefix: str = "np"):
+    """``get(n)``: the results of one launch of ``plan[n]``'s scenarios on n ranks, launched on
+    first use and cached."""
     cache: dict[int, dict] = {}
 
     def get(n: int) -> dict:
         if n not in cache:
-            cache[n] = run_worker(n, PLAN[n], tmp_path_factory.mktemp(f"np{n}") / "results.json")
+            cache[n] = run_worker(n, plan[n], tmp_path_factory.mktemp(f"{prefix}{n}") / "results.json")
         return cache[n]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def mpi_results(tmp_path_factory):
+    return cached_launches(tmp_path_factory, PLAN)

@@ -12,6 +12,7 @@ raised ends the launch early: the scenarios after it are reported as not run.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -953,41 +954,10 @@ def wire_policy(comm, rec):
     wire_cases.wire_policy(comm, rec, PSK)
 
 
-@scenario
-def layouts(comm, rec):
-    """issue 17: Fortran-ordered buffers in every collective (tests/argument_cases.py)"""
-    argument_cases.layouts(comm, rec, PSK)
-
-
-@scenario
-def nan_minmax(comm, rec):
-    """issue 17: max/min propagate a NaN from any rank (tests/argument_cases.py)"""
-    argument_cases.nan_minmax(comm, rec, PSK)
-
-
-@scenario
-def readonly_send(comm, rec):
-    """issue 17: read-only send-only inputs (tests/argument_cases.py)"""
-    argument_cases.readonly_send(comm, rec, PSK)
-
-
-@scenario
-def refusal(comm, rec):
-    """issue 17: one rank refuses its arguments, the others learn at once (tests/argument_cases.py)"""
-    argument_cases.refusal(comm, rec, PSK)
-
-
-@scenario
-def threads(comm, rec):
-    """issue 17: two threads on one SecureComm, and one SecureComm per thread (tests/argument_cases.py)"""
-    argument_cases.threads(comm, rec, PSK)
-
-
-@scenario
-def completion(comm, rec):
-    """issue 17 item 3: a delivered collective completes while the others stop calling MPI
-    (tests/argument_cases.py)"""
-    argument_cases.completion(comm, rec, PSK)
+#: issue 17's scenarios (tests/argument_cases.py), each called with the suite's PSK
+ARGUMENT_SCENARIOS = ("layouts", "nan_minmax", "readonly_send", "refusal", "threads", "completion")
+for _name in ARGUMENT_SCENARIOS:
+    SCENARIOS[_name] = functools.partial(getattr(argument_cases, _name), psk=PSK)
 
 
 @scenario

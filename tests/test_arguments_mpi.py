@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_worker
+from conftest import cached_launches
 
 SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads"]
 #: world size -> its scenarios ("completion" pauses ranks past a deadline: 2 ranks are enough)
@@ -23,14 +23,7 @@ MIN_CASES = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    cache: dict[int, dict] = {}
-
-    def get(n: int) -> dict:
-        if n not in cache:
-            cache[n] = run_worker(n, PLAN[n], tmp_path_factory.mktemp(f"args-np{n}") / "results.json")
-        return cache[n]
-
-    return get
+    return cached_launches(tmp_path_factory, PLAN, "args-np")
 
 
 @pytest.mark.mpi
