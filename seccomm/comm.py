@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import collectives as _coll
-from .dtypes import DTYPES
+from .dtypes import CODES
 from .engine import OpContext, OpRun
 from .errors import (
     AuthenticationError,
@@ -387,7 +387,7 @@ class SecureComm:
         frame = FrameContext(
             self.suite.suite_id,
             coll.code,
-            DTYPES[call.dtype][1],
+            CODES[call.dtype],
             self._job_id,
             self._comm_id,
             self.epoch,

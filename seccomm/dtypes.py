@@ -7,21 +7,44 @@ the world size, allowed for floating-point types only.
 
 from __future__ import annotations
 
-import ml_dtypes
+from collections.abc import Mapping
+
 import numpy as np
 
+#: name -> wire code bound into the AAD (the names, in this order, everywhere)
+CODES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "uint8": 5, "int32": 6, "int64": 7}
+
+
+class _Dtypes(Mapping):
+    """name -> (numpy dtype, wire code).  bfloat16's dtype comes from ``ml_dtypes``, imported on
+    the first look-up of that entry: ml_dtypes 0.7 takes about 0.7 s to import, which a CLI call
+    or a rank that never touches bfloat16 does not pay (an array of that dtype cannot exist
+    before ml_dtypes is imported)."""
+
+    def __init__(self):
+        self._table = {n: (np.dtype(n), c) for n, c in CODES.items() if n != "bfloat16"}
+
+    def __getitem__(self, name):
+        if name == "bfloat16" and name not in self._table:
+            import ml_dtypes
+
+            self._table[name] = (np.dtype(ml_dtypes.bfloat16), CODES[name])
+        return self._table[name]
+
+    def __iter__(self):
+        return iter(CODES)
+
+    def __len__(self):
+        return len(CODES)
+
+    def __contains__(self, name):
+        return name in CODES
+
+
 #: name -> (numpy dtype, wire code bound into the AAD)
-DTYPES = {
-    "float16": (np.dtype(np.float16), 1),
-    "bfloat16": (np.dtype(ml_dtypes.bfloat16), 2),
-    "float32": (np.dtype(np.float32), 3),
-    "float64": (np.dtype(np.float64), 4),
-    "uint8": (np.dtype(np.uint8), 5),
-    "int32": (np.dtype(np.int32), 6),
-    "int64": (np.dtype(np.int64), 7),
-}
+DTYPES = _Dtypes()
 FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
-_BY_DTYPE = {dt: name for name, (dt, _code) in DTYPES.items()}
+_BY_DTYPE = {dt: name for name, (dt, _code) in DTYPES._table.items()}  # all but bfloat16
 
 #: op name -> numpy ufunc (``avg`` reduces with ``add`` and divides by the world size)
 OPS = {
@@ -37,13 +60,15 @@ def dtype_name(dt) -> str:
     """Return the seccomm name of numpy dtype ``dt``; ``TypeError`` listing the allowed ones."""
     dt = np.dtype(dt)
     name = _BY_DTYPE.get(dt) if dt.isnative else None
+    if name is None and dt.name == "bfloat16" and dt == DTYPES["bfloat16"][0]:
+        name = "bfloat16"
     if name is None:
         raise TypeError(f"unsupported dtype {dt}; allowed: {', '.join(DTYPES)}")
     return name
 
 
 def dtype_code(name: str) -> int:
-    return DTYPES[name][1]
+    return CODES[name]
 
 
 def resolve_dtype(name_or_dtype) -> np.dtype:

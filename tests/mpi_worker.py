@@ -19,7 +19,6 @@ import sys
 import time
 import traceback
 
-import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
@@ -48,7 +47,7 @@ def scenario(fn):
 
 
 def npdtype(name):
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    return seccomm.dtypes.DTYPES[name][0]  # (bfloat16: imports ml_dtypes on first use)
 
 
 def make_data(comm, dname, n, salt=0, op="sum"):
@@ -92,6 +91,8 @@ def ref_reduce(comm, x, op):
             ref = ref / comm.size
     if dname not in FLOATS:
         return ref, None
+    import ml_dtypes  # (its finfo knows bfloat16)
+
     eps = float(ml_dtypes.finfo(x.dtype).eps)
     a64 = allx.astype(np.float64)
     if op in ("sum", "avg"):

@@ -16,12 +16,12 @@ raises ``AuthenticationError`` from the training step (the future carries the ex
 tampered gradient never reaches the optimizer.
 """
 
-import ml_dtypes
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..comm import SecureComm
+from ..dtypes import DTYPES
 from ..transports.torch import TorchTransport, default_timeout
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
@@ -111,7 +111,7 @@ def _cupy():
 def as_numpy(t: torch.Tensor) -> np.ndarray:
     """Zero-copy numpy view of a contiguous CPU tensor (bfloat16 via ``ml_dtypes``)."""
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.view(torch.int16).numpy().view(DTYPES["bfloat16"][0])
     if t.dtype not in _NP:
         raise TypeError(f"bucket dtype {t.dtype} unsupported; allowed: float32, float64, float16, bfloat16")
     return t.numpy()
