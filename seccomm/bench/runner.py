@@ -93,9 +93,10 @@ def main_ranks(cfg) -> int:
     except SecCommError as e:
         print(f"seccomm bench: rank {rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         comm.Abort(1)
-    finally:
-        for sc in comms.values():
-            sc.close()
+    # (not on Ctrl-C or a signal: close() waits up to 10 s for every rank, and a peer may sit in
+    # a blocking native MPI call that this rank's leaving ends only when the launcher kills it)
+    for sc in comms.values():
+        sc.close()
     if report:
         report.footer()
         report.write_files()

@@ -10,7 +10,10 @@ launcher, rank 0 prints it and every rank exits).  Ctrl-C prints one line and ex
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 
 from .. import __version__
 from ..launch import LaunchError, rank_and_size, started_by_us, under_launcher
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = _parser()
     prog = f"seccomm {argv[0]}" if argv and argv[0] in COMMANDS else "seccomm"
+    if under_launcher() and not started_by_us() and rank_and_size()[0] == 0:
+        _say_interrupts(prog)
     try:
         args = top.parse_args(argv)
         if args.command is None:
@@ -63,13 +68,50 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 0
 
 
+_said = threading.Event()  # rank 0 printed the Ctrl-C line
+
+
+def _say(prog: str) -> None:
+    if not _said.is_set():
+        _said.set()
+        print(f"\n{prog}: interrupted", file=sys.stderr, flush=True)
+
+
+def _say_interrupts(prog: str) -> None:
+    """Rank 0 under the user's launcher: print the Ctrl-C line from a thread woken by the signal
+    itself (:func:`signal.set_wakeup_fd`).  mpiexec forwards Ctrl-C to every rank at once; rank 0
+    may be inside a blocking MPI call (the native baseline) that only its peers could end, and
+    they are leaving: its main thread would never run the handler before mpiexec kills it."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread (main() called from a thread): the handler says it
+        os.close(r), os.close(w)
+        return
+
+    def watch():
+        while True:
+            got = os.read(r, 64)
+            if not got:
+                return
+            if signal.SIGINT in got:
+                _say(prog)
+
+    threading.Thread(target=watch, name="seccomm-ctrl-c", daemon=True).start()
+
+
 def _interrupted(prog: str) -> int:
     """Ctrl-C: one line (from rank 0; none from ranks that ``seccomm`` started, whose parent
     says it), exit status 130.  A rank leaves at once: MPI's finalize could wait on ranks gone."""
     if not started_by_us() and rank_and_size()[0] == 0:
-        print(f"\n{prog}: interrupted", file=sys.stderr, flush=True)
+        _say(prog)
     if not under_launcher():
         return 130
+    if rank_and_size()[0] != 0 and not started_by_us():
+        # mpiexec forwards Ctrl-C to every rank at once and kills the job's other ranks as soon
+        # as one exits: rank 0, busy or not scheduled yet, would die before saying why
+        time.sleep(0.5)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
