@@ -228,3 +228,20 @@ def test_bench_loop_by_size_unless_given():
         "warmup iters: by size (iters / 5, at least 5) iters: by size (4 MiB / S in [20, 1000])"
     )
     assert BenchConfig(iters=20, warmup=5).loop_text() == "warmup iters: 5 iters: 20"
+
+
+def test_train_without_the_torch_extra_says_how_to_install_it(monkeypatch, capsys, tmp_path):
+    """Checked by finding the packages, not importing them (torch takes seconds to import)."""
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "sklearn" else found(n, *a))
+    for k in [*launch.LAUNCHER_VARS, "SECCOMM_PSK", "SECCOMM_PSK_FILE"]:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "seccomm train: error: seccomm train needs the torch extra (sklearn missing): pip install "
+        "torch==2.13.0 && pip install 'seccomm[torch]' (in a checkout: pip install -e '.[torch]')\n"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from ..suites import SUITES
 from .usage import UsageError, check_cores, check_file, check_outputs, float_in, int_in, launcher_np
 
@@ -56,25 +58,23 @@ def run(args, argv) -> int:
     ``MASTER_PORT`` are set.  ``UsageError`` on bad values, before any training."""
     from ..launch import free_port, launcher, mpi_rendezvous, rank_and_size, relaunch
 
-    try:
-        import sklearn  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as e:
-        raise UsageError(
-            f"seccomm train needs the torch extra ({e.name} missing): pip install torch==2.13.0 && "
-            "pip install 'seccomm[torch]' (in a checkout: pip install -e '.[torch]')"
-        ) from None
+    for name in ("sklearn", "torch"):  # found, not imported: torch takes seconds to import
+        if importlib.util.find_spec(name) is None:
+            raise UsageError(
+                f"seccomm train needs the torch extra ({name} missing): pip install torch==2.13.0 && "
+                "pip install 'seccomm[torch]' (in a checkout: pip install -e '.[torch]')"
+            )
     world = rank_and_size()[1] if launcher() else args.np or DEFAULT_NP
     if args.batch * world > 1437:
         raise UsageError(f"--batch {args.batch} x {world} ranks is more than the 1,437 training images")
+    if launcher() is not None:
+        launcher_np(args.np)
+    check_outputs(lambda: args.json and check_file("--json", args.json))
     _check_device(args)
     if launcher() is None:
-        check_outputs(lambda: args.json and check_file("--json", args.json))
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         check_cores(args.np or DEFAULT_NP, True, "seccomm train")  # a warning: step times only
         return relaunch(args.np or DEFAULT_NP, argv, env, prog="seccomm train")
-    launcher_np(args.np)
-    check_outputs(lambda: args.json and check_file("--json", args.json))
     if launcher() == "mpi":
         mpi_rendezvous()
     from ..torch.train import main_train
@@ -84,12 +84,12 @@ def run(args, argv) -> int:
 
 def _check_device(args) -> None:
     """--device/--backend against this machine, before any rank starts."""
-    import torch
-
     if args.backend == "nccl" and args.device != "cuda":
         raise UsageError("--backend nccl moves CUDA tensors: add --device cuda")
     if args.device != "cuda":
         return
+    import torch
+
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus == 0:
         raise UsageError("--device cuda: torch finds no CUDA device (a CPU build of torch, or no GPU)")
