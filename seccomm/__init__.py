@@ -5,6 +5,7 @@
 """
 
 from .errors import (
+    ArgumentMismatchError,
     AuthenticationError,
     CommClosedError,
     ConcurrentUseError,
@@ -38,6 +39,7 @@ __all__ = [
     "KeyScheduleError",
     "CommClosedError",
     "ConcurrentUseError",
+    "ArgumentMismatchError",
     "PeerAbortError",
     "CipherSuite",
     "SUITES",

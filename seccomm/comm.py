@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import collectives as _coll
+from .agreement import REFUSED, Agreement
 from .dtypes import CODES
 from .engine import OpContext, OpRun
 from .errors import (
@@ -30,6 +31,7 @@ from .framing import (
     MAX_CHUNKS_PER_HOP,
     MAX_OPS_PER_EPOCH,
     MAX_RANKS,
+    REDOPS,
     FrameContext,
     Workspace,
     block_counts,
@@ -228,6 +230,14 @@ class SecureComm:
             del secret
         self._keys, self._comm_id = session.keys, session.comm_id
         self._transport.authenticate_notices(self._keys.notice_key())  # from here on: notices MACed
+        self._agreement = Agreement(
+            self.rank,
+            self.size,
+            None if self.suite.name == "none" else self._keys.agreement_key(),
+            _names,
+            {c: n for n, c in CODES.items()},
+            {c: n for n, c in REDOPS.items()},
+        )
         self.node_ids, local = session.node_ids, session.local
         self._device_backend, self._auto_backend = device_backend, None
         self._device_ctx: dict = {}  # backend id -> OpContext of the device engine
@@ -347,6 +357,10 @@ class SecureComm:
         seq = self._seq + 1  # the number the op would have had
         if not self._broken:
             self._broken = f"{name} #{seq} refused its arguments on this rank ({type(err).__name__})"
+            # a refusal record in place of this rank's argument record: the others stop at once
+            a, kind = self._agreement, 2 if isinstance(err, TypeError) else 1
+            a.record(seq, REFUSED, kind, 0, 0, -1, 0)
+            self._stale = self._transport.announce(a.mine)
         self._transport.refuse(seq, type(err).__name__)
 
     def _rotate(self) -> None:
@@ -432,6 +446,23 @@ class SecureComm:
             self._stale = list(reqs)
             raise
 
+    def _agree(self, run: OpRun, coll: _coll.Collective, call: _coll.Call, alg: str) -> None:
+        """Every rank's arguments to this op, exchanged and checked before its first frame
+        (:mod:`seccomm.agreement`): ``ArgumentMismatchError`` on every rank when they differ."""
+        a = self._agreement
+        a.record(
+            run.frame.seq, coll.code, CODES[call.dtype], REDOPS[call.redop], _ALG[coll.name][alg],
+            call.root, call.count,
+        )  # fmt: skip
+        try:
+            self._transport.agree(a.mine, a.table, self.timeout, run.op_label)
+            a.check(run.op_label)
+        except SecCommError as e:
+            self._broken = f"{run.op_label} failed ({type(e).__name__})"
+            if isinstance(e, AuthenticationError):
+                self._transport.abort(e.peer)
+            raise
+
     def _run(self, run: OpRun, fn, *args) -> None:
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
@@ -488,7 +519,9 @@ class SecureComm:
                 ):
                     coll, call = plan.coll, plan.call
                     alg = coll.pick(self, plan.nbytes, call.count, self.size)
-                    self._run(self._begin(coll, call, plan.bound, False), coll.algorithms[alg], *call.args)
+                    run = self._begin(coll, call, plan.bound, False)
+                    self._agree(run, coll, call, alg)
+                    self._run(run, coll.algorithms[alg], *call.args)
                     return
             coll = _coll.COLLECTIVES[name]
             route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
@@ -509,6 +542,7 @@ class SecureComm:
                     self._plans.clear()
                 plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), coll, call, nbytes, bound)
                 self._plans[key] = plan
+            self._agree(run, coll, call, alg)
             self._run(run, coll.algorithms[alg], *call.args)
         finally:
             self._busy.release()
@@ -541,6 +575,18 @@ def _install_collectives(cls) -> None:
             raise ValueError(f"collective {name!r} would replace SecureComm.{name}")
         coll.method.__qualname__ = f"{cls.__name__}.{name}"
         setattr(cls, name, coll.method)
+
+
+#: collective name -> algorithm name -> its index in an argument record
+_ALG = {c.name: {a: i for i, a in enumerate(c.algorithms)} for c in _coll.COLLECTIVES.values()}
+
+
+def _names(code: int) -> tuple:
+    """(collective name, algorithm names) of a wire code, as an argument mismatch shows them."""
+    for c in _coll.COLLECTIVES.values():
+        if c.code == code:
+            return c.name, list(c.algorithms)
+    return f"collective code {code}", []
 
 
 def _concurrent_use(name: str, rank: int) -> str:

@@ -266,6 +266,11 @@ class KeySchedule:
         hash, label "notice".  Any rank of the session can derive it."""
         return hkdf(self._secret + self._group_secret, self._salt, self._info(b"notice"))
 
+    def agreement_key(self) -> bytes:
+        """Key of the argument records every rank exchanges before an op (:mod:`seccomm.agreement`):
+        as :meth:`notice_key`, label "agree"."""
+        return hkdf(self._secret + self._group_secret, self._salt, self._info(b"agree"))
+
     def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
         """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU
         kernels, which take raw keys)."""

@@ -265,8 +265,8 @@ def refusal(comm, rec, psk):
     """issue 17 item 2(b): one rank refuses its own arguments (ValueError/TypeError) while the
     others may already wait on it: it raises its own exception, and every other rank raises
     PeerAbortError naming it, the op and the exception, at once (a timeout of 20 s, checked
-    under 5 s), in that op or, when its part of the op completed without that rank, at its next
-    op; then the SecureComm is unusable on every rank (CommClosedError on the refusing one)."""
+    under 5 s), in that op (its refusal record stands in for its argument record); then the
+    SecureComm is unusable on every rank (CommClosedError on the refusing one)."""
     p, r = comm.size, comm.rank
     for bad in sorted({0, p - 1}):
         for name, exc, call in _refusal_cases(p, r, bad):
@@ -299,9 +299,8 @@ def refusal(comm, rec, psk):
                     and first.peer == bad
                     and f"rank {bad} refused its arguments" in msg
                     and exc.__name__ in msg
-                    and (
-                        where == 2 or f"refused its arguments to {name.split()[0]} #1: {exc.__name__}" in msg
-                    )
+                    and where == 1  # in that op: its refusal record takes its argument record's place
+                    and f"refused its arguments to {name.split()[0]} #1: {exc.__name__}" in msg
                 )
             rec(f"{label}: step {where} {type(first).__name__}: {first} ({secs:.1f} s)", ok and secs < 5)
             sc.close()
@@ -485,3 +484,94 @@ def completion(comm, rec, psk):
         rec(f"completion {label} rank {r}: the next op", nxt)
         sc.close()
         comm.Barrier()
+
+
+def _disagreement_cases(p, r, bad, n):
+    """(name, argument, {rank: value shown}, call(sc)): rank ``bad`` passes another value of one
+    argument than the others, to an op of ``n`` float32 elements.  ``r``: this rank."""
+    f32, me = np.float32, r == bad
+    others = [q for q in range(p) if q != bad]
+
+    def shown(mine, theirs):
+        return {q: (mine if q == bad else theirs) for q in range(p)}
+
+    m = n + 1 if me else n  # one element more on the bad rank
+    cases = [
+        ("allreduce op", "op", shown("max", "sum"), lambda sc: sc.allreduce(
+            np.ones(n, f32), np.zeros(n, f32), op="max" if me else "sum")),
+        ("allreduce dtype", "dtype", shown("int32", "float32"), lambda sc: sc.allreduce(
+            np.ones(n, np.int32 if me else f32), np.zeros(n, np.int32 if me else f32))),
+        ("allreduce count", "count", shown(n + 1, n), lambda sc: sc.allreduce(
+            np.ones(m, f32), np.zeros(m, f32))),
+        ("reduce_scatter op", "op", shown("min", "sum"), lambda sc: sc.reduce_scatter(
+            np.ones(n * p, f32), np.zeros(n, f32), op="min" if me else "sum")),
+        ("reduce_scatter count", "count", shown(n * p + p, n * p), lambda sc: sc.reduce_scatter(
+            np.ones(m * p, f32), np.zeros(m, f32))),
+        ("reduce_scatter dtype", "dtype", shown("int32", "float32"), lambda sc: sc.reduce_scatter(
+            np.ones(n * p, np.int32 if me else f32), np.zeros(n, np.int32 if me else f32))),
+        ("allgather count", "count", shown((n + 1) * p, n * p), lambda sc: sc.allgather(
+            np.ones(m, f32), np.zeros(m * p, f32))),
+        ("allgather dtype", "dtype", shown("int32", "float32"), lambda sc: sc.allgather(
+            np.ones(n, np.int32 if me else f32), np.zeros(n * p, np.int32 if me else f32))),
+        ("alltoall count", "count", shown((n + 1) * p, n * p), lambda sc: sc.alltoall(
+            np.ones(m * p, f32), np.zeros(m * p, f32))),
+        ("alltoall dtype", "dtype", shown("int32", "float32"), lambda sc: sc.alltoall(
+            np.ones(n * p, np.int32 if me else f32), np.zeros(n * p, np.int32 if me else f32))),
+        ("bcast root", "root", shown(bad, others[0]), lambda sc: sc.bcast(
+            np.full(n, float(r), f32), root=bad if me else others[0])),
+        ("bcast count", "count", shown(n + 1, n), lambda sc: sc.bcast(np.full(m, float(r), f32), root=0)),
+        ("bcast dtype", "dtype", shown("int32", "float32"), lambda sc: sc.bcast(
+            np.full(n, r, np.int32 if me else f32), root=0)),
+        ("collective", "collective", shown("bcast", "allreduce"), lambda sc: sc.bcast(
+            np.ones(n, f32), root=0) if me else sc.allreduce(np.ones(n, f32), np.zeros(n, f32))),
+    ]  # fmt: skip
+    return cases
+
+
+def _tuned(sc, bad, r):
+    """The bad rank changed its tuning after construction: another algorithm for the same call."""
+    if r == bad:
+        sc.small_bytes = 0
+    return sc.allreduce(np.ones(16, np.float32), np.zeros(16, np.float32))
+
+
+def agreement(comm, rec, psk):
+    """issue 17 item 1: one rank passes another root, op, dtype, count, collective or algorithm
+    than the others, to each collective, at 64 B (one eager frame) and at 256 KiB (rendezvous
+    transfers, the chain bcast, several frames per hop): every rank raises ArgumentMismatchError
+    in that op, at once (a timeout of 20 s, checked under 5 s), with the same message naming the
+    argument and which rank passed what; no buffer is written; the SecureComm is then unusable."""
+    p, r = comm.size, comm.rank
+    bad = p - 1
+    for n in (16, 65536):
+        cases = _disagreement_cases(p, r, bad, n)
+        cases.append(("allreduce algorithm", "algorithm", None, lambda sc: _tuned(sc, bad, r)))
+        for name, arg, values, call in cases:
+            if n > 16 and arg == "algorithm":
+                continue
+            label = f"agreement n={n}: {name}"
+            sc = SecureComm(comm, "aes-256-gcm", psk=psk, timeout=20, chunk_bytes=64 << 10)
+            rec.start(label)
+            t0 = time.monotonic()
+            try:
+                call(sc)
+                got = None
+            except Exception as e:  # noqa: BLE001 - what was raised is the case's result
+                got = e
+            secs = time.monotonic() - t0
+            msgs = comm.allgather(str(got))
+            try:
+                sc.allreduce(np.ones(4, np.float32), np.zeros(4, np.float32))
+                after = None
+            except Exception as e:  # noqa: BLE001
+                after = e
+            ok = (
+                isinstance(got, seccomm.ArgumentMismatchError)
+                and len({m.split(": ", 1)[1] for m in msgs}) == 1  # (after each rank's op label)
+                and list(got.arguments) == [arg]
+                and (values is None or got.arguments[arg] == values)
+                and isinstance(after, CommClosedError)
+            )
+            rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and secs < 5)
+            sc.close()
+            comm.Barrier()

@@ -956,7 +956,9 @@ def wire_policy(comm, rec):
 
 
 #: issue 17's scenarios (tests/argument_cases.py), each called with the suite's PSK
-ARGUMENT_SCENARIOS = ("layouts", "nan_minmax", "readonly_send", "refusal", "threads", "completion")
+ARGUMENT_SCENARIOS = (
+    "layouts", "nan_minmax", "readonly_send", "refusal", "threads", "completion", "agreement"
+)  # fmt: skip
 for _name in ARGUMENT_SCENARIOS:
     SCENARIOS[_name] = functools.partial(getattr(argument_cases, _name), psk=PSK)
 

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import cached_launches
 
-SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads"]
+SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads", "agreement"]
 #: world size -> its scenarios ("completion" pauses ranks past a deadline: 2 ranks are enough)
 PLAN = {2: [*SCENARIOS, "completion"], 3: SCENARIOS}
 #: minimum cases a scenario must have checked per rank (guards against a silent no-op)
@@ -18,6 +18,7 @@ MIN_CASES = {
     "refusal": 18,
     "threads": 87,
     "completion": 2,
+    "agreement": 29,
 }
 
 

@@ -14,7 +14,8 @@ import weakref
 import numpy as np
 import pytest
 
-from seccomm import AuthenticationError, SecCommError, SecureComm
+from seccomm import ArgumentMismatchError, AuthenticationError, PeerAbortError, SecCommError, SecureComm
+from seccomm.agreement import Agreement
 from seccomm.collectives import COLLECTIVES
 from seccomm.transports import TransportWrapper
 from seccomm.transports.wrappers import RecordingTransport
@@ -162,11 +163,7 @@ def test_an_op_that_failed_leaves_the_comm_unusable_saying_why():
     ok(world_run(2, body2, wrap=lambda r, t: Boom(t)))
 
 
-@pytest.mark.parametrize("what", ["op", "dtype", "count"])
-def test_ranks_that_disagree_on_the_call_fail_on_every_rank(what):
-    """The op, dtype and count are bound into every frame (AAD): ranks that call allreduce with
-    different ones raise on every rank, none returns a result."""
-
+def _disagreeing(what):
     def body(sc):
         r = sc.rank
         x = np.ones(
@@ -179,8 +176,71 @@ def test_ranks_that_disagree_on_the_call_fail_on_every_rank(what):
             return e
         return y
 
+    return body
+
+
+@pytest.mark.parametrize(
+    "what, shown",
+    [
+        ("op", "op: rank 0 passed sum, rank 1 passed max"),
+        ("dtype", "dtype: rank 0 passed float32, rank 1 passed int32"),
+        ("count", "count: rank 0 passed 64, rank 1 passed 80"),
+    ],
+)
+def test_ranks_that_disagree_on_the_call_raise_a_mismatch_on_every_rank(what, shown):
+    """Issue 17 item 1: before any frame, every rank raises ``ArgumentMismatchError`` with the
+    same message, naming the argument and which rank passed what; none returns a result."""
     for alg in ("ring", "recursive_doubling"):
-        res = world_run(2, body, algorithm=alg, chunk_bytes=64)
+        res = world_run(2, _disagreeing(what), algorithm=alg, chunk_bytes=64)
+        assert all(isinstance(e, ArgumentMismatchError) for e in res), (what, alg, res)
+        assert str(res[0]) == str(res[1]) and list(res[0].arguments) == [what], res
+        assert str(res[0]).startswith(f"allreduce #1: the ranks disagree on {what} ({shown}); "), res[0]
+
+
+def test_a_repeated_call_from_its_plan_is_checked_against_the_others_too():
+    """Rank 1 repeats its call (a plan hit: no argument checks of its own) while rank 0 passes
+    another count: both raise the mismatch, in that op."""
+
+    def body(sc):
+        x, y = np.ones(16, np.float32), np.zeros(16, np.float32)
+        sc.allreduce(x, y)
+        try:
+            if sc.rank == 0:
+                sc.allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))
+            else:
+                sc.allreduce(x, y)
+        except ArgumentMismatchError as e:
+            return e, len(sc._plans)
+
+    res = world_run(2, body)
+    assert all(isinstance(e, ArgumentMismatchError) for e, _ in res), res
+    assert res[0][0].arguments == {"count": {0: 8, 1: 16}} and res[1][1] == 1, res
+
+
+def test_a_refusal_stops_the_others_in_that_op():
+    """The refusing rank's refusal record takes its argument record's place."""
+
+    def body(sc):
+        x = np.ones(16, np.float32)
+        try:
+            sc.bcast(np.frombuffer(x.tobytes(), np.float32) if sc.rank == 1 else x, root=0)
+        except Exception as e:  # noqa: BLE001
+            return e
+
+    res = world_run(3, body)
+    assert isinstance(res[1], ValueError) and "read-only" in str(res[1]), res
+    for e in (res[0], res[2]):
+        assert isinstance(e, PeerAbortError) and e.peer == 1, res
+        assert "rank 1 refused its arguments to bcast #1: ValueError" in str(e)
+
+
+@pytest.mark.parametrize("what", ["op", "dtype", "count"])
+def test_the_frames_bind_op_dtype_and_count_too(monkeypatch, what):
+    """Defence in depth: with the argument check skipped, the op, dtype and count bound into
+    every frame (AAD) still make ranks that disagree fail on every rank."""
+    monkeypatch.setattr(Agreement, "check", lambda self, op_label: None)
+    for alg in ("ring", "recursive_doubling"):
+        res = world_run(2, _disagreeing(what), algorithm=alg, chunk_bytes=64)
         assert all(isinstance(e, SecCommError) for e in res), (what, alg, res)
         assert any(isinstance(e, WIRE_ERRORS) for e in res), (what, alg, res)
 

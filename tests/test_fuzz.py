@@ -92,6 +92,20 @@ class FuzzPeer(Transport):
             theirs = honest if self.finished is None else self.finished(honest)
         out[n : 2 * n] = np.frombuffer(theirs[:n].ljust(n, b"\0"), np.uint8)
 
+    #: rank 0's Agreement (set once the SecureComm exists): what an honest rank 1 sends as its
+    #: argument record; ``fuzz_records``: deliver the record through ``deliver`` like a frame
+    agreement = None
+    fuzz_records = False
+
+    def agree(self, record, table, timeout, op_label):
+        self.sent.append(bytes(record))
+        if self.fuzz_records:
+            got = self.wait_recv(_Req(table[1]), timeout, 1, op_label)
+            if got != len(record):
+                raise FrameError(f"{op_label}: record of {got} bytes", peer=1)
+            return
+        table[1] = np.frombuffer(self.agreement._expect, np.uint8).reshape(2, -1)[1]
+
     def isend(self, buf, peer):
         self.sent.append(bytes(buf))
         return None
@@ -150,6 +164,7 @@ def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count
     peer = FuzzPeer(make_deliver(plan))
     alg = "ring" if coll == "allreduce_ring" else "recursive_doubling"
     sc = SecureComm(peer, suite, psk=PSK, timeout=1, chunk_bytes=chunk, algorithm=alg, crypto_threads=1)
+    peer.agreement = sc._agreement  # rank 1 agrees on the arguments: the frames are fuzzed
     count -= count % 2 if coll == "alltoall" else 0  # two blocks of count/2
     x = np.arange(count).astype(dtype)
     sentinel = np.full(count, 7, dtype)
@@ -178,6 +193,25 @@ def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count
             assert np.array_equal(y[:own], x[:own])
             y = y[own:]
         assert np.all(y == 7), y  # untouched: not the forged decryption, not wiped to zeros
+
+
+@pytest.mark.parametrize("suite", [s for s in SUITES if s != "none"])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=st.lists(delivery, min_size=1, max_size=2), coll=st.sampled_from(["allreduce", "bcast"]))
+def test_fuzzed_argument_records_raise_before_any_frame(suite, plan, coll):
+    """Rank 1's argument record, fuzzed: random, of the right length, or rank 0's own reflected
+    with bits flipped (none flipped: a reflection, which the sender mask makes fail).  Rank 0
+    raises naming rank 1, sends no frame and leaves its buffer alone."""
+    peer = FuzzPeer(make_deliver(plan))
+    sc = SecureComm(peer, suite, psk=PSK, timeout=1, crypto_threads=1)
+    peer.agreement, peer.fuzz_records = sc._agreement, True
+    x, y = np.arange(8, dtype=np.float32), np.full(8, 7, np.float32)
+    sent = len(peer.sent)
+    with pytest.raises(SecCommError) as ei:
+        sc.allreduce(x, y) if coll == "allreduce" else sc.bcast(y, root=1)
+    assert isinstance(ei.value, (AuthenticationError, FrameError)), repr(ei.value)
+    assert ei.value.peer == 1 and np.all(y == 7)
+    assert len(peer.sent) == sent + 1  # its own record only: no frame left this rank
 
 
 def _never_into(sc, caller):

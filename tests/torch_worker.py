@@ -167,6 +167,45 @@ def tamper(rank, world, rec):
     del AuthenticationError, SecCommError
 
 
+def agreement(rank, world, rec):
+    """issue 17 items 1 and 2(b) over torch.distributed: ranks that pass another bcast root
+    raise ArgumentMismatchError in that op; a rank that refuses its arguments stops the others
+    in that op (its refusal record joins the op's all-gather), not at their deadline."""
+    import time
+
+    from seccomm import ArgumentMismatchError, PeerAbortError, SecureComm
+    from seccomm.transports.torch import TorchTransport
+
+    last = world - 1
+    for n in (16, 65536):
+        sc = SecureComm(TorchTransport(timeout=20), "aes-256-gcm", psk=PSK, timeout=20)
+        buf = np.full(n, float(rank), np.float32)
+        t0 = time.monotonic()
+        try:
+            sc.bcast(buf, root=last if rank == last else 0)
+            err = None
+        except Exception as e:  # noqa: BLE001
+            err = e
+        secs = time.monotonic() - t0
+        ok = isinstance(err, ArgumentMismatchError) and list(err.arguments) == ["root"] and secs < 5
+        detail = f"{err!r} {secs:.1f} s"
+        rec(f"torch transport: bcast roots that differ, n={n}", ok and np.all(buf == rank), detail)
+        sc.close()
+    sc = SecureComm(TorchTransport(timeout=20), "aes-256-gcm", psk=PSK, timeout=20)
+    x = np.ones(64, np.float32)
+    t0 = time.monotonic()
+    try:
+        sc.bcast(np.frombuffer(x.tobytes(), np.float32) if rank == last else x, root=0)
+        err = None
+    except Exception as e:  # noqa: BLE001
+        err = e
+    secs = time.monotonic() - t0
+    want = ValueError if rank == last else PeerAbortError
+    ok = type(err) is want and (rank == last or f"rank {last} refused its arguments to bcast #1" in str(err))
+    rec("torch transport: a refusal stops the others in that op", ok and secs < 5, f"{err!r} {secs:.1f} s")
+    sc.close()
+
+
 class Net(nn.Module):
     """Linear layers, a conv and a head: DDP buckets them in gradient-ready order."""
 
@@ -209,7 +248,7 @@ def main():
     if sys.argv[2:] == ["cuda"]:  # tests/test_gpu.py: CUDA buckets under gloo (ranks may share a GPU)
         fns = (lambda r, w, rec: grads_match(r, w, rec, device="cuda:0"),)
     else:
-        fns = (grads_match, grouped_staged, buckets_like_ddp, fp16_limits, bf16_bucket, tamper)
+        fns = (grads_match, grouped_staged, buckets_like_ddp, fp16_limits, bf16_bucket, agreement, tamper)
     for fn in fns:  # tamper last: it breaks gloo pairs
         try:
             fn(rank, world, rec)

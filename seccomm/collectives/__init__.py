@@ -21,6 +21,7 @@ class Call(NamedTuple):
     itemsize: int  # bytes per element
     redop: str  # reduction op bound into the AAD ("none" when nothing is reduced)
     args: tuple  # what the algorithm gets after its OpRun
+    root: int = -1  # the root every rank must agree on (-1: the collective has none)
 
 
 class Counts(NamedTuple):

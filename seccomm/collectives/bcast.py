@@ -29,7 +29,8 @@ def _args(sendbuf, buf, rank, size, device, root) -> Call:
         raise ValueError(f"root must be a rank in [0, {size - 1}], got {root!r}")
     if not device and rank != root and not buf.flags.writeable:  # the root's is only read
         raise ValueError(f"buf is read-only; only the root's (rank {root}) may be: this rank's is written")
-    return Call(dname, buf.size, buf.itemsize, "none", (flat(buf), int(root)))  # tree() reads it as bytes
+    root = int(root)
+    return Call(dname, buf.size, buf.itemsize, "none", (flat(buf), root), root)  # tree() reads it as bytes
 
 
 def _choose(tuning, nbytes, count, p) -> str:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import FrameError
+
 
 class Transport:
     """Interface.  ``rank``, ``size``; all buffers are contiguous uint8.
@@ -56,6 +58,31 @@ class Transport:
 
     def bcast(self, buf, root: int, op_label: str, timeout: float | None = None) -> None:
         raise NotImplementedError
+
+    def agree(self, record, table, timeout: float, op_label: str) -> None:
+        """Exchange each rank's argument record (:mod:`seccomm.agreement`) before an op's first
+        frame: ``record`` (uint8, this rank's) goes to every other rank and rank j's lands in
+        ``table[j]`` (``table``: uint8, shape (size, len(record))).  Default: point-to-point, every
+        receive posted first, each waited for naming its rank (``TransportTimeout`` or
+        ``PeerAbortError`` as any wait), ``FrameError`` for a record of another length."""
+        peers = [r for r in range(self.size) if r != self.rank]
+        recvs = [self.irecv(table[r], r) for r in peers]
+        sends = [self.isend(record, r) for r in peers]
+        for r, req in zip(peers, recvs):
+            got = self.wait_recv(req, timeout, r, op_label)
+            if got != len(record):
+                raise FrameError(
+                    f"{op_label}: the argument record from rank {r} has {got} bytes, not {len(record)}: "
+                    f"the ranks disagree on the call sequence, or it was altered",
+                    peer=r,
+                    op=op_label,
+                )
+        self.wait_sends(sends, timeout, peers, op_label)
+
+    def announce(self, record) -> list:
+        """Send ``record`` (a refusal record) to every other rank without waiting; returns the
+        send requests, which the caller keeps referenced.  Default: point-to-point."""
+        return [self.isend(record, r) for r in range(self.size) if r != self.rank]
 
     def cancel(self, reqs: list) -> None:
         """Best-effort cancel of pending requests after an error (buffers stay referenced)."""
@@ -190,6 +217,12 @@ class TransportWrapper(Transport):
 
     def bcast(self, buf, root, op_label, timeout=None):
         return self.inner.bcast(buf, root, op_label, timeout)
+
+    def agree(self, record, table, timeout, op_label):
+        return self.inner.agree(record, table, timeout, op_label)
+
+    def announce(self, record):
+        return self.inner.announce(record)
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)

@@ -108,6 +108,7 @@ class MPITransport(Transport):
         # Non-blocking duplicate: a rank that never joins ends in TransportTimeout, not a hang.
         self.comm, req = comm.Idup()
         self._nreqs, self._nsent = [], []
+        self._agreeing = None  # agree()'s persistent requests, made on first use
         self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
         # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
         # others which rank it blames, so every survivor names the rank that stopped, not the
@@ -220,6 +221,36 @@ class MPITransport(Transport):
     def wait_sends(self, reqs, timeout, peers, op_label):
         for req, peer in zip(reqs, peers):
             self._poll(req.req if isinstance(req, _HostCopyRequest) else req, timeout, None, peer, op_label)
+
+    def agree(self, record, table, timeout, op_label):
+        """As :meth:`Transport.agree`, with a fast path: persistent requests on ``record`` and
+        ``table`` (made on first use, kept across ops), every receive and send started at once
+        and tested together a few hundred times (the ranks usually enter an op together); only a
+        peer that is late goes through the waits that name it."""
+        MPI, B = self._MPI, self._byte
+        if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
+            peers = [r for r in range(self.size) if r != self.rank]
+            recvs = [self.comm.Recv_init([table[r], B], r, self.tag) for r in peers]
+            sends = [self.comm.Send_init([record, B], r, self.tag) for r in peers]
+            sts = [MPI.Status() for _ in peers]
+            self._free_agreeing()
+            self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts)
+        _, _, peers, recvs, sends, both, sts = self._agreeing
+        MPI.Prequest.Startall(both)
+        n = len(record)
+        for _ in range(_AGREE_SPINS):
+            if MPI.Request.Testall(recvs, sts):
+                for r, st in zip(peers, sts):
+                    if st.Get_count(B) != n:
+                        raise _record_size(op_label, r, st.Get_count(B), n)
+                break
+        else:
+            for r, req in zip(peers, recvs):
+                got = self.wait_recv(req, timeout, r, op_label)
+                if got != n:
+                    raise _record_size(op_label, r, got, n)
+        if not MPI.Request.Testall(sends):
+            self.wait_sends(sends, timeout, peers, op_label)
 
     # -- failure propagation -------------------------------------------------------------------
     def _check_notices(self) -> bool:
@@ -450,8 +481,58 @@ class MPITransport(Transport):
                     except MPI.Exception:
                         pass
             self._nreqs = []
+            self._free_agreeing()
+            self._drain()
             self.comm.Free()
         self.comm = None
+
+    def _free_agreeing(self) -> None:
+        """Free agree()'s persistent requests (a receive still active, after a failed op, is
+        cancelled first: unmatched, as its peer never sent)."""
+        if self._agreeing is None:
+            return
+        MPI, (_, _, _, recvs, sends, _, _) = self._MPI, self._agreeing
+        self._agreeing = None
+        for req in recvs + sends:
+            try:
+                if not req.Test() and req in recvs:
+                    req.Cancel()
+                    req.Wait()
+                req.Free()
+            except MPI.Exception:
+                pass
+
+    def _drain(self) -> None:
+        """Receive and drop what arrived and was never received (an op that failed or was
+        refused left a peer's argument record, notice or small frame unmatched): MPI may give a
+        communicator made later this context id, whose receives must not match them.  Messages of
+        up to :data:`_DRAIN_BYTES` only: a larger one may need its sender's progress to arrive."""
+        MPI, st = self._MPI, self._MPI.Status()
+        try:
+            while self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
+                n = st.Get_count(self._byte)
+                if n > _DRAIN_BYTES:
+                    return
+                self.comm.Recv([np.empty(max(n, 1), np.uint8), self._byte], st.Get_source(), st.Get_tag())
+        except MPI.Exception:
+            pass
+
+
+#: tests of an argument exchange before its waits take over (agree)
+_AGREE_SPINS = 200
+
+
+def _record_size(op_label: str, peer: int, got: int, n: int) -> FrameError:
+    return FrameError(
+        f"{op_label}: the argument record from rank {peer} has {got} bytes, not {n}: the ranks "
+        f"disagree on the call sequence, or it was altered",
+        peer=peer,
+        op=op_label,
+    )
+
+
+#: largest unreceived message close() drops (argument records, notices, small frames: eager)
+_DRAIN_BYTES = 4096
 
 
 class _HostCopyRequest:

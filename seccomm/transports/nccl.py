@@ -218,6 +218,12 @@ class NCCLTransport(Transport):
             self._abort()
 
     # -- setup, over the control transport ---------------------------------------------------
+    def agree(self, record, table, timeout, op_label):
+        return self.control.agree(record, table, timeout, op_label)
+
+    def announce(self, record):
+        return self.control.announce(record)
+
     def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         return self.control.allgather(sendbuf, recvbuf, op_label, timeout)
 

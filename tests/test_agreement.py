@@ -1,0 +1,169 @@
+"""The argument records of seccomm.agreement, in process: an agreeing table passes with one HMAC,
+every differing argument is named with which ranks passed what, and a record that was altered,
+reflected, moved to another rank's slot or replayed from another op does not pass as authentic.
+The same on real ranks, every collective and argument: tests/argument_cases.py ``agreement``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seccomm import ArgumentMismatchError, AuthenticationError, PeerAbortError
+from seccomm.agreement import NO_ROOT, RECORD_BYTES, REFUSED, Agreement, _by_value, _ranges
+from seccomm.comm import _names
+from seccomm.dtypes import CODES
+from seccomm.framing import REDOPS
+
+KEY = bytes(range(7, 39))
+DTYPES = {c: n for n, c in CODES.items()}
+OPS = {c: n for n, c in REDOPS.items()}
+#: (seq, collective code, dtype code, reduction op code, algorithm index, root, count)
+CALL = (5, 1, CODES["float32"], REDOPS["sum"], 1, -1, 1000)
+
+
+def world(p, key=KEY):
+    return [Agreement(r, p, key, _names, DTYPES, OPS) for r in range(p)]
+
+
+def exchange(agreements, calls):
+    """Each rank writes its record for its call; every rank's table gets every record."""
+    for a, call in zip(agreements, calls):
+        a.record(*call)
+    for a in agreements:
+        for j, b in enumerate(agreements):
+            a.table[j] = b.mine
+
+
+def with_(call=CALL, **kw):
+    names = ("seq", "code", "dtype", "redop", "alg", "root", "count")
+    return tuple(kw.get(n, v) for n, v in zip(names, call))
+
+
+@pytest.mark.parametrize("key", [KEY, None])
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_an_agreeing_table_passes(p, key):
+    ws = world(p, key)
+    exchange(ws, [CALL] * p)
+    for a in ws:
+        a.check("allreduce #5")
+    assert ws[0].mine.size == RECORD_BYTES
+    assert (key is None) == (not ws[0].mine[24:].any())  # suite none: no tag
+
+
+@pytest.mark.parametrize(
+    "field, change, shown",
+    [
+        ("dtype", dict(dtype=CODES["int32"]), "dtype: ranks 0-1 passed float32, rank 2 passed int32"),
+        ("count", dict(count=1001), "count: ranks 0-1 passed 1000, rank 2 passed 1001"),
+        ("op", dict(redop=REDOPS["max"]), "op: ranks 0-1 passed sum, rank 2 passed max"),
+        ("algorithm", dict(alg=0), "algorithm: ranks 0-1 passed recursive_doubling, rank 2 passed ring"),
+        ("collective", dict(code=4), "collective: ranks 0-1 passed allreduce, rank 2 passed bcast"),
+        ("op sequence number", dict(seq=6), "op sequence number: ranks 0-1 passed #5, rank 2 passed #6"),
+    ],
+)
+def test_each_differing_argument_is_named_on_every_rank(field, change, shown):
+    ws = world(3)
+    exchange(ws, [CALL, CALL, with_(**change)])
+    msgs = set()
+    for a in ws:
+        with pytest.raises(ArgumentMismatchError) as ei:
+            a.check("allreduce #5")
+        assert list(ei.value.arguments) == [field] and ei.value.peer is None
+        text = str(ei.value)
+        assert f"the ranks disagree on {field} ({shown})" in text and "every rank must" in text
+        msgs.add(str(ei.value))
+    assert len(msgs) == 1
+
+
+def test_a_root_that_differs_and_several_arguments_at_once():
+    bcast = (3, 4, CODES["float32"], REDOPS["none"], 0, 0, 16)
+    ws = world(2)
+    exchange(ws, [bcast, with_(bcast, root=1, count=17)])
+    with pytest.raises(ArgumentMismatchError) as ei:
+        ws[0].check("bcast #3")
+    assert ei.value.arguments == {"count": {0: 16, 1: 17}, "root": {0: 0, 1: 1}}
+    assert str(ei.value).startswith(
+        "bcast #3: the ranks disagree on count, root (count: rank 0 passed 16, rank 1 passed 17; "
+        "root: rank 0 passed 0, rank 1 passed 1); "
+    )
+    exchange(ws, [with_(CALL, root=-1), CALL])
+    ws[0].check("allreduce #5")
+    assert ws[0].table[1, 12:16].tobytes() == NO_ROOT.to_bytes(4, "big")
+
+
+def test_a_refusal_record_stops_the_others_naming_the_rank_and_the_exception():
+    ws = world(3)
+    exchange(ws, [CALL, (5, REFUSED, 2, 0, 0, -1, 0), CALL])
+    for a in (ws[0], ws[2]):
+        with pytest.raises(PeerAbortError) as ei:
+            a.check("allreduce #5")
+        assert ei.value.peer == 1 and ei.value.blamed == 1
+        assert "rank 1 refused its arguments to allreduce #5: TypeError" in str(ei.value)
+    exchange(ws, [CALL, (5, REFUSED, 9, 0, 0, -1, 0), CALL])
+    with pytest.raises(PeerAbortError, match="refused its arguments to allreduce #5: an error"):
+        ws[0].check("allreduce #5")
+
+
+def _tampered(table_edit):
+    ws = world(3)
+    exchange(ws, [CALL, CALL, with_(count=7)])
+    a = ws[0]
+    table_edit(a, ws)
+    with pytest.raises(AuthenticationError) as ei:
+        a.check("allreduce #5")
+    return ei.value
+
+
+def test_a_reflected_record_fails_authentication():
+    """Rank 0's own record sent back to it as rank 1's: the sender mask makes it fail."""
+    err = _tampered(lambda a, ws: a.table.__setitem__(1, a.mine))
+    assert err.peer == 1 and "its argument record for this op failed authentication" in str(err)
+
+
+def test_a_record_moved_to_another_ranks_slot_fails_authentication():
+    """Rank 1's (agreeing) record in rank 2's slot, hiding rank 2's disagreement."""
+    err = _tampered(lambda a, ws: a.table.__setitem__(2, ws[1].mine))
+    assert err.peer == 2 and err.seq == 5 and err.op == "allreduce"
+
+
+def test_a_record_of_another_op_replayed_is_not_taken_for_this_ops():
+    """Rank 2's genuine record of op 4, replayed into op 5: authentic, so it shows as a
+    disagreement on the op number, never as agreement."""
+    ws = world(3)
+    exchange(ws, [with_(seq=4)] * 3)
+    old = ws[2].mine.copy()
+    exchange(ws, [CALL] * 3)
+    ws[0].table[2] = old
+    with pytest.raises(ArgumentMismatchError) as ei:
+        ws[0].check("allreduce #5")
+    assert "op sequence number: ranks 0-1 passed #5, rank 2 passed #4) (a rank skipped or repeated" in str(
+        ei.value
+    ) and "a record of another op was replayed" in str(ei.value)
+
+
+@pytest.mark.parametrize("byte", range(RECORD_BYTES))
+def test_any_flipped_bit_fails_authentication(byte):
+    ws = world(2)
+    exchange(ws, [CALL, CALL])
+    ws[0].table[1, byte] ^= 0x10
+    with pytest.raises(AuthenticationError) as ei:
+        ws[0].check("allreduce #5")
+    assert ei.value.peer == 1
+
+
+def test_without_a_key_a_nonzero_tag_is_not_taken_either():
+    ws = world(2, None)
+    exchange(ws, [CALL, CALL])
+    ws[0].table[1, 30] = 1
+    with pytest.raises(AuthenticationError):
+        ws[0].check("allreduce #5")
+
+
+def test_rank_lists_are_short():
+    assert _ranges([0, 1, 2, 5]) == "0-2, 5" and _ranges([3]) == "3" and _ranges([1, 3, 4]) == "1, 3-4"
+    assert _by_value({0: "a", 1: "b", 2: "a"}) == "ranks 0, 2 passed a, rank 1 passed b"
+    many = _by_value({r: r for r in range(11)})
+    assert many.startswith("rank 0 passed 0, rank 1 passed 1") and many.endswith(
+        "rank 7 passed 7, and 3 more values"
+    )
+    assert np.dtype(np.uint8) == world(1)[0].table.dtype
