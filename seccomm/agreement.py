@@ -1,12 +1,14 @@
-"""Argument agreement: before an op sends its first frame, every rank learns that every other rank
-called the same op with the same arguments, or raises naming the argument and the ranks.
+"""Argument agreement: in each op, every rank learns that every other rank called the same op with
+the same arguments, or raises naming the argument and the ranks.
 
 The frames' AAD binds the collective, dtype, count and reduction op, so a frame between ranks
 that disagree on those fails its tag; but a rank may receive no frame at all (the root of a
 bcast, or two ranks that each think they are the root) or wait for one that never comes.  So
-each op starts with an exchange of one 40-byte *record* per rank (:meth:`Transport.agree
-<seccomm.transports.base.Transport.agree>`: point-to-point to every other rank over MPI, one
-allgather over torch.distributed)::
+each op starts with an exchange of one 40-byte *record* per rank, sent before the op's first frame
+(:meth:`Transport.agree_start <seccomm.transports.base.Transport.agree_start>`: over MPI,
+point-to-point to every other rank, overlapped with the op and checked at its end, or inside any
+of its waits as soon as the records are in; over torch.distributed and NCCL, exchanged and checked
+before the op: one all-gather, or the control transport)::
 
     op sequence number (u64) | collective code (u8) | dtype code (u8) | reduction op (u8)
     | algorithm index (u8) | root (u32; 0xFFFFFFFF when the collective has none)
@@ -59,9 +61,12 @@ class Agreement:
         self._names, self._dtypes, self._redops = names, dtypes, redops
         self._mac = None if key is None else hmac.HMAC(key, hashes.SHA256())
         masks = [self._tag(_RANK_LABEL + j.to_bytes(4, "big")) for j in range(size)]
-        own = masks[rank]
+        self._own = masks[rank]
         self._masks = masks
-        self._rel = [m ^ own for m in masks]  # mask(own) XOR mask(j): agreeing tags differ by it
+        self._rel = [m ^ self._own for m in masks]  # mask(own) XOR mask(j): agreeing tags differ by it
+        self._labelled = None if key is None else self._mac.copy()  # the HMAC with the label in
+        if self._labelled is not None:
+            self._labelled.update(_LABEL)
         self._expect = b""
 
     def _tag(self, msg: bytes) -> int:
@@ -75,7 +80,11 @@ class Agreement:
         """Write this rank's record for op ``seq`` into :attr:`mine` and the table an agreeing
         world would send back."""
         desc = _DESC.pack(seq, code, dtype, redop, alg, NO_ROOT if root < 0 else root, count)
-        tag = self._tag(_LABEL + desc) ^ self._masks[self.rank]
+        tag = self._own
+        if self._labelled is not None:  # (one op's hot path: _tag inlined)
+            h = self._labelled.copy()
+            h.update(desc)
+            tag ^= int.from_bytes(h.finalize()[:TAG_BYTES], "big")
         self._mine_mv[:] = desc + tag.to_bytes(TAG_BYTES, "big")
         self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
 
@@ -106,7 +115,7 @@ class Agreement:
             err = REFUSAL_NAMES.get(rows[j][2], "an error")
             raise PeerAbortError(
                 f"{op_label}: rank {j} refused its arguments to {op_label}: {err} (see the error on rank "
-                f"{j}); nothing was sent, and the SecureComm is unusable on every rank: build a new one",
+                f"{j}); the SecureComm is unusable on every rank: build a new one",
                 peer=j,
                 op=op_label,
                 blamed=j,
@@ -140,7 +149,7 @@ class Agreement:
         return ArgumentMismatchError(
             f"{op_label}: the ranks disagree on {', '.join(fields)} ({'; '.join(parts)}){why}; every "
             f"rank must call the same collectives in the same order with the same root, op, dtype and "
-            f"count. Nothing was sent; the SecureComm is unusable on every rank: build a new one",
+            f"count. The op did not complete; the SecureComm is unusable on every rank: build a new one",
             op=op_label,
             arguments={k: dict(v) for k, v in fields.items()},
         )

@@ -17,6 +17,7 @@ from .agreement import REFUSED, Agreement
 from .dtypes import CODES
 from .engine import OpContext, OpRun
 from .errors import (
+    ArgumentMismatchError,
     AuthenticationError,
     CommClosedError,
     ConcurrentUseError,
@@ -447,16 +448,17 @@ class SecureComm:
             raise
 
     def _agree(self, run: OpRun, coll: _coll.Collective, call: _coll.Call, alg: str) -> None:
-        """Every rank's arguments to this op, exchanged and checked before its first frame
-        (:mod:`seccomm.agreement`): ``ArgumentMismatchError`` on every rank when they differ."""
+        """Every rank's arguments to this op, sent before its first frame and checked before it
+        ends (:mod:`seccomm.agreement`): ``ArgumentMismatchError`` on every rank when they differ."""
         a = self._agreement
         a.record(
             run.frame.seq, coll.code, CODES[call.dtype], REDOPS[call.redop], _ALG[coll.name][alg],
             call.root, call.count,
         )  # fmt: skip
         try:
-            self._transport.agree(a.mine, a.table, self.timeout, run.op_label)
-            a.check(run.op_label)
+            self._transport.agree_start(
+                a.mine, a.table, lambda: a.check(run.op_label), self.timeout, run.op_label
+            )
         except SecCommError as e:
             self._broken = f"{run.op_label} failed ({type(e).__name__})"
             if isinstance(e, AuthenticationError):
@@ -467,17 +469,25 @@ class SecureComm:
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN arithmetic, as MPI's
                 fn(run, *args)
+            self._transport.agree_finish(self.timeout, run.op_label)
             if run.sends and self._transport.defer_last_sends:
                 reqs, peers = zip(*run.sends)
                 self._unsent = (reqs, peers, run.op_label)
             elif run.sends:  # a transport whose sends complete without the receiver: wait now
                 run._settle()
         except SecCommError as e:
+            # a frame that failed, or a wait that expired, because the ranks disagree on the
+            # call: the argument records tell, and that is the error every rank raises
+            found = None if isinstance(e, ArgumentMismatchError) else self._transport.agree_settle(2.0)
+            if isinstance(found, ArgumentMismatchError):
+                e = found
             self._broken = f"{run.op_label} failed ({type(e).__name__})"
             if isinstance(e, (AuthenticationError, FrameError)):
                 self._transport.abort(e.peer)  # ranks waiting on this one raise now, not at the deadline
             self._transport.cancel(run.pending)
             self._stale = run.pending  # keep buffers referenced while MPI may still touch them
+            if e is found:
+                raise e from None
             raise
         except Exception as e:
             # Any other error on this rank inside the op (a bug, a failed reduction, an error of

@@ -96,10 +96,10 @@ class PeerAbortError(SecCommError):
 class ArgumentMismatchError(SecCommError):
     """The ranks called an op with arguments that must agree and do not: another collective, or
     another root, op, dtype, count or algorithm, or another place in the call sequence.  Found
-    by the records every rank exchanges before an op's first frame (:mod:`seccomm.agreement`),
-    so it is raised on every rank, in that op, at every size, with the same message; nothing of
-    the op was sent.  ``op``: the op (``"bcast #3"``); ``arguments``: argument name -> {rank:
-    value} for each argument that differs."""
+    by the records every rank sends before an op's first frame (:mod:`seccomm.agreement`), so
+    it is raised on every rank, in that op, at every size, with the same message.  ``op``: the
+    op (``"bcast #3"``); ``arguments``: argument name -> {rank: value} for each argument that
+    differs."""
 
     def __init__(self, msg, *, op=None, arguments=None):
         self.op, self.arguments = op, arguments or {}

@@ -540,7 +540,7 @@ def agreement(comm, rec, psk):
     than the others, to each collective, at 64 B (one eager frame) and at 256 KiB (rendezvous
     transfers, the chain bcast, several frames per hop): every rank raises ArgumentMismatchError
     in that op, at once (a timeout of 20 s, checked under 5 s), with the same message naming the
-    argument and which rank passed what; no buffer is written; the SecureComm is then unusable."""
+    argument and which rank passed what; the SecureComm is then unusable."""
     p, r = comm.size, comm.rank
     bad = p - 1
     for n in (16, 65536):

@@ -79,6 +79,25 @@ class Transport:
                 )
         self.wait_sends(sends, timeout, peers, op_label)
 
+    def agree_start(self, record, table, check, timeout: float, op_label: str) -> None:
+        """Begin an op's argument exchange (:meth:`agree`); ``check()`` (raises on a table that
+        disagrees) runs once every record is in.  Default: the whole exchange and the check,
+        now, before the op's first frame; :meth:`agree_finish` and :meth:`agree_settle` then
+        have nothing to do.  A transport may instead overlap the exchange with the op (MPI):
+        it then runs ``check()`` as soon as the records are in, also inside any wait of the op
+        (a rank that waits for a frame its disagreeing peer never sends stops there)."""
+        self.agree(record, table, timeout, op_label)
+        check()
+
+    def agree_finish(self, timeout: float, op_label: str) -> None:
+        """At the op's end: wait for the records still out and run the check (waits name the
+        rank they wait on, as any wait)."""
+
+    def agree_settle(self, limit: float):
+        """After the op failed: the check's exception if every record arrives within ``limit``
+        seconds and the check fails (the failure was a disagreement), else ``None``."""
+        return None
+
     def announce(self, record) -> list:
         """Send ``record`` (a refusal record) to every other rank without waiting; returns the
         send requests, which the caller keeps referenced.  Default: point-to-point."""
@@ -220,6 +239,15 @@ class TransportWrapper(Transport):
 
     def agree(self, record, table, timeout, op_label):
         return self.inner.agree(record, table, timeout, op_label)
+
+    def agree_start(self, record, table, check, timeout, op_label):
+        return self.inner.agree_start(record, table, check, timeout, op_label)
+
+    def agree_finish(self, timeout, op_label):
+        return self.inner.agree_finish(timeout, op_label)
+
+    def agree_settle(self, limit):
+        return self.inner.agree_settle(limit)
 
     def announce(self, record):
         return self.inner.announce(record)

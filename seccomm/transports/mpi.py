@@ -28,7 +28,7 @@ import struct
 
 import numpy as np
 
-from ..errors import FrameError, PeerAbortError, TransportTimeout
+from ..errors import FrameError, PeerAbortError, SecCommError, TransportTimeout
 from ..keys import hmac_sha256, hmac_verify
 from .base import Backoff, Transport, poll_until
 
@@ -108,7 +108,9 @@ class MPITransport(Transport):
         # Non-blocking duplicate: a rank that never joins ends in TransportTimeout, not a hang.
         self.comm, req = comm.Idup()
         self._nreqs, self._nsent = [], []
-        self._agreeing = None  # agree()'s persistent requests, made on first use
+        self._agreeing = None  # agree_start()'s persistent requests, made on first use
+        self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
+        self._agree_open = False  # its requests are started and not all finished
         self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
         # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
         # others which rank it blames, so every survivor names the rank that stopped, not the
@@ -177,6 +179,8 @@ class MPITransport(Transport):
         one_peer = isinstance(peer, int)
 
         def notices():  # a rank already gave up on the one this rank waits on
+            if self._agree_check is not None:
+                self._agree_watch()
             if self._check_notices() and peer in self.gave_up:
                 self._give_up(peer, op_label, timeout, waited=False)
 
@@ -223,10 +227,16 @@ class MPITransport(Transport):
             self._poll(req.req if isinstance(req, _HostCopyRequest) else req, timeout, None, peer, op_label)
 
     def agree(self, record, table, timeout, op_label):
-        """As :meth:`Transport.agree`, with a fast path: persistent requests on ``record`` and
-        ``table`` (made on first use, kept across ops), every receive and send started at once
-        and tested together a few hundred times (the ranks usually enter an op together); only a
-        peer that is late goes through the waits that name it."""
+        """As :meth:`Transport.agree` (the whole exchange, now), on the persistent requests of
+        :meth:`agree_start`."""
+        self.agree_start(record, table, lambda: None, timeout, op_label)
+        self.agree_finish(timeout, op_label)
+
+    def agree_start(self, record, table, check, timeout, op_label):
+        """Overlapped with the op: persistent requests on ``record`` and ``table`` (made on first
+        use, kept across ops) are started, every receive with every send, before the op's first
+        frame (a pair's messages match in order: records before frames); each wait of the op
+        looks at them (:meth:`_agree_watch`) and :meth:`agree_finish` ends them."""
         MPI, B = self._MPI, self._byte
         if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
             peers = [r for r in range(self.size) if r != self.rank]
@@ -235,22 +245,67 @@ class MPITransport(Transport):
             sts = [MPI.Status() for _ in peers]
             self._free_agreeing()
             self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts)
-        _, _, peers, recvs, sends, both, sts = self._agreeing
-        MPI.Prequest.Startall(both)
-        n = len(record)
-        for _ in range(_AGREE_SPINS):
-            if MPI.Request.Testall(recvs, sts):
-                for r, st in zip(peers, sts):
-                    if st.Get_count(B) != n:
-                        raise _record_size(op_label, r, st.Get_count(B), n)
-                break
-        else:
-            for r, req in zip(peers, recvs):
-                got = self.wait_recv(req, timeout, r, op_label)
-                if got != n:
-                    raise _record_size(op_label, r, got, n)
+        MPI.Prequest.Startall(self._agreeing[5])
+        self._agree_check, self._agree_label, self._agree_open = check, op_label, True
+
+    def _agree_in(self) -> bool:
+        """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
+        _, _, peers, recvs, _, _, sts = self._agreeing
+        try:
+            if not self._MPI.Request.Testall(recvs, sts):
+                return False
+        except self._MPI.Exception as e:  # (a larger message where a record was expected)
+            self._agree_check = None
+            raise FrameError(
+                f"{self._agree_label}: an argument record could not be received "
+                f"({e.Get_error_string().splitlines()[0].strip()}): the ranks disagree on the call "
+                f"sequence, or it was altered",
+                peer="any",
+                op=self._agree_label,
+            ) from None
+        self._agree_done(peers, [st.Get_count(self._byte) for st in sts])
+        return True
+
+    def _agree_done(self, peers, counts) -> None:
+        check, self._agree_check = self._agree_check, None
+        n = len(self._agreeing[1])
+        for r, got in zip(peers, counts):
+            if got != n:
+                raise _record_size(self._agree_label, r, got, n)
+        check()
+
+    def _agree_watch(self) -> None:
+        """Inside a wait of the op: run the check as soon as the records are in, so a rank that
+        waits for a frame a disagreeing peer never sends raises the disagreement at once."""
+        if self._agree_check is not None:
+            self._agree_in()
+
+    def agree_finish(self, timeout, op_label):
+        if not self._agree_open:
+            return
+        MPI = self._MPI
+        _, _, peers, recvs, sends, _, _ = self._agreeing
+        if self._agree_check is not None:  # (else a wait of the op already had every record in)
+            for _ in range(_AGREE_SPINS):  # (the ranks usually enter an op together)
+                if self._agree_in():
+                    break
+            else:
+                check, self._agree_check = self._agree_check, None  # (the waits below must not run it)
+                counts = [self.wait_recv(req, timeout, r, op_label) for r, req in zip(peers, recvs)]
+                self._agree_check = check
+                self._agree_done(peers, counts)
         if not MPI.Request.Testall(sends):
             self.wait_sends(sends, timeout, peers, op_label)
+        self._agree_open = False
+
+    def agree_settle(self, limit):
+        if self._agree_check is None:
+            return None
+        try:
+            poll_until(self._agree_in, limit, lambda: None, Backoff(spins=200, sleep_s=1e-4))
+        except SecCommError as e:
+            return e
+        return None
 
     # -- failure propagation -------------------------------------------------------------------
     def _check_notices(self) -> bool:
