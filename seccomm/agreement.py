@@ -44,6 +44,7 @@ NO_ROOT = 0xFFFFFFFF
 REFUSED = 0  # collective code of a refusal record
 REFUSAL_NAMES = {1: "ValueError", 2: "TypeError"}  # a refusal record's dtype byte -> the exception
 _LABEL, _RANK_LABEL = b"seccomm/1 agree", b"seccomm/1 agree-rank"
+_REFUSAL_REST = (0, 0, NO_ROOT, 0)  # a refusal record's reduction op, algorithm, root, count
 
 
 class Agreement:
@@ -88,6 +89,12 @@ class Agreement:
         self._mine_mv[:] = desc + tag.to_bytes(TAG_BYTES, "big")
         self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
 
+    def refusal(self, seq: int, error: str) -> None:
+        """Write a refusal record for op ``seq`` into :attr:`mine`: this rank refused its own
+        arguments with ``error`` (``"ValueError"`` or ``"TypeError"``, else ``ValueError``)."""
+        kind = next((k for k, name in REFUSAL_NAMES.items() if name == error), 1)
+        self.record(seq, REFUSED, kind, *_REFUSAL_REST)
+
     def check(self, op_label: str) -> None:
         """After the exchange: return when every record equals this rank's; else raise
         ``AuthenticationError`` for a record whose tag fails (naming its rank),
@@ -109,7 +116,8 @@ class Agreement:
                     "replayed or misdirected",
                 )
             rows[j] = _DESC.unpack(desc)
-        refused = [j for j, r in rows.items() if r[1] == REFUSED]
+        seq = rows[self.rank][0]  # a refusal record counts in its own op only, and in its one form
+        refused = [j for j, r in rows.items() if r[1] == REFUSED and r[0] == seq and r[3:] == _REFUSAL_REST]
         if refused:
             j = refused[0]
             err = REFUSAL_NAMES.get(rows[j][2], "an error")

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import collectives as _coll
-from .agreement import REFUSED, Agreement
+from .agreement import Agreement
 from .dtypes import CODES
 from .engine import OpContext, OpRun
 from .errors import (
@@ -359,9 +359,8 @@ class SecureComm:
         if not self._broken:
             self._broken = f"{name} #{seq} refused its arguments on this rank ({type(err).__name__})"
             # a refusal record in place of this rank's argument record: the others stop at once
-            a, kind = self._agreement, 2 if isinstance(err, TypeError) else 1
-            a.record(seq, REFUSED, kind, 0, 0, -1, 0)
-            self._stale = self._transport.announce(a.mine)
+            self._agreement.refusal(seq, type(err).__name__)
+            self._stale = self._transport.announce(self._agreement.mine)
         self._transport.refuse(seq, type(err).__name__)
 
     def _rotate(self) -> None:
@@ -461,7 +460,7 @@ class SecureComm:
             )
         except SecCommError as e:
             self._broken = f"{run.op_label} failed ({type(e).__name__})"
-            if isinstance(e, AuthenticationError):
+            if isinstance(e, (AuthenticationError, FrameError)):
                 self._transport.abort(e.peer)
             raise
 
@@ -478,16 +477,15 @@ class SecureComm:
         except SecCommError as e:
             # a frame that failed, or a wait that expired, because the ranks disagree on the
             # call: the argument records tell, and that is the error every rank raises
-            found = None if isinstance(e, ArgumentMismatchError) else self._transport.agree_settle(2.0)
-            if isinstance(found, ArgumentMismatchError):
-                e = found
-            self._broken = f"{run.op_label} failed ({type(e).__name__})"
-            if isinstance(e, (AuthenticationError, FrameError)):
-                self._transport.abort(e.peer)  # ranks waiting on this one raise now, not at the deadline
+            found = self._transport.agree_settle(2.0)  # (None at once when the check already ran)
+            err = found if isinstance(found, ArgumentMismatchError) else e
+            self._broken = f"{run.op_label} failed ({type(err).__name__})"
+            if isinstance(err, (AuthenticationError, FrameError)):
+                self._transport.abort(err.peer)  # ranks waiting on this one raise now, not at the deadline
             self._transport.cancel(run.pending)
             self._stale = run.pending  # keep buffers referenced while MPI may still touch them
-            if e is found:
-                raise e from None
+            if err is not e:
+                raise err from None
             raise
         except Exception as e:
             # Any other error on this rank inside the op (a bug, a failed reduction, an error of

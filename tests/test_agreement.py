@@ -94,10 +94,12 @@ def test_a_root_that_differs_and_several_arguments_at_once():
 def test_a_refusal_record_stops_the_others_naming_the_rank_and_the_exception():
     ws = world(3)
     exchange(ws, [CALL, (5, REFUSED, 2, 0, 0, -1, 0), CALL])
+    ws[1].refusal(5, "TypeError")
+    assert bytes(ws[1].mine) == bytes(ws[0].table[1])  # refusal() writes that very record
     for a in (ws[0], ws[2]):
         with pytest.raises(PeerAbortError) as ei:
             a.check("allreduce #5")
-        assert ei.value.peer == 1 and ei.value.blamed == 1
+        assert ei.value.peer == 1 and ei.value.blamed == 1 and ei.value.op == "allreduce #5"
         assert "rank 1 refused its arguments to allreduce #5: TypeError" in str(ei.value)
     exchange(ws, [CALL, (5, REFUSED, 9, 0, 0, -1, 0), CALL])
     with pytest.raises(PeerAbortError, match="refused its arguments to allreduce #5: an error"):
@@ -117,7 +119,10 @@ def _tampered(table_edit):
 def test_a_reflected_record_fails_authentication():
     """Rank 0's own record sent back to it as rank 1's: the sender mask makes it fail."""
     err = _tampered(lambda a, ws: a.table.__setitem__(1, a.mine))
-    assert err.peer == 1 and "its argument record for this op failed authentication" in str(err)
+    assert err.peer == 1 and str(err) == (
+        "AEAD authentication failed on a frame from rank 1 (allreduce #5): its argument record for "
+        "this op failed authentication: altered, replayed or misdirected"
+    )
 
 
 def test_a_record_moved_to_another_ranks_slot_fails_authentication():
@@ -167,3 +172,23 @@ def test_rank_lists_are_short():
         "rank 7 passed 7, and 3 more values"
     )
     assert np.dtype(np.uint8) == world(1)[0].table.dtype
+
+
+@pytest.mark.parametrize(
+    "record",
+    [(4, REFUSED, 1, 0, 0, -1, 0), (5, REFUSED, 1, 1, 0, -1, 0), (5, REFUSED, 1, 0, 1, -1, 0),
+     (5, REFUSED, 1, 0, 0, 0, 0), (5, REFUSED, 1, 0, 0, -1, 1)],
+)  # fmt: skip
+def test_a_refusal_record_counts_in_its_own_op_and_form_only(record):
+    """Of another op (replayed), or with any other field set: a disagreement, not a refusal."""
+    ws = world(2)
+    exchange(ws, [CALL, record])
+    with pytest.raises(ArgumentMismatchError):
+        ws[0].check("allreduce #5")
+
+
+def test_refusal_names_its_exception():
+    ws = world(2)
+    for error, kind in (("ValueError", 1), ("TypeError", 2), ("KeyError", 1)):
+        ws[1].refusal(5, error)
+        assert ws[1].mine[9] == kind and ws[1].mine[8] == REFUSED

@@ -233,6 +233,51 @@ def test_a_refusal_stops_the_others_in_that_op():
         assert isinstance(e, PeerAbortError) and e.peer == 1, res
         assert "rank 1 refused its arguments to bcast #1: ValueError" in str(e)
 
+    def typed(sc):
+        try:
+            sc.bcast([1.0] * 4 if sc.rank == 0 else np.ones(4, np.float32), root=0)
+        except Exception as e:  # noqa: BLE001
+            return e
+
+    res = world_run(2, typed)
+    assert isinstance(res[0], TypeError) and isinstance(res[1], PeerAbortError), res
+    assert "rank 0 refused its arguments to bcast #1: TypeError" in str(res[1])
+
+
+def test_ranks_that_each_wait_on_the_other_stop_at_the_disagreement_not_the_deadline():
+    """Each rank names the other as the bcast root, so each waits for a frame never sent: the
+    records, in while they wait, end the wait (timeout 2 s) with the disagreement."""
+
+    def body(sc):
+        t0 = time.monotonic()
+        try:
+            sc.bcast(np.zeros(64, np.float32), root=1 - sc.rank)
+        except SecCommError as e:
+            return e, time.monotonic() - t0
+
+    res = world_run(2, body)
+    for e, secs in res:
+        assert isinstance(e, ArgumentMismatchError) and e.arguments == {"root": {0: 1, 1: 0}}, res
+        assert secs < 1.5, res
+    assert str(res[0][0]) == str(res[1][0])
+
+
+def test_a_disagreement_found_by_a_failed_frame_is_raised_as_the_disagreement():
+    """The count differs, so a frame fails (tag or length) before the op's end: every rank
+    raises the disagreement, not an authentication error, and blames no rank."""
+    aborted = []
+
+    class Watch(TransportWrapper):
+        def abort(self, blame):
+            aborted.append(blame)
+            return self.inner.abort(blame)
+
+    res = world_run(2, _disagreeing("count"), wrap=lambda r, t: Watch(t), algorithm="recursive_doubling")
+    assert all(isinstance(e, ArgumentMismatchError) and e.__cause__ is None for e in res), res
+    assert not aborted
+    for e in res:
+        assert e.__context__ is None or isinstance(e.__context__, SecCommError)
+
 
 @pytest.mark.parametrize("what", ["op", "dtype", "count"])
 def test_the_frames_bind_op_dtype_and_count_too(monkeypatch, what):

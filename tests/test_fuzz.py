@@ -75,6 +75,7 @@ class FuzzPeer(Transport):
         self.deliver, self.block, self.finished = deliver, block, finished
         self.peer = PeerSetup()
         self.sent: list[bytes] = []
+        self.aborted: list = []
         self.k = 0
 
     def scatter(self, sendbuf, recvbuf, root, op_label, timeout=None):
@@ -109,6 +110,9 @@ class FuzzPeer(Transport):
     def isend(self, buf, peer):
         self.sent.append(bytes(buf))
         return None
+
+    def abort(self, blame):
+        self.aborted.append(blame)
 
     def irecv(self, buf, peer):
         return _Req(buf)
@@ -212,6 +216,9 @@ def test_fuzzed_argument_records_raise_before_any_frame(suite, plan, coll):
     assert isinstance(ei.value, (AuthenticationError, FrameError)), repr(ei.value)
     assert ei.value.peer == 1 and np.all(y == 7)
     assert len(peer.sent) == sent + 1  # its own record only: no frame left this rank
+    name = "allreduce" if coll == "allreduce" else "bcast"
+    assert sc._broken == f"{name} #1 failed ({type(ei.value).__name__})"
+    assert peer.aborted == [1]  # the ranks waiting on this one stop now
 
 
 def _never_into(sc, caller):

@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from seccomm.errors import FrameError, PeerAbortError, TransportTimeout
+from seccomm.errors import FrameError, PeerAbortError, SecCommError, TransportTimeout
 from seccomm.transports import Transport, host_bytes
 
 
@@ -92,6 +92,7 @@ class ThreadTransport(Transport):
 
     def __init__(self, world: World, rank: int, timeout: float = 5.0):
         self.world, self.rank, self.size, self.timeout = world, rank, world.size, timeout
+        self._agreeing = None  # [recvs, sends, peers, check (None once run), op label]
         self.calls = 0
         self.posted: dict[int, int] = defaultdict(int)
 
@@ -151,19 +152,70 @@ class ThreadTransport(Transport):
         self.posted[peer] += 1
         return req
 
+    # -- the argument exchange, overlapped with the op as the MPI transport does ---------------
+    def agree_start(self, record, table, check, timeout, op_label):
+        peers = [r for r in range(self.size) if r != self.rank]
+        recvs = [self.irecv(table[r], r) for r in peers]
+        sends = [self.isend(record, r) for r in peers]
+        self._agreeing = [recvs, sends, peers, check, op_label]
+
+    def _records_in(self) -> bool:
+        recvs, _, peers, check, _ = self._agreeing
+        w = self.world
+        return check is not None and all(len(w.mail[(r, self.rank)]) > q.index for q, r in zip(recvs, peers))
+
+    def _agree_now(self, timeout) -> None:
+        """Read the records (waits that name their rank) and run the check once."""
+        recvs, _, peers, check, label = self._agreeing
+        self._agreeing[3] = None  # (the waits below must not run it)
+        for q, r in zip(recvs, peers):
+            got = self.wait_recv(q, timeout, r, label)
+            if got != len(q.buf):
+                raise FrameError(f"{label}: argument record of {got} bytes from rank {r}", peer=r, op=label)
+        check()
+
+    def agree_finish(self, timeout, op_label):
+        if self._agreeing is None:
+            return
+        if self._agreeing[3] is not None:
+            self._agree_now(timeout)
+        _, sends, peers, _, _ = self._agreeing
+        self._agreeing = None
+        self.wait_sends(sends, timeout, peers, op_label)
+
+    def agree_settle(self, limit):
+        if self._agreeing is None or self._agreeing[3] is None:
+            return None
+        with self.world.cv:
+            if not self.world.cv.wait_for(self._records_in, limit):
+                return None
+        try:
+            self._agree_now(limit)
+        except SecCommError as e:
+            return e
+        return None
+
     def wait_recv(self, req, timeout, peer, op_label):
         _check_wait(timeout, op_label)
         if not isinstance(req, _Recv) or req.peer != peer:
             raise AssertionError(f"rank {self.rank}: wait_recv({req!r}, peer={peer!r})")
         w, box = self.world, self.world.mail[(peer, self.rank)]
+        watch = self._agreeing is not None and self._agreeing[3] is not None
         with w.cv:
-            if not w.cv.wait_for(lambda: len(box) > req.index or peer in w.stopped, timeout):
+            if not w.cv.wait_for(
+                lambda: len(box) > req.index or peer in w.stopped or (watch and self._records_in()), timeout
+            ):
                 raise TransportTimeout(
                     f"{op_label}: rank {peer} made no progress within {timeout:g} s",
                     peer=peer,
                     op=op_label,
                     timeout_s=timeout,
                 )
+            watched = len(box) <= req.index and watch and self._records_in()
+        if watched:  # every record is in while this rank waits: the check runs (it may raise)
+            self._agree_now(timeout)
+            return self.wait_recv(req, timeout, peer, op_label)
+        with w.cv:
             if len(box) <= req.index:  # and the ranks waiting on this one stop too
                 w.stopped.setdefault(self.rank, w.stopped[peer])
                 w.cv.notify_all()
