@@ -74,15 +74,37 @@ def user_env(tmp_path) -> dict:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, "TMPDIR": str(tmp_path)}
 
 
+def _out_of_range_ok(cmd, option, rc, out, err) -> None:
+    assert rc == 2 and out == "", (out[-500:], err[-500:])
+    assert err.startswith(f"seccomm {cmd}: error: argument ") and option in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
 @pytest.mark.parametrize("cmd,option,value", CASES, ids=[f"{c} {o}={v}" for c, o, v in CASES])
-def test_out_of_range_numbers_exit_2_naming_the_option(tmp_path, cmd, option, value):
+def test_out_of_range_numbers_exit_2_naming_the_option(tmp_path, monkeypatch, capsys, cmd, option, value):
+    """In process (the check is argparse's, at parse time, before anything runs); the same as
+    the real command, which the test below runs for one option of each command."""
+    for k in [*launch.LAUNCHER_VARS, "SECCOMM_PSK", "SECCOMM_PSK_FILE"]:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    extra = ["--compliance"] if cmd == "report" else []
+    rc = cli.main([cmd, *extra, f"{option}={value}"])
+    out, err = capsys.readouterr()
+    _out_of_range_ok(cmd, option, rc, out, err)
+
+
+#: the first out-of-range case of each command, run as the real command
+FIRST = list({c: (c, o, v) for c, o, v in reversed(CASES)}.values())
+
+
+@pytest.mark.parametrize("cmd,option,value", FIRST, ids=[f"{c} {o}={v}" for c, o, v in FIRST])
+def test_out_of_range_numbers_exit_2_as_the_real_command(tmp_path, cmd, option, value):
     extra = ["--compliance"] if cmd == "report" else []
     proc = run_cmd(
         [*SECCOMM, cmd, *extra, f"{option}={value}"], timeout=120, env=user_env(tmp_path), cwd=tmp_path
     )
-    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout[-500:], proc.stderr[-500:])
-    assert proc.stderr.startswith(f"seccomm {cmd}: error: argument ") and option in proc.stderr, proc.stderr
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    _out_of_range_ok(cmd, option, proc.returncode, proc.stdout, proc.stderr)
 
 
 #: every output option of every command: (command, option, extra arguments)
