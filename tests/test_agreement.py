@@ -192,3 +192,47 @@ def test_refusal_names_its_exception():
     for error, kind in (("ValueError", 1), ("TypeError", 2), ("KeyError", 1)):
         ws[1].refusal(5, error)
         assert ws[1].mine[9] == kind and ws[1].mine[8] == REFUSED
+
+
+def test_unknown_codes_and_odd_fields_are_shown_as_they_came():
+    """An authentic record of another seccomm (a dtype, op or algorithm code this one does not
+    know) or a root on a collective that has none: shown raw, or as none, never misnamed."""
+    ws = world(2)
+    exchange(ws, [CALL, with_(dtype=99, redop=77, alg=2, root=0)])
+    with pytest.raises(ArgumentMismatchError) as ei:
+        ws[0].check("allreduce #5")
+    assert ei.value.op == "allreduce #5"
+    assert ei.value.arguments == {
+        "dtype": {0: "float32", 1: 99},
+        "op": {0: "sum", 1: 77},
+        "root": {0: None, 1: 0},
+        "algorithm": {0: "recursive_doubling", 1: 2},
+    }
+
+
+def test_at_most_eight_values_are_listed():
+    eight, nine = {r: r for r in range(8)}, {r: r for r in range(9)}
+    assert _by_value(eight).endswith("rank 7 passed 7")
+    assert _by_value(nine).endswith("rank 7 passed 7, and 1 more values")
+
+
+def test_the_record_is_the_documented_one():
+    """Known answer, computed here from docs/design.md's formula with cryptography's HMAC:
+    record = seq (u64) | collective | dtype | op | algorithm (u8 each) | root (u32) | count (u64)
+    | HMAC-SHA256(k, "seccomm/1 agree" | record[:24])[:16] XOR HMAC-SHA256(k, "seccomm/1
+    agree-rank" | rank (u32))[:16], big-endian."""
+    import struct
+
+    from cryptography.hazmat.primitives import hashes, hmac
+
+    def mac(msg):
+        h = hmac.HMAC(KEY, hashes.SHA256())
+        h.update(msg)
+        return int.from_bytes(h.finalize()[:16], "big")
+
+    for rank in (0, 2):
+        a = Agreement(rank, 3, KEY, _names, DTYPES, OPS)
+        a.record(*CALL)
+        desc = struct.pack(">QBBBBIQ", 5, 1, CODES["float32"], REDOPS["sum"], 1, 0xFFFFFFFF, 1000)
+        tag = mac(b"seccomm/1 agree" + desc) ^ mac(b"seccomm/1 agree-rank" + rank.to_bytes(4, "big"))
+        assert bytes(a.mine) == desc + tag.to_bytes(16, "big")

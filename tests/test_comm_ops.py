@@ -849,3 +849,32 @@ def test_a_transport_that_does_not_defer_has_every_send_waited_for_in_the_op():
 
     assert ok(world_run(2, body, wrap=lambda r, t: NoDefer(t))) == [None, None]
     assert sorted(NoDefer.waited) == [(0, "allreduce #1"), (1, "allreduce #1")], NoDefer.waited
+
+
+def test_an_error_of_its_own_keeps_the_ops_requests_referenced():
+    """Any exception inside an op (here a wrapper's, at the first wait): the requests the op
+    posted stay referenced by the SecureComm (MPI may still touch their buffers)."""
+
+    class Boom(TransportWrapper):
+        def wait_recv(self, req, timeout, peer, op_label):
+            raise RuntimeError("this rank fails here")
+
+    def body(sc):
+        try:
+            run_op(sc, "allreduce", 0)
+        except RuntimeError:
+            return list(sc._stale or [])
+
+    res = world_run(2, body, wrap=lambda r, t: Boom(t), algorithm="ring")
+    assert all(len(stale) >= 1 for stale in res), res
+
+
+def test_suite_none_sends_its_argument_records_untagged():
+    """Nothing is authenticated under suite none: its records carry a zero tag; others a tag."""
+
+    def body(sc):
+        run_op(sc, "allreduce", 0)
+        return bytes(sc._agreement.mine[24:])
+
+    assert world_run(2, body, suite="none") == [bytes(16)] * 2
+    assert all(t != bytes(16) for t in world_run(2, body))
