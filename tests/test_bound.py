@@ -80,3 +80,15 @@ def test_gbps_at_the_chunk_size():
     assert CryptoRate("x", c, 0, 0, 0, 0).gbps("open") == math.inf
     with pytest.raises(ValueError):
         measure_rate("rot13", MIB)
+
+
+def test_points_that_do_not_fit_keep_the_chunks_time_as_per_byte(monkeypatch):
+    """Under load a small-frame batch can take longer than a whole chunk (seen on CI: per-byte
+    0.0 for aes-256-gmac): the chunk's own time then counts as per-byte, never as nothing."""
+    import seccomm.bench.bound as b
+
+    times = {65536: (3e-6, 4e-6), b.SMALL_FRAME: (5e-6, 1e-6)}  # seal slower small than big
+    monkeypatch.setattr(b, "_frame_times", lambda key, ws, n: times[n])
+    r = b.measure_rate("aes-256-gmac", 65536)
+    assert (r.seal_frame_s, r.seal_byte_s) == (0.0, 3e-6 / 65536)
+    assert r.open_byte_s == pytest.approx(3e-6 / (65536 - b.SMALL_FRAME)) and r.open_frame_s > 0

@@ -95,7 +95,9 @@ def measure_rate(suite: str, chunk_bytes: int) -> CryptoRate:
     ss, os_ = _frame_times(key, ws, small)
 
     def fit(t_small, t_big):
-        per_byte = max(0.0, (t_big - t_small) / (big - small))
+        per_byte = (t_big - t_small) / (big - small)
+        if not per_byte > 0:  # the points do not fit (a small-frame batch descheduled under load):
+            return 0.0, t_big / big  # all of the chunk's time counts as per-byte, as for a tiny chunk
         return max(0.0, t_big - big * per_byte), per_byte
 
     return CryptoRate(suite, big, *fit(ss, sb), *fit(os_, ob))
