@@ -71,12 +71,7 @@ class Transport:
         for r, req in zip(peers, recvs):
             got = self.wait_recv(req, timeout, r, op_label)
             if got != len(record):
-                raise FrameError(
-                    f"{op_label}: the argument record from rank {r} has {got} bytes, not {len(record)}: "
-                    f"the ranks disagree on the call sequence, or it was altered",
-                    peer=r,
-                    op=op_label,
-                )
+                raise record_size_error(op_label, r, got, len(record))
         self.wait_sends(sends, timeout, peers, op_label)
 
     def agree_start(self, record, table, check, timeout: float, op_label: str) -> None:
@@ -139,6 +134,16 @@ class Transport:
 
     def close(self) -> None:
         pass
+
+
+def record_size_error(op_label: str, peer: int, got: int, n: int) -> FrameError:
+    """An argument record of ``got`` bytes, not ``n``, from ``peer`` (:meth:`Transport.agree`)."""
+    return FrameError(
+        f"{op_label}: the argument record from rank {peer} has {got} bytes, not {n}: the ranks "
+        f"disagree on the call sequence, or it was altered",
+        peer=peer,
+        op=op_label,
+    )
 
 
 # -- the one poll-until-deadline loop ----------------------------------------------------------

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import FrameError, PeerAbortError, SecCommError, TransportTimeout
 from ..keys import hmac_sha256, hmac_verify
-from .base import Backoff, Transport, poll_until
+from .base import Backoff, Transport, poll_until, record_size_error
 
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
@@ -179,8 +179,7 @@ class MPITransport(Transport):
         one_peer = isinstance(peer, int)
 
         def notices():  # a rank already gave up on the one this rank waits on
-            if self._agree_check is not None:
-                self._agree_watch()
+            self._agree_watch()
             if self._check_notices() and peer in self.gave_up:
                 self._give_up(peer, op_label, timeout, waited=False)
 
@@ -271,7 +270,7 @@ class MPITransport(Transport):
         n = len(self._agreeing[1])
         for r, got in zip(peers, counts):
             if got != n:
-                raise _record_size(self._agree_label, r, got, n)
+                raise record_size_error(self._agree_label, r, got, n)
         check()
 
     def _agree_watch(self) -> None:
@@ -575,15 +574,6 @@ class MPITransport(Transport):
 
 #: tests of an argument exchange before its waits take over (agree)
 _AGREE_SPINS = 200
-
-
-def _record_size(op_label: str, peer: int, got: int, n: int) -> FrameError:
-    return FrameError(
-        f"{op_label}: the argument record from rank {peer} has {got} bytes, not {n}: the ranks "
-        f"disagree on the call sequence, or it was altered",
-        peer=peer,
-        op=op_label,
-    )
 
 
 #: largest unreceived message close() drops (argument records, notices, small frames: eager)
