@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives import hashes, hmac
 from .errors import ArgumentMismatchError, AuthenticationError, PeerAbortError
 
 _DESC = struct.Struct(">QBBBBIQ")
+_SEQ, _TAIL = struct.Struct(">Q"), struct.Struct(">BBBBIQ")  # _DESC: the op number, then the rest
 DESC_BYTES = _DESC.size  # 24
 TAG_BYTES = 16
 RECORD_BYTES = DESC_BYTES + TAG_BYTES  # 40
@@ -80,7 +81,18 @@ class Agreement:
     def record(self, seq: int, code: int, dtype: int, redop: int, alg: int, root: int, count: int) -> None:
         """Write this rank's record for op ``seq`` into :attr:`mine` and the table an agreeing
         world would send back."""
-        desc = _DESC.pack(seq, code, dtype, redop, alg, NO_ROOT if root < 0 else root, count)
+        self.record_tail(seq, self.tail(code, dtype, redop, alg, root, count))
+
+    @staticmethod
+    def tail(code: int, dtype: int, redop: int, alg: int, root: int, count: int) -> bytes:
+        """A record's fields after its op number (16 bytes; ``root`` < 0: none): what a repeated
+        call keeps, so that each of its ops only adds its number (:meth:`record_tail`)."""
+        return _TAIL.pack(code, dtype, redop, alg, NO_ROOT if root < 0 else root, count)
+
+    def record_tail(self, seq: int, tail: bytes) -> None:
+        """:meth:`record` of op ``seq`` with the fields after the op number given as ``tail``
+        (:meth:`tail`)."""
+        desc = _SEQ.pack(seq) + tail
         tag = self._own
         if self._labelled is not None:  # (one op's hot path: _tag inlined)
             h = self._labelled.copy()

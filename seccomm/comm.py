@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import os
 import threading
@@ -391,13 +392,7 @@ class SecureComm:
     def _begin(self, coll: _coll.Collective, call: _coll.Call, bound: int, device: bool) -> OpRun:
         """The op's :class:`OpRun`: a fresh sequence number and frame context, after rotating to
         the next epoch when ``bound`` more frames would pass the per-key limit."""
-        if self._broken:
-            raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
-        if self._unsent:
-            self._settle_unsent()
-        if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
-            self._rotate()
-        self._seq += 1
+        op_index = self._next_op(bound)
         frame = FrameContext(
             self.suite.suite_id,
             coll.code,
@@ -406,17 +401,31 @@ class SecureComm:
             self._comm_id,
             self.epoch,
             self._seq,
-            self._epoch_ops,
+            op_index,
             call.count,
             call.redop,
         )
-        self._epoch_ops += 1
-        self._epoch_frames += bound
         if device:
             from .gpu.engine import DeviceOpRun
 
             return DeviceOpRun(self._device_context(), frame, call.itemsize, coll.name)
         return OpRun(self._ctx, frame, call.itemsize, coll.name)
+
+    def _next_op(self, bound: int) -> int:
+        """Number the next op (``_seq``) and count it in the epoch, after waiting for the last
+        op's sends and rotating to the next epoch when ``bound`` more frames would pass the
+        per-key limit; returns its index in the epoch.  ``CommClosedError`` once unusable."""
+        if self._broken:
+            raise CommClosedError(f"SecureComm is unusable: {self._broken}; create a new one")
+        if self._unsent:
+            self._settle_unsent()
+        if self._epoch_frames + bound > self.usage_limit or self._epoch_ops >= MAX_OPS_PER_EPOCH:
+            self._rotate()
+        self._seq += 1
+        op_index = self._epoch_ops
+        self._epoch_ops += 1
+        self._epoch_frames += bound
+        return op_index
 
     def _device_context(self) -> OpContext:  # pragma: no mutate block (GPU: tests/test_gpu.py)
         """The device engine's context: the host context with a device workspace of the backend
@@ -446,14 +455,18 @@ class SecureComm:
             self._stale = list(reqs)
             raise
 
-    def _agree(self, run: OpRun, coll: _coll.Collective, call: _coll.Call, alg: str) -> None:
-        """Every rank's arguments to this op, sent before its first frame and checked before it
-        ends (:mod:`seccomm.agreement`): ``ArgumentMismatchError`` on every rank when they differ."""
+    def _tail(self, coll: _coll.Collective, call: _coll.Call, alg: str) -> bytes:
+        """The argument record of this call after its op number (:meth:`Agreement.tail`)."""
+        return self._agreement.tail(
+            coll.code, CODES[call.dtype], REDOPS[call.redop], _ALG[coll.name][alg], call.root, call.count
+        )
+
+    def _agree(self, run: OpRun, tail: bytes) -> None:
+        """Every rank's arguments to this op (``tail``: :meth:`_tail`), sent before its first frame
+        and checked before it ends (:mod:`seccomm.agreement`): ``ArgumentMismatchError`` on every
+        rank when they differ."""
         a = self._agreement
-        a.record(
-            run.frame.seq, coll.code, CODES[call.dtype], REDOPS[call.redop], _ALG[coll.name][alg],
-            call.root, call.count,
-        )  # fmt: skip
+        a.record_tail(run.frame.seq, tail)
         try:
             self._transport.agree_start(
                 a.mine, a.table, lambda: a.check(run.op_label), self.timeout, run.op_label
@@ -525,11 +538,11 @@ class SecureComm:
                     and plan.recv is recvbuf
                     and plan.layout == _layout(sendbuf, recvbuf)
                 ):
-                    coll, call = plan.coll, plan.call
-                    alg = coll.pick(self, plan.nbytes, call.count, self.size)
-                    run = self._begin(coll, call, plan.bound, False)
-                    self._agree(run, coll, call, alg)
-                    self._run(run, coll.algorithms[alg], *call.args)
+                    run, op_index = plan.run, self._next_op(plan.bound)
+                    run.frame.restart(self.epoch, self._seq, op_index)
+                    run.restart()
+                    self._agree(run, plan.tail)
+                    self._run(run, plan.steps)
                     return
             coll = _coll.COLLECTIVES[name]
             route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
@@ -545,13 +558,21 @@ class SecureComm:
             except (TypeError, ValueError) as e:
                 self._refuse(name, e)
                 raise
+            tail = self._tail(coll, call, alg)
+            prepare = coll.prepare.get(alg)
+            steps = prepare(run, *call.args) if prepare is not None and not device else None
             if key is not None and max(sendbuf.nbytes, recvbuf.nbytes) <= PLAN_MAX_BYTES:
                 if len(self._plans) >= PLAN_SLOTS:
                     self._plans.clear()
-                plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), coll, call, nbytes, bound)
+                if steps is None:
+                    steps = functools.partial(_call_with, coll.algorithms[alg], call.args)
+                plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), call, bound, tail, run, steps)
                 self._plans[key] = plan
-            self._agree(run, coll, call, alg)
-            self._run(run, coll.algorithms[alg], *call.args)
+            self._agree(run, tail)
+            if steps is not None:
+                self._run(run, steps)
+            else:
+                self._run(run, coll.algorithms[alg], *call.args)
         finally:
             self._busy.release()
 
@@ -564,10 +585,15 @@ class _Plan(NamedTuple):
     send: np.ndarray  # the two arrays of the key (kept alive: their ids stay theirs)
     recv: np.ndarray
     layout: tuple  # _layout(sendbuf, recvbuf) when the call was checked
-    coll: _coll.Collective
     call: _coll.Call  # the checked call (its args view the two arrays)
-    nbytes: int
-    bound: int
+    bound: int  # frames one op may seal under one key
+    tail: bytes  # its argument record after the op number
+    run: OpRun  # the first op's run, restarted for each repeat (its frame context too)
+    steps: object  # steps(run): the algorithm, prepared for these arrays where it can be
+
+
+def _call_with(fn, args, run):
+    fn(run, *args)
 
 
 def _layout(a: np.ndarray, b: np.ndarray) -> tuple:

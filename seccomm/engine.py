@@ -113,6 +113,13 @@ class OpRun:
         self.pending: list = []
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
 
+    def restart(self) -> None:
+        """Ready for the next op of the same call (a repeated call's plan keeps its run): its
+        ``frame`` was restarted with the op's epoch and sequence number."""
+        self.op_label = f"{self.collective} #{self.frame.seq}"
+        self.pending = []
+        self.sends = []
+
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
         """The keyed suite (:class:`~seccomm.suites.SuiteKey`) for a frame sealed by ``a`` for

@@ -137,13 +137,17 @@ class FrameContext:
     ``dtype_code``: :data:`seccomm.dtypes.DTYPES`' code; ``redop``: a name of :data:`REDOPS`.
     """
 
-    __slots__ = ("op_code", "epoch", "seq", "op_index", "_head")
+    __slots__ = ("op_code", "epoch", "seq", "op_index", "_head", "_total")
 
     def __init__(
         self, suite_id, op_code, dtype_code, job_id, comm_id, epoch, seq, op_index, total_count, redop="none"
     ):
         self.op_code, self.epoch, self.seq, self.op_index = op_code, epoch, seq, op_index
-        self._head = (REDOPS[redop], op_code, dtype_code, job_id, comm_id, epoch, seq, total_count)
+        self._head, self._total = (REDOPS[redop], op_code, dtype_code, job_id, comm_id), total_count
+
+    def restart(self, epoch: int, seq: int, op_index: int) -> None:
+        """The same call's constants for another op (a repeated call's plan keeps its context)."""
+        self.epoch, self.seq, self.op_index = epoch, seq, op_index
 
     def fill(
         self,
@@ -161,7 +165,7 @@ class FrameContext:
         or the origin rank (group key, with ``dst == ANY_RANK`` and ``step == GROUP_STEP``)."""
         v = (chunk << 24) | src
         _NONCE.pack_into(slot.nonce, 0, self.op_index, step, v >> 32, v & 0xFFFFFFFF)
-        redop, op_code, dtype_code, job_id, comm_id, epoch, seq, total = self._head
+        redop, op_code, dtype_code, job_id, comm_id = self._head
         AAD.pack_into(
             slot.header,
             0,
@@ -174,13 +178,13 @@ class FrameContext:
             dtype_code,
             job_id,
             comm_id,
-            epoch,
-            seq,
+            self.epoch,
+            self.seq,
             step,
             chunk,
             chunks,
             src,
             dst,
-            total,
+            self._total,
             elems,
         )

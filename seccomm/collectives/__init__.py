@@ -7,7 +7,7 @@ Adding a collective is one file that registers its record, plus one line in the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from .common import bitwise_wrong, no_reset, seeded
@@ -53,6 +53,9 @@ class Collective:
     - ``choose(tuning, nbytes, count, p) -> str``: the algorithm of a call (the "auto" rule;
       ``tuning`` as :class:`Tuning`); ``None``: the only entry of ``algorithms``.
     - ``algorithms``: name -> ``run(op_run, *call.args)``.
+    - ``prepare``: name -> ``prepare(op_run, *call.args) -> run(op_run)`` (optional, per
+      algorithm): the work an algorithm does before its first step (schedule, views, reducers),
+      done once for a repeated call's plan, whose arrays and arguments are the same every time.
     - ``frame_bound(p, chunks) -> int``: frames any one key may seal in one op, for
       ``chunks`` = ceil(S / chunk_bytes) + 1; identical on every rank and never below what the
       algorithms seal (the key schedule rotates on it).
@@ -87,6 +90,7 @@ class Collective:
     reset: Callable = no_reset
     wrong: Callable = bitwise_wrong
     doc: str = ""
+    prepare: dict = field(default_factory=dict)
 
     def pick(self, tuning, nbytes: int, count: int, p: int) -> str:
         """The algorithm a call of ``count`` elements (``nbytes`` bytes) on ``p`` ranks runs."""

@@ -129,36 +129,65 @@ def _reducer(ufunc, cur, recv, elems, ce, theirs_first):
 def recursive_doubling(run, send, recv, ufunc, avg):
     """Recursive doubling (the steps of :func:`_rd_schedule`).  The first step seals straight
     from ``send`` and reduces into ``recv``, later steps work in ``recv``: no copy of the input."""
+    _rd_prepare(run, send, recv, ufunc, avg)(run)
+
+
+def _rd_prepare(run, send, recv, ufunc, avg):
+    """Recursive doubling's steps for these arrays, worked out once: ``run_steps(op_run)``.  A
+    repeated call's plan keeps it (the schedule, the chunk views, the reducers and the private
+    accumulator in workspace ``rdtmp``, which the plan then holds)."""
     p, isz, ce = run.size, run.itemsize, run.chunk_elems
     if p == 1 or not recv.size:
-        if not np.may_share_memory(send, recv):
-            np.copyto(recv, send)
-        if avg:
-            _divide(recv, p)
-        return
+
+        def alone(run):
+            if not np.may_share_memory(send, recv):
+                np.copyto(recv, send)
+            if avg:
+                _divide(recv, p)
+
+        return alone
     nbytes = recv.size * isz
     tmp = run.ws.get("rdtmp", nbytes)[:nbytes]
     outs, elems = chunk_views(tmp, 0, recv.size, ce, isz)
     single = len(elems) == 1
+    steps = []
     cur = send
     for kind, peer, step, theirs_first in _rd_schedule(p, run.rank):
         if kind == GET:
-            run.exchange(None, Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step))
+            got = Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step)
+            steps.append(functools.partial(_exchange, None, got))
             continue
         mine = [as_bytes(cur)] if single else chunk_views(as_bytes(cur), 0, recv.size, ce, isz)[0]
         if kind in (GIVE, RETURN):
-            run.exchange(Send(peer, step, pieces=mine), None)
+            steps.append(functools.partial(_exchange, Send(peer, step, pieces=mine), None))
             continue
         consume = _reducer(ufunc, cur, recv, elems, ce, theirs_first)
         if kind == TAKE:
-            run.exchange(None, Recv(peer, elems, outs, step, consume=consume))
+            steps.append(functools.partial(_exchange, None, Recv(peer, elems, outs, step, consume=consume)))
         elif single:  # small message: one frame each way
-            run.swap(peer, step, mine[0], elems[0], outs[0], consume)
+            steps.append(functools.partial(_swap, peer, step, mine[0], elems[0], outs[0], consume))
         else:
-            run.exchange(Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume))
+            sr = (Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume))
+            steps.append(functools.partial(_exchange, *sr))
         cur = recv
     if avg:
-        _divide(recv, p)
+        steps.append(lambda run: _divide(recv, p))
+    if len(steps) == 1:
+        return steps[0]
+
+    def run_steps(run):
+        for s in steps:
+            s(run)
+
+    return run_steps
+
+
+def _exchange(send, recv, run):
+    run.exchange(send, recv)
+
+
+def _swap(peer, step, piece, elems, out, consume, run):
+    run.swap(peer, step, piece, elems, out, consume)
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)
@@ -176,6 +205,7 @@ register(
         args=_args,
         choose=_choose,
         algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
+        prepare={"recursive_doubling": _rd_prepare},
         frame_bound=ring_tree_bound,
         counts=lambda count, p, rank: Counts(count, count, count),
         busbw_factor=lambda n: 2 * (n - 1) / n,

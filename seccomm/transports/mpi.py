@@ -176,6 +176,11 @@ class MPITransport(Transport):
         for a collective.  Raises ``TransportTimeout``/``PeerAbortError`` naming the rank to
         blame, ``FrameError`` when MPI reports an error."""
         MPI = self._MPI
+        try:
+            if req.Test(status):  # (the usual case on the hot path: done at the first look)
+                return
+        except MPI.Exception as e:
+            raise _mpi_error(e, peer, op_label) from None
         one_peer = isinstance(peer, int)
 
         def notices():  # a rank already gave up on the one this rank waits on
@@ -204,13 +209,7 @@ class MPITransport(Transport):
                 check_every=_NOTICE_EVERY,
             )
         except MPI.Exception as e:
-            first = e.Get_error_string().splitlines()[0].strip()
-            raise FrameError(
-                f"{op_label}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
-                f"abandoned the transfer (it failed or closed), or the ranks disagree "
-                f"on this call's sizes",
-                peer=peer,
-            ) from None
+            raise _mpi_error(e, peer, op_label) from None
 
     def wait_recv(self, req, timeout, peer, op_label):
         st = self._status
@@ -574,6 +573,17 @@ class MPITransport(Transport):
 
 #: tests of an argument exchange before its waits take over (agree)
 _AGREE_SPINS = 200
+
+
+def _mpi_error(e, peer, op_label) -> FrameError:
+    """The ``FrameError`` of a wait on ``peer`` that MPI failed with ``e``."""
+    first = e.Get_error_string().splitlines()[0].strip()
+    return FrameError(
+        f"{op_label}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
+        f"abandoned the transfer (it failed or closed), or the ranks disagree "
+        f"on this call's sizes",
+        peer=peer,
+    )
 
 
 #: largest unreceived message close() drops (argument records, notices, small frames: eager)
