@@ -112,6 +112,7 @@ class OpRun:
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
+        self._swaps: dict = {}  # peer -> what swap() keeps across the ops of a plan
 
     def restart(self) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
@@ -282,22 +283,35 @@ class OpRun:
         messages): the same frames as :meth:`exchange`, with the least work per call.
         ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace memory
         (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext."""
-        t, ws, frame, rank, op_label = self.t, self.ws, self.frame, self.rank, self.op_label
-        self._settle()
-        nbytes = elems * self.itemsize
-        key = self._protect(False, rank, peer)
-        sslot = ws.slots("send", [nbytes])[0]
-        frame.fill(sslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, rank, peer, elems)
-        key.seal(sslot, piece)
+        t, frame, rank = self.t, self.frame, self.rank
+        if self.sends:
+            self._settle()
+        # keys and slots of this exchange, kept across the ops of a repeated call's plan (its
+        # run is kept) while the epoch stays; cached slots keep their buffer alive if it grows
+        c = self._swaps.get(peer)
+        if c is None or c[0] != frame.epoch or c[1] != elems:
+            nbytes, ws = elems * self.itemsize, self.ws
+            c = self._swaps[peer] = (
+                frame.epoch,
+                elems,
+                self._protect(False, rank, peer),
+                self._protect(False, peer, rank),
+                ws.slots("send", [nbytes])[0],
+                ws.slots("recv", [nbytes])[0],
+            )
+        _, _, skey, rkey, sslot, rslot = c
+        frame.fill(sslot, KEY_DIRECTION, skey.suite.suite_id, step, 0, 1, rank, peer, elems)
+        skey.seal(sslot, piece)
         sreq = t.isend(sslot.frame, peer)  # first: the peer waits on it
-        self._sent((sreq,), peer)
-        rslot = ws.slots("recv", [nbytes])[0]
+        self.pending.append(sreq)
+        self.sends.append((sreq, peer))
         rreq = t.irecv(rslot.frame, peer)
         self.pending.append(rreq)
-        key = self._protect(False, peer, rank)
-        frame.fill(rslot, KEY_DIRECTION, key.suite.suite_id, step, 0, 1, peer, rank, elems)
-        self._check_len(t.wait_recv(rreq, self.timeout, peer, op_label), rslot, 0, 1, peer, step)
-        consume(0, self._open(rslot, key, out, peer, step, 0, 1))
+        frame.fill(rslot, KEY_DIRECTION, rkey.suite.suite_id, step, 0, 1, peer, rank, elems)
+        got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
+        if got != len(rslot.frame):
+            self._check_len(got, rslot, 0, 1, peer, step)
+        consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
 
     # -- tree relay (broadcast) --------------------------------------------------------------
     def relay(

@@ -5,13 +5,15 @@ rank, open cost n(p-1)/p; transfer (p-1) alpha + n(p-1)/p beta (Thakur, Rabensei
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..dtypes import as_bytes, flat
 from ..engine import Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
-from .common import Blocks, check_pair, chunk_views, ring_tree_bound
+from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
 from .cost import Cost, per_rank, ring_steps
 from .native import as_bytes_spec
 
@@ -37,35 +39,52 @@ def _args(sendbuf, recvbuf, rank, size, device) -> Call:
 
 def ring_allgather(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> None:
     """Gather every rank's ``own`` block into ``out`` (flat, blocks in rank order)."""
+    for step in ag_steps(run, own, out, blocks):
+        step(run)
+
+
+def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
+    """The steps of :func:`ring_allgather`, each ``step(op_run)``: worked out once for a
+    repeated call's plan."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     mine = blocks.typed(out, r)
-    if not np.may_share_memory(mine, own):
-        np.copyto(mine, own)
+    steps = [] if np.may_share_memory(mine, own) else [lambda run: np.copyto(mine, own)]
     if p == 1:
-        return
+        return steps
     nxt, prv = (r + 1) % p, (r - 1) % p
     out_u8, own_u8 = as_bytes(out), as_bytes(own)
     prev = None
     for s in range(p - 1):
         sb, rb = (r - s) % p, (r - s - 1) % p
-        send = None
-        if blocks.counts[sb]:
-            if s == 0:
-                pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
-                send = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws=f"fwd{(s + 1) % 2}")
-            else:
-                # origin sb's group frames, forwarded as they arrived (nothing is sealed here)
-                send = Send(dst=nxt, frames=[sl.frame for sl in prev.slots])
         recv = None
         if blocks.counts[rb]:
             outs, elems = blocks.views(out_u8, rb, ce, isz)
             recv = Recv(src=prv, group=True, origin=rb, elems=elems, outs=outs, ws=f"fwd{s % 2}")
-        run.exchange(send, recv)
+        if not blocks.counts[sb]:
+            steps.append(exchange_step(None, recv))
+        elif s == 0:
+            pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
+            steps.append(exchange_step(Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1"), recv))
+        else:  # origin sb's group frames, forwarded as they arrived (nothing is sealed here)
+            steps.append(functools.partial(_forward, nxt, prev, recv))
         prev = recv
+    return steps
+
+
+def _forward(nxt, prev, recv, run):
+    run.exchange(Send(dst=nxt, frames=[sl.frame for sl in prev.slots]), recv)
 
 
 def _run(run, sendbuf, recvbuf):
     ring_allgather(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size))
+
+
+def _prepare(run, sendbuf, recvbuf):
+    return in_turn(ag_steps(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size)) or [_nothing])
+
+
+def _nothing(run):
+    pass
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)
@@ -90,6 +109,7 @@ register(
         method=allgather,
         args=_args,
         algorithms={"ring": _run},
+        prepare={"ring": _prepare},
         frame_bound=ring_tree_bound,
         counts=_counts,
         busbw_factor=lambda n: (n - 1) / n,

@@ -16,11 +16,11 @@ import numpy as np
 from ..dtypes import as_bytes, check_op, flat, typed
 from ..engine import Recv, Send
 from . import Call, Collective, Counts, register
-from .allgather import ring_allgather
-from .common import Blocks, check_pair, chunk_views, ring_tree_bound
+from .allgather import ag_steps, ring_allgather
+from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
 from .cost import Cost, hier_steps, per_rank, rd_steps, ring_steps
 from .native import finish_avg, mpi_args
-from .reduce_scatter import ring_reduce_scatter
+from .reduce_scatter import ring_reduce_scatter, rs_steps
 
 
 def allreduce(self, sendbuf: np.ndarray, recvbuf: np.ndarray, op: str = "sum") -> None:
@@ -68,6 +68,17 @@ def ring(run, send, recv, ufunc, avg):
     if avg:
         _divide(mine, run.size)
     ring_allgather(run, mine, recv, blocks)
+
+
+def _ring_prepare(run, send, recv, ufunc, avg):
+    """:func:`ring`'s steps for these arrays, worked out once (a repeated call's plan keeps
+    them; host buffers only: the device engine's fused hop is chosen per call)."""
+    blocks = Blocks(recv.size, run.size)
+    mine = blocks.typed(recv, run.rank)
+    steps = rs_steps(run, send, mine, ufunc, blocks)
+    if avg:
+        steps.append(lambda run: _divide(mine, run.size))
+    return in_turn(steps + ag_steps(run, mine, recv, blocks))
 
 
 #: steps of recursive doubling (_rd_schedule): fold (give my data / take and reduce), swap with
@@ -155,35 +166,24 @@ def _rd_prepare(run, send, recv, ufunc, avg):
     for kind, peer, step, theirs_first in _rd_schedule(p, run.rank):
         if kind == GET:
             got = Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step)
-            steps.append(functools.partial(_exchange, None, got))
+            steps.append(exchange_step(None, got))
             continue
         mine = [as_bytes(cur)] if single else chunk_views(as_bytes(cur), 0, recv.size, ce, isz)[0]
         if kind in (GIVE, RETURN):
-            steps.append(functools.partial(_exchange, Send(peer, step, pieces=mine), None))
+            steps.append(exchange_step(Send(peer, step, pieces=mine), None))
             continue
         consume = _reducer(ufunc, cur, recv, elems, ce, theirs_first)
         if kind == TAKE:
-            steps.append(functools.partial(_exchange, None, Recv(peer, elems, outs, step, consume=consume)))
+            steps.append(exchange_step(None, Recv(peer, elems, outs, step, consume=consume)))
         elif single:  # small message: one frame each way
             steps.append(functools.partial(_swap, peer, step, mine[0], elems[0], outs[0], consume))
         else:
-            sr = (Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume))
-            steps.append(functools.partial(_exchange, *sr))
+            both = Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume)
+            steps.append(exchange_step(*both))
         cur = recv
     if avg:
         steps.append(lambda run: _divide(recv, p))
-    if len(steps) == 1:
-        return steps[0]
-
-    def run_steps(run):
-        for s in steps:
-            s(run)
-
-    return run_steps
-
-
-def _exchange(send, recv, run):
-    run.exchange(send, recv)
+    return in_turn(steps)
 
 
 def _swap(peer, step, piece, elems, out, consume, run):
@@ -205,7 +205,7 @@ register(
         args=_args,
         choose=_choose,
         algorithms={"ring": ring, "recursive_doubling": recursive_doubling},
-        prepare={"recursive_doubling": _rd_prepare},
+        prepare={"ring": _ring_prepare, "recursive_doubling": _rd_prepare},
         frame_bound=ring_tree_bound,
         counts=lambda count, p, rank: Counts(count, count, count),
         busbw_factor=lambda n: 2 * (n - 1) / n,

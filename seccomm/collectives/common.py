@@ -3,6 +3,8 @@ the bench data init and result check, and the frame bound of the ring and tree a
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..dtypes import DTYPES, check_buffer
@@ -18,6 +20,30 @@ def chunk_views(u8: np.ndarray, offset_elems: int, count: int, chunk_elems: int,
         views.append(u8[pos : pos + e * itemsize])
         pos += e * itemsize
     return views, elems
+
+
+# -- prepared steps (a repeated call's plan keeps them: Collective.prepare) ---------------------
+def exchange_step(send, recv):
+    """One step of a prepared algorithm: ``step(op_run)`` runs ``op_run.exchange(send, recv)``
+    (the same :class:`~seccomm.engine.Send`/:class:`~seccomm.engine.Recv` every op)."""
+    return functools.partial(_exchange, send, recv)
+
+
+def _exchange(send, recv, run):
+    run.exchange(send, recv)
+
+
+def in_turn(steps: list):
+    """``run(op_run)`` running ``steps`` (each ``step(op_run)``) in order; the step itself when
+    there is one."""
+    if len(steps) == 1:
+        return steps[0]
+
+    def run_steps(run):
+        for step in steps:
+            step(run)
+
+    return run_steps
 
 
 class Blocks:

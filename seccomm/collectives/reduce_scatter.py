@@ -10,7 +10,7 @@ from ..dtypes import as_bytes, check_op, flat, typed
 from ..engine import Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
-from .common import Blocks, check_pair, chunk_views, ring_tree_bound
+from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
 from .cost import Cost, ring_steps
 from .native import finish_avg, mpi_args
 
@@ -38,17 +38,25 @@ def _args(sendbuf, recvbuf, rank, size, device, op) -> Call:
 def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> None:
     """Reduce every rank's ``send`` (flat) so that ``dest`` (this rank's block) holds the
     reduction of block ``rank`` over all ranks.  Rank r ends owning block r."""
+    fused = getattr(run, "ring_rs_fused", None)  # the device engine's fused open-add-seal hop
+    if run.size > 1 and fused is not None and fused(send, dest, ufunc, blocks):
+        return
+    for step in rs_steps(run, send, dest, ufunc, blocks):
+        step(run)
+
+
+def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> list:
+    """The steps of :func:`ring_reduce_scatter` on host buffers, each ``step(op_run)``: worked
+    out once for a repeated call's plan (the accumulators ``acc0``/``acc1`` it views are then
+    the plan's)."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     if p == 1:
-        np.copyto(dest, send[: dest.size])
-        return
-    fused = getattr(run, "ring_rs_fused", None)  # the device engine's fused open-add-seal hop
-    if fused is not None and fused(send, dest, ufunc, blocks):
-        return
+        return [lambda run: np.copyto(dest, send[: dest.size])]
     nxt, prv = (r + 1) % p, (r - 1) % p
     send_u8 = as_bytes(send)
     accs = [run.ws.get(f"acc{i}", blocks.max * isz)[: blocks.max * isz] for i in (0, 1)]
     dt = send.dtype
+    steps = []
     for s in range(p - 1):
         sb, rb = (r - 1 - s) % p, (r - 2 - s) % p
         if s == 0:
@@ -63,10 +71,13 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
             lo, hi = j * ce, j * ce + len(pt) // isz
             ufunc(own[lo:hi], typed(pt, dt), out=target[lo:hi])
 
-        run.exchange(
-            Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
-            Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,
+        steps.append(
+            exchange_step(
+                Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
+                Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,
+            )
         )
+    return steps
 
 
 def _run(run, sendbuf, recvbuf, ufunc, avg):
@@ -74,6 +85,13 @@ def _run(run, sendbuf, recvbuf, ufunc, avg):
     ring_reduce_scatter(run, flat(sendbuf), flat(recvbuf), ufunc, blocks)
     if avg and run.size > 1 and recvbuf.size:
         np.divide(recvbuf, recvbuf.dtype.type(run.size), out=recvbuf)
+
+
+def _prepare(run, sendbuf, recvbuf, ufunc, avg):
+    steps = rs_steps(run, flat(sendbuf), flat(recvbuf), ufunc, Blocks(sendbuf.size, run.size))
+    if avg and run.size > 1 and recvbuf.size:
+        steps.append(lambda run: np.divide(recvbuf, recvbuf.dtype.type(run.size), out=recvbuf))
+    return in_turn(steps)
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)
@@ -95,6 +113,7 @@ register(
         method=reduce_scatter,
         args=_args,
         algorithms={"ring": _run},
+        prepare={"ring": _prepare},
         frame_bound=ring_tree_bound,
         counts=_counts,
         busbw_factor=lambda n: (n - 1) / n,
