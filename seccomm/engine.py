@@ -69,11 +69,12 @@ class Send:
     """Outgoing chunks of one step: ``pieces`` (uint8 plaintext views, sealed here) or
     ``frames`` (already-sealed group frames forwarded unchanged)."""
 
-    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws")
+    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes")
 
     def __init__(self, dst, step=0, group=False, origin=-1, pieces=None, frames=None, ws="send"):
         self.dst, self.step, self.group, self.origin = dst, step, group, origin
         self.pieces, self.frames, self.ws = pieces, frames, ws
+        self.sizes = None if pieces is None else [len(p) for p in pieces]  # chunk bytes
 
 
 class Recv:
@@ -85,12 +86,13 @@ class Recv:
     (an accumulator, never the caller's buffer) that the chunk is decrypted into and ``pt``
     views."""
 
-    __slots__ = ("src", "elems", "outs", "step", "group", "origin", "consume", "ws", "slots")
+    __slots__ = ("src", "elems", "outs", "step", "group", "origin", "consume", "ws", "slots", "sizes")
 
     def __init__(self, src, elems, outs, step=0, group=False, origin=-1, consume=None, ws="recv"):
         self.src, self.elems, self.outs, self.step = src, elems, outs, step
         self.group, self.origin, self.consume, self.ws = group, origin, consume, ws
         self.slots = None  # filled by exchange (frames to forward)
+        self.sizes = None  # chunk bytes, set by the first exchange (it knows the element size)
 
 
 def _copy_out(out, pt):
@@ -182,7 +184,7 @@ class OpRun:
         sender = send.origin if group else self.rank
         key = self._protect(group, sender, send.dst)
         suite = key.suite
-        slots = self.ws.slots(send.ws, [len(p) for p in pieces])
+        slots = self.ws.slots(send.ws, send.sizes)
         isz, step, dst = self.itemsize, send.step, send.dst
 
         def job(j):
@@ -224,11 +226,13 @@ class OpRun:
     def exchange(self, send: Send | None = None, recv: Recv | None = None) -> None:
         """Run one step: post receives, seal+send, then open+consume in chunk order."""
         t = self.t
-        self._settle()
+        if self.sends:
+            self._settle()
         rreqs = sreqs = None
         if recv is not None:
-            isz = self.itemsize
-            recv.slots = self.ws.slots(recv.ws, [e * isz for e in recv.elems])
+            if recv.sizes is None:
+                recv.sizes = [e * self.itemsize for e in recv.elems]
+            recv.slots = self.ws.slots(recv.ws, recv.sizes)
             rreqs = [t.irecv(slot.frame, recv.src) for slot in recv.slots]
             self.pending += rreqs
         if send is not None:
