@@ -1,50 +1,120 @@
 """seccomm's own per-call path at small and mid sizes, side by side with native MPI (issue 15).
 
-    mpiexec -n 2 python benchmarks/lean_path.py
+    mpiexec -bind-to core -n 2 python benchmarks/lean_path.py [--against CHECKOUT] [--sizes 4K,64K]
 
 Allreduce of float32 (sum) at 4 KiB to 1 MiB: native ``MPI_Allreduce``, seccomm ``none`` and
 ``aes-256-gcm`` on the same buffers, a barrier before every call (as ``seccomm bench``), the
 variants rotated every iteration; prints the median of the slowest rank (µs) and the ratios to
-native.  Run it with ``PYTHONPATH`` set to two checkouts, one after the other, to compare them
-(docs/performance.md, section 1f).  The secret below is a fixed benchmark key, not a job secret."""
+native.
 
+``--against CHECKOUT``: also run the ``seccomm`` package of another checkout (a git worktree of
+an older commit), loaded in the same processes under the name ``seccomm_base``, so both are
+measured side by side in one run (docs/performance.md, section 1h).  Each version gets two
+communicators per suite, built in the order new, base, base, new, and its time is the mean of the
+two: on this machine the communicator built first was up to 1.4x slower in some runs, whichever
+version it was.  The secret below is a fixed benchmark key, not a job secret."""
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
 import time
+
 import numpy as np
 from mpi4py import MPI
-import seccomm
-from seccomm import SecureComm
 
-comm = MPI.COMM_WORLD
-psk = bytes.fromhex("9f1c2a7b44e05d3c8a61f0e2b7d94c15a3e8f6027bd15c9e4f0a83d26c7e15b9")
-scs = {s: SecureComm(comm, s, psk=psk) for s in ("none", "aes-256-gcm")}
-out = []
-for nbytes in (4096, 16384, 65536, 262144, 1048576):
+import seccomm
+from seccomm.units import parse_size
+
+SUITES = ("none", "aes-256-gcm")
+PSK = bytes.fromhex("9f1c2a7b44e05d3c8a61f0e2b7d94c15a3e8f6027bd15c9e4f0a83d26c7e15b9")
+
+
+def load_base(checkout: str, tmp: str):
+    """The ``seccomm`` package of ``checkout``, imported as ``seccomm_base`` (its modules import
+    each other relatively, so a renamed copy is a separate package)."""
+    shutil.copytree(os.path.join(checkout, "seccomm"), os.path.join(tmp, "seccomm_base"))
+    spec = importlib.util.spec_from_file_location(
+        "seccomm_base", os.path.join(tmp, "seccomm_base", "__init__.py")
+    )
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["seccomm_base"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", metavar="CHECKOUT", help="another checkout to measure side by side")
+    ap.add_argument("--sizes", default="4K,16K,64K,256K,1M", help="message sizes in bytes (K, M)")
+    ap.add_argument("--iters", type=int, default=0, help="timed calls per size (default by size)")
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    tmp = tempfile.mkdtemp(prefix="seccomm-lean-")
+    try:
+        versions = {"": seccomm}
+        if args.against:
+            versions[" base"] = load_base(args.against, tmp)
+        comms = {}  # variant -> list of SecureComms (two per version with --against)
+        for s in SUITES:
+            order = ["", " base", " base", ""] if args.against else [""]
+            for v in order:
+                comms.setdefault(s + v, []).append(versions[v].SecureComm(comm, s, psk=PSK))
+        rows = [run_size(comm, parse_size(b), comms, args.iters) for b in args.sizes.split(",")]
+        if comm.rank == 0:
+            show(rows, list(comms), versions)
+        for scs in comms.values():
+            for sc in scs:
+                sc.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_size(comm, nbytes, comms, iters):
     x = np.ones(nbytes // 4, np.float32)
     y = np.empty_like(x)
-    fs = {"native": lambda: comm.Allreduce(x, y)}
-    for s, sc in scs.items():
-        fs[s] = (lambda sc: lambda: sc.allreduce(x, y))(sc)
-    iters = 2000 if nbytes <= 65536 else 300
-    ts = {k: np.zeros(iters) for k in fs}
-    for f in fs.values():
+    fs = {"native": [lambda: comm.Allreduce(x, y)]}
+    for k, scs in comms.items():
+        fs[k] = [(lambda sc: lambda: sc.allreduce(x, y))(sc) for sc in scs]
+    calls = [(k, i) for k, f in fs.items() for i in range(len(f))]
+    iters = iters or (3000 if nbytes <= 65536 else 400)
+    ts = {c: np.zeros(iters) for c in calls}
+    for k, i in calls:
         for _ in range(50):
-            f()
-    for i in range(iters):
-        for k in list(fs)[i % 3 :] + list(fs)[: i % 3]:
+            fs[k][i]()
+    for it in range(iters):
+        r = it % len(calls)
+        for k, i in calls[r:] + calls[:r]:
             comm.Barrier()
             t0 = time.perf_counter()
-            fs[k]()
-            ts[k][i] = time.perf_counter() - t0
-    row = [nbytes]
-    for k in fs:
-        m = ts[k].copy()
+            fs[k][i]()
+            ts[k, i][it] = time.perf_counter() - t0
+    med = {}
+    for k, i in calls:
+        m = ts[k, i].copy()
         comm.Allreduce(MPI.IN_PLACE, m, MPI.MAX)
-        row.append(np.median(m) * 1e6)
-    out.append(row)
-if comm.rank == 0:
-    print("# seccomm from", seccomm.__file__, "(µs, median of the slowest rank)")
-    print(f"{'bytes':>9} {'native':>8} {'none':>8} {'aes':>8} {'none/nat':>8} {'aes/nat':>8}")
-    for b, n, z, a in out:
-        print(f"{b:>9} {n:8.1f} {z:8.1f} {a:8.1f} {z / n:8.2f} {a / n:8.2f}")
-for sc in scs.values():
-    sc.close()
+        med.setdefault(k, []).append(np.median(m) * 1e6)
+    return nbytes, {k: float(np.mean(v)) for k, v in med.items()}
+
+
+def show(rows, variants, versions):
+    for v, mod in versions.items():
+        print(f"# seccomm{v or ''} from {os.path.dirname(mod.__file__)}")
+    print("# µs: median of the slowest rank (mean of the two communicators of a version)")
+    cols = ["native", *variants]
+    head = " ".join(f"{c:>16}" for c in cols) + "   " + " ".join(f"{c + ' /nat':>20}" for c in variants)
+    print(f"{'bytes':>9} {head}")
+    for nbytes, med in rows:
+        n = med["native"]
+        print(
+            f"{nbytes:>9} "
+            + " ".join(f"{med[c]:16.1f}" for c in cols)
+            + "   "
+            + " ".join(f"{med[c] / n:20.2f}" for c in variants)
+        )
+
+
+if __name__ == "__main__":
+    main()
