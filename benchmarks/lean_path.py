@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--against", metavar="CHECKOUT", help="another checkout to measure side by side")
     ap.add_argument("--sizes", default="4K,16K,64K,256K,1M", help="message sizes in bytes (K, M)")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per size (default by size)")
+    ap.add_argument("--floor", action="store_true", help="also time floor_call (2 ranks only)")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     tmp = tempfile.mkdtemp(prefix="seccomm-lean-")
@@ -62,9 +63,10 @@ def main():
             order = ["", " base", " base", ""] if args.against else [""]
             for v in order:
                 comms.setdefault(s + v, []).append(versions[v].SecureComm(comm, s, psk=PSK))
-        rows = [run_size(comm, parse_size(b), comms, args.iters) for b in args.sizes.split(",")]
+        sizes = [parse_size(b) for b in args.sizes.split(",")]
+        rows = [run_size(comm, b, comms, args.iters, args.floor) for b in sizes]
         if comm.rank == 0:
-            show(rows, list(comms), versions)
+            show(rows, [k for k in rows[0][1] if k != "native"], versions)
         for scs in comms.values():
             for sc in scs:
                 sc.close()
@@ -72,10 +74,49 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_size(comm, nbytes, comms, iters):
+def floor_call(comm, x, y):
+    """The least a Python allreduce with seccomm's guarantees does on 2 ranks: an HMAC'd 40-byte
+    argument record each way, one AES-GCM frame each way (sealed from ``x``, opened into private
+    memory), the sum.  No plan check, no deadline, no key schedule, no error path: a floor for
+    any Python path, not an implementation (``--floor``)."""
+    from cryptography.hazmat.primitives import hashes, hmac
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    peer, n = 1 - comm.rank, x.nbytes
+    aead, mac = AESGCM(PSK), hmac.HMAC(PSK, hashes.SHA256())
+    rec, tab = np.zeros(40, np.uint8), np.zeros(40, np.uint8)
+    sf, rf = np.zeros(n + 117, np.uint8), np.zeros(n + 117, np.uint8)
+    hdr, nonce, tmp = bytes(89), bytes(12), np.empty_like(x)
+    xb, tb = memoryview(x).cast("B"), memoryview(tmp).cast("B")
+    sbody, rbody = memoryview(sf)[101:], memoryview(rf)[101:]
+    reqs = [comm.Recv_init(tab, peer, 9), comm.Send_init(rec, peer, 9)]
+
+    def call():
+        h = mac.copy()
+        h.update(b"seccomm/1 agree" + bytes(24))
+        rec[24:] = np.frombuffer(h.finalize()[:16], np.uint8)
+        MPI.Prequest.Startall(reqs)
+        aead.encrypt_into(nonce, xb, hdr, sbody)
+        s = comm.Isend(sf, peer, 8)
+        r = comm.Irecv(rf, peer, 8)
+        r.Wait()
+        aead.decrypt_into(nonce, rbody, hdr, tb)
+        np.add(x, tmp, out=y)
+        MPI.Request.Waitall(reqs)
+        s.Wait()
+        if tab.tobytes() != rec.tobytes():
+            raise AssertionError("records differ")
+
+    call.requests = reqs  # freed by run_size
+    return call
+
+
+def run_size(comm, nbytes, comms, iters, floor=False):
     x = np.ones(nbytes // 4, np.float32)
     y = np.empty_like(x)
     fs = {"native": [lambda: comm.Allreduce(x, y)]}
+    if floor:
+        fs["floor aes"] = [floor_call(comm, x, y)]
     for k, scs in comms.items():
         fs[k] = [(lambda sc: lambda: sc.allreduce(x, y))(sc) for sc in scs]
     calls = [(k, i) for k, f in fs.items() for i in range(len(f))]
@@ -91,6 +132,9 @@ def run_size(comm, nbytes, comms, iters):
             t0 = time.perf_counter()
             fs[k][i]()
             ts[k, i][it] = time.perf_counter() - t0
+    for f in fs.get("floor aes", []):
+        for req in f.requests:
+            req.Free()
     med = {}
     for k, i in calls:
         m = ts[k, i].copy()
