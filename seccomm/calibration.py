@@ -15,17 +15,28 @@ from .collectives import Tuning, get_collective
 from .costmodel import MIB, Params, Topology, algorithm_cost, for_suite, predict
 
 
-def bench_algorithm(nbytes: float, p: int, small_bytes: int = Tuning.small_bytes, itemsize: int = 4) -> str:
+def bench_algorithm(
+    nbytes: float, p: int, small_bytes: int = Tuning.small_bytes, itemsize: int = 4, chunk_bytes: int = 0
+) -> str:
     """The allreduce algorithm SecureComm's ``auto`` picks for ``nbytes`` of ``itemsize``-byte
-    elements (the allreduce record's rule)."""
-    return get_collective("allreduce").pick(Tuning(small_bytes=small_bytes), nbytes, nbytes // itemsize, p)
+    elements (the allreduce record's rule).  ``chunk_bytes``: the two-rank rule's limit; 0 (the
+    default) leaves it out: the rule of bench results made before it, whose rows do not name
+    their algorithm (:func:`row_algorithm`)."""
+    tuning = Tuning(small_bytes=small_bytes, chunk_bytes=chunk_bytes)
+    return get_collective("allreduce").pick(tuning, nbytes, nbytes // itemsize, p)
 
 
-def _features(nbytes, p, prm_chunk, secure_stage: bool, topo: Topology | None = None):
-    """Coefficients of (alpha, beta, gamma, sigma) in the unpipelined time of our allreduce on
-    ``topo`` (default one node of p ranks): t = a*alpha + b*beta + g*gamma + s*sigma (sigma =
-    seal = open)."""
-    cost = algorithm_cost("allreduce", bench_algorithm(nbytes, p))
+def row_algorithm(r: dict, p: int) -> str:
+    """The allreduce algorithm a bench row of ``p`` ranks ran: its ``algorithm`` (rows name it
+    since the two-rank rule came in), else :func:`bench_algorithm`'s rule without it."""
+    return r.get("algorithm") or bench_algorithm(r["size_bytes"], p)
+
+
+def _features(nbytes, p, prm_chunk, secure_stage: bool, topo: Topology | None = None, alg: str | None = None):
+    """Coefficients of (alpha, beta, gamma, sigma) in the unpipelined time of our allreduce
+    (``alg``, default :func:`bench_algorithm`'s) on ``topo`` (default one node of p ranks):
+    t = a*alpha + b*beta + g*gamma + s*sigma (sigma = seal = open)."""
+    cost = algorithm_cost("allreduce", alg or bench_algorithm(nbytes, p))
     a = b = g = sg = 0.0
     for st in cost.steps(float(nbytes), topo or Topology(1, p)):
         k = max(1, math.ceil(st.nbytes / prm_chunk)) if st.nbytes > 0 else 0
@@ -83,7 +94,7 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0, topo: Topology | None
     base = [r for r in rows if r["variant"] == "none"]
     if len(base) < 2:
         raise ValueError("need the 'none' variant at two sizes or more to fit alpha and beta")
-    F = np.array([_features(r["size_bytes"], p, chunk, False, topo)[:3] for r in base])
+    F = np.array([_features(r["size_bytes"], p, chunk, False, topo, row_algorithm(r, p))[:3] for r in base])
     t = np.array([r["time_us"]["median"] * 1e-6 for r in base])
     w = 1 / np.maximum(t, 1e-9)  # relative least squares: small and large sizes count alike
     # recursive doubling (beta:gamma = 1:1) and ring (2:1) sizes make gamma identifiable
@@ -97,7 +108,7 @@ def calibrate(doc: dict, gamma: float, min_bytes: int = 0, topo: Topology | None
     suites = {}
     for v in sorted({r["variant"] for r in rows} - {"native", "none"}):
         rs = [r for r in rows if r["variant"] == v]
-        feats = [_features(r["size_bytes"], p, chunk, True, topo) for r in rs]
+        feats = [_features(r["size_bytes"], p, chunk, True, topo, row_algorithm(r, p)) for r in rs]
         plain = np.array([f[0] * alpha + f[1] * beta + f[2] * gamma for f in feats])
         meas = np.array([r["time_us"]["median"] * 1e-6 for r in rs])
         sg = np.array([f[3] for f in feats])
@@ -175,7 +186,7 @@ def validate(doc: dict, cal: dict, topo: Topology | None = None) -> list[dict]:
             continue
         prm = params_for(cal, r["variant"])
         secure = r["variant"] != "none"
-        alg = bench_algorithm(r["size_bytes"], p)
+        alg = row_algorithm(r, p)
         pred = predict("allreduce", alg, r["size_bytes"], prm, topo, secure, encrypt)
         meas = r["time_us"]["median"] * 1e-6
         out.append(

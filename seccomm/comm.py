@@ -73,7 +73,7 @@ class SecureComm:
       (integrity only) or ``"none"`` (same algorithms, no crypto).
     - ``algorithm``: allreduce algorithm, ``"auto"`` (recursive doubling at or below
       ``small_bytes`` bytes — default 64 KiB over MPI, 2 MiB over torch.distributed — or fewer
-      elements than ranks, else ring), ``"ring"``,
+      elements than ranks, and on two ranks at or below ``chunk_bytes``; else ring), ``"ring"``,
       ``"recursive_doubling"``.
     - ``encrypt``: ``"all"`` or ``"inter-node"`` (hops between two ranks of one node use the
       ``none`` suite; two ranks share a node when the host keys in their authenticated setup

@@ -144,10 +144,12 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int, rates=None) -> li
     nodes = len(set(next(iter(comms.values())).node_ids)) if comms else 1
     rows = []
     for i, v in enumerate(variants):
-        crypto = 0.0
-        if v in (rates or {}):
+        crypto, named = 0.0, {}
+        if v in comms:  # the algorithm seccomm ran (the model and the lab's validation read it)
             alg = coll.pick(comms[v], n.total * dt.itemsize, n.total, size)
-            crypto = crypto_seconds(coll, alg, n.total * dt.itemsize, size, nodes, cfg.encrypt, rates[v])
+            named = {"algorithm": alg}
+            if v in (rates or {}):
+                crypto = crypto_seconds(coll, alg, n.total * dt.itemsize, size, nodes, cfg.encrypt, rates[v])
         add, over = bounds(native_s, crypto)
         med = float(np.median(times[i]))
         rows.append(
@@ -164,6 +166,7 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int, rates=None) -> li
                 cfg.root,
                 bound_us={"additive": add * 1e6, "overlapped": over * 1e6},
                 vs_bound_x=med / add if add > 0 else float("nan"),
+                **named,
             )
         )
     return rows

@@ -46,6 +46,7 @@ CSV_FIELDS = (
     "bound_us_overlapped",
     "vs_bound_x",
     "wrong",
+    "algorithm",
 )
 
 

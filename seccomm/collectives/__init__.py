@@ -39,6 +39,7 @@ class Tuning:
 
     algorithm: str = "auto"  # allreduce: auto, ring, recursive_doubling
     small_bytes: int = 64 << 10  # allreduce auto: recursive doubling at or below
+    chunk_bytes: int = 1 << 20  # allreduce auto on two ranks: recursive doubling at or below (0: never)
     bcast_chain_bytes: int = 512 << 10  # bcast: pipelined chain above, binomial tree at or below
 
 

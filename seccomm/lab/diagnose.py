@@ -54,7 +54,7 @@ def row_parts(r: dict, p: int, topo: cm.Topology, cal: dict, encrypt: str) -> di
     """One measured row split into :data:`PARTS` [us], plus ``uplink_us`` (part of bandwidth),
     ``model_us``, ``measured_us``, ``error`` ((model - measured) / measured) and ``algorithm``."""
     prm, secure, n = calib.params_for(cal, r["variant"]), r["variant"] != "none", r["size_bytes"]
-    alg = calib.bench_algorithm(n, p)
+    alg = calib.row_algorithm(r, p)
     parts = cm.predict_parts("allreduce", alg, n, prm, topo, secure, encrypt)
     flat = cm.predict_parts("allreduce", alg, n, prm, replace(topo, oversubscription=1.0), secure, encrypt)
     model = sum(parts.values())
