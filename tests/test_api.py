@@ -469,6 +469,28 @@ def test_auto_rules_at_their_thresholds():
     assert bc.pick(Tuning(bcast_chain_bytes=0), 1, 1, 4) == "chain"
 
 
+def test_auto_on_two_ranks_runs_recursive_doubling_up_to_the_chunk():
+    """Two ranks: recursive doubling up to ``chunk_bytes`` (one frame each way instead of the
+    ring's two steps), ring above it; more ranks keep the ring above ``small_bytes``; a tuning
+    with ``chunk_bytes`` 0 (the rule bench results made before it were run with) never applies
+    it; the model's reading of a bench row takes the algorithm the row names."""
+    from seccomm import calibration as calib
+    from seccomm.collectives import Tuning, get_collective
+
+    ar, t = get_collective("allreduce"), Tuning()
+    assert t.chunk_bytes == 1 << 20
+    assert ar.pick(t, t.chunk_bytes, 10**6, 2) == "recursive_doubling"
+    assert ar.pick(t, t.chunk_bytes + 1, 10**6, 2) == "ring"
+    assert ar.pick(t, t.chunk_bytes, 10**6, 3) == "ring"
+    assert ar.pick(t, t.chunk_bytes, 10**6, 4) == "ring"
+    assert ar.pick(Tuning(chunk_bytes=0), t.small_bytes + 1, 10**6, 2) == "ring"
+    assert calib.bench_algorithm(1 << 20, 2) == "ring"  # (rows that do not name one: the old rule)
+    assert calib.bench_algorithm(1 << 20, 2, chunk_bytes=1 << 20) == "recursive_doubling"
+    assert calib.row_algorithm({"size_bytes": 1 << 20}, 2) == "ring"
+    named = {"size_bytes": 1 << 20, "algorithm": "recursive_doubling"}
+    assert calib.row_algorithm(named, 2) == "recursive_doubling"
+
+
 def test_bcast_routes_its_one_buffer_as_both(sc, monkeypatch):
     """bcast's buffer is routed as its send and its receive buffer, as allreduce's in-place
     buffer is: a device buffer then takes the device engine like the other collectives' (a

@@ -311,6 +311,24 @@ def test_auto_picks_recursive_doubling_for_small_or_short_calls(small_bytes, n, 
     assert res[2][1] == ({0} if alg == "ring" else {1}), res[2][1]
 
 
+@pytest.mark.parametrize("n, frames", [(64, 1), (65, 2)])
+def test_auto_on_two_ranks_swaps_one_frame_up_to_the_chunk(n, frames):
+    """Two ranks, algorithm="auto", small_bytes 0, chunk_bytes 256: a call of at most one chunk
+    (64 float32) is recursive doubling, one frame each way; one element more is the ring, two
+    frames each way (reduce-scatter, allgather).  Results exact either way."""
+
+    def body(sc):
+        x = data("float32", n, sc.rank)
+        y = np.empty_like(x)
+        sc.allreduce(x, y)
+        return y, sum(kind == "frame" for kind, _, _ in sc.transport.frames)
+
+    res = ok(world_run(2, body, small_bytes=0, chunk_bytes=256, wrap=lambda r, t: RecordingTransport(t)))
+    for y, sent in res:
+        assert np.array_equal(y, ref_allreduce("float32", n, 2, "sum"))
+        assert sent == frames
+
+
 def test_inf_and_nan_arithmetic_raises_nothing_as_in_mpi():
     """Sums that overflow to inf or meet inf - inf give inf and NaN, with no FloatingPointError
     even where the caller made numpy raise on them."""
