@@ -477,9 +477,12 @@ class SecureComm:
                 self._transport.abort(e.peer)
             raise
 
-    def _run(self, run: OpRun, fn, *args) -> None:
+    def _run(self, run: OpRun, steps) -> None:
+        """Run the op: ``steps()`` (its algorithm on ``run``), then the end of the argument
+        agreement; its last sends are left for the next op (transports that defer them).  Any
+        failure makes the communicator unusable and tells the other ranks at once."""
         try:
-            _quiet(fn, run, *args)
+            _quiet(steps)
             self._transport.agree_finish(self.timeout, run.op_label)
             if run.sends and self._transport.defer_last_sends:
                 reqs, peers = zip(*run.sends)
@@ -537,9 +540,8 @@ class SecureComm:
                     and plan.recv is recvbuf
                     and plan.layout == _layout(sendbuf, recvbuf)
                 ):
-                    run, op_index = plan.run, self._next_op(plan.bound)
-                    run.frame.restart(self.epoch, self._seq, op_index)
-                    run.restart()
+                    run, op_index = plan.run, self._next_op(plan.bound)  # (first: it may rotate)
+                    run.restart(self.epoch, self._seq, op_index)
                     self._agree(run, plan.tail)
                     self._run(run, plan.steps)
                     return
@@ -558,20 +560,18 @@ class SecureComm:
                 self._refuse(name, e)
                 raise
             tail = self._tail(coll, call, alg)
-            prepare = coll.prepare.get(alg)
-            steps = prepare(run, *call.args) if prepare is not None and not device else None
+            prepare = None if device else coll.prepare.get(alg)
+            if prepare is not None:
+                steps = prepare(run, *call.args)
+            else:
+                steps = functools.partial(coll.algorithms[alg], run, *call.args)
             if key is not None and max(sendbuf.nbytes, recvbuf.nbytes) <= PLAN_MAX_BYTES:
                 if len(self._plans) >= PLAN_SLOTS:
                     self._plans.clear()
-                if steps is None:
-                    steps = functools.partial(_call_with, coll.algorithms[alg], call.args)
                 plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), call, bound, tail, run, steps)
                 self._plans[key] = plan
             self._agree(run, tail)
-            if steps is not None:
-                self._run(run, steps)
-            else:
-                self._run(run, coll.algorithms[alg], *call.args)
+            self._run(run, steps)
         finally:
             self._busy.release()
 
@@ -588,17 +588,13 @@ class _Plan(NamedTuple):
     bound: int  # frames one op may seal under one key
     tail: bytes  # its argument record after the op number
     run: OpRun  # the first op's run, restarted for each repeat (its frame context too)
-    steps: object  # steps(run): the algorithm, prepared for these arrays where it can be
-
-
-def _call_with(fn, args, run):
-    fn(run, *args)
+    steps: object  # steps(): the algorithm on run, prepared for these arrays where it can be
 
 
 @np.errstate(over="ignore", invalid="ignore")  # (as a decorator: half the cost of a with block)
-def _quiet(fn, run, *args):
-    """``fn(run, *args)`` with inf/NaN arithmetic silent, as MPI's reductions are."""
-    fn(run, *args)
+def _quiet(steps):
+    """``steps()`` with inf/NaN arithmetic silent, as MPI's reductions are."""
+    steps()
 
 
 def _layout(a: np.ndarray, b: np.ndarray) -> tuple:

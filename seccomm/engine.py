@@ -116,10 +116,11 @@ class OpRun:
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
         self._swaps: dict = {}  # peer -> what swap() keeps across the ops of a plan
 
-    def restart(self) -> None:
+    def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
-        ``frame`` was restarted with the op's epoch and sequence number."""
-        self.op_label = f"{self.collective} #{self.frame.seq}"
+        epoch, sequence number and index in the epoch (:meth:`FrameContext.restart`)."""
+        self.frame.restart(epoch, seq, op_index)
+        self.op_label = f"{self.collective} #{seq}"
         self.pending = []
         self.sends = []
 

@@ -40,15 +40,15 @@ def _args(sendbuf, recvbuf, rank, size, device) -> Call:
 def ring_allgather(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> None:
     """Gather every rank's ``own`` block into ``out`` (flat, blocks in rank order)."""
     for step in ag_steps(run, own, out, blocks):
-        step(run)
+        step()
 
 
 def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
-    """The steps of :func:`ring_allgather`, each ``step(op_run)``: worked out once for a
+    """The steps of :func:`ring_allgather` on ``run``, each ``step()``: worked out once for a
     repeated call's plan."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     mine = blocks.typed(out, r)
-    steps = [] if np.may_share_memory(mine, own) else [lambda run: np.copyto(mine, own)]
+    steps = [] if np.may_share_memory(mine, own) else [functools.partial(np.copyto, mine, own)]
     if p == 1:
         return steps
     nxt, prv = (r + 1) % p, (r - 1) % p
@@ -61,17 +61,18 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
             outs, elems = blocks.views(out_u8, rb, ce, isz)
             recv = Recv(src=prv, group=True, origin=rb, elems=elems, outs=outs, ws=f"fwd{s % 2}")
         if not blocks.counts[sb]:
-            steps.append(exchange_step(None, recv))
+            steps.append(exchange_step(run, None, recv))
         elif s == 0:
             pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
-            steps.append(exchange_step(Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1"), recv))
+            first = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1")
+            steps.append(exchange_step(run, first, recv))
         else:  # origin sb's group frames, forwarded as they arrived (nothing is sealed here)
-            steps.append(functools.partial(_forward, nxt, prev, recv))
+            steps.append(functools.partial(_forward, run, nxt, prev, recv))
         prev = recv
     return steps
 
 
-def _forward(nxt, prev, recv, run):
+def _forward(run, nxt, prev, recv):
     run.exchange(Send(dst=nxt, frames=[sl.frame for sl in prev.slots]), recv)
 
 
@@ -80,11 +81,7 @@ def _run(run, sendbuf, recvbuf):
 
 
 def _prepare(run, sendbuf, recvbuf):
-    return in_turn(ag_steps(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size)) or [_nothing])
-
-
-def _nothing(run):
-    pass
+    return in_turn(ag_steps(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size)))
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)

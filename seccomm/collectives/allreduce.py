@@ -75,13 +75,13 @@ def ring(run, send, recv, ufunc, avg):
 
 
 def _ring_prepare(run, send, recv, ufunc, avg):
-    """:func:`ring`'s steps for these arrays, worked out once (a repeated call's plan keeps
+    """:func:`ring`'s steps for these arrays on ``run``, worked out once (a repeated call's plan keeps
     them; host buffers only: the device engine's fused hop is chosen per call)."""
     blocks = Blocks(recv.size, run.size)
     mine = blocks.typed(recv, run.rank)
     steps = rs_steps(run, send, mine, ufunc, blocks)
     if avg:
-        steps.append(lambda run: _divide(mine, run.size))
+        steps.append(functools.partial(_divide, mine, run.size))
     return in_turn(steps + ag_steps(run, mine, recv, blocks))
 
 
@@ -144,17 +144,17 @@ def _reducer(ufunc, cur, recv, elems, ce, theirs_first):
 def recursive_doubling(run, send, recv, ufunc, avg):
     """Recursive doubling (the steps of :func:`_rd_schedule`).  The first step seals straight
     from ``send`` and reduces into ``recv``, later steps work in ``recv``: no copy of the input."""
-    _rd_prepare(run, send, recv, ufunc, avg)(run)
+    _rd_prepare(run, send, recv, ufunc, avg)()
 
 
 def _rd_prepare(run, send, recv, ufunc, avg):
-    """Recursive doubling's steps for these arrays, worked out once: ``run_steps(op_run)``.  A
-    repeated call's plan keeps it (the schedule, the chunk views, the reducers and the private
+    """Recursive doubling's steps for these arrays on ``run``, worked out once: ``run_steps()``.
+    A repeated call's plan keeps it (the schedule, the chunk views, the reducers and the private
     accumulator in workspace ``rdtmp``, which the plan then holds)."""
     p, isz, ce = run.size, run.itemsize, run.chunk_elems
     if p == 1 or not recv.size:
 
-        def alone(run):
+        def alone():
             if not np.may_share_memory(send, recv):
                 np.copyto(recv, send)
             if avg:
@@ -170,28 +170,24 @@ def _rd_prepare(run, send, recv, ufunc, avg):
     for kind, peer, step, theirs_first in _rd_schedule(p, run.rank):
         if kind == GET:
             got = Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step)
-            steps.append(exchange_step(None, got))
+            steps.append(exchange_step(run, None, got))
             continue
         mine = [as_bytes(cur)] if single else chunk_views(as_bytes(cur), 0, recv.size, ce, isz)[0]
         if kind in (GIVE, RETURN):
-            steps.append(exchange_step(Send(peer, step, pieces=mine), None))
+            steps.append(exchange_step(run, Send(peer, step, pieces=mine), None))
             continue
         consume = _reducer(ufunc, cur, recv, elems, ce, theirs_first)
         if kind == TAKE:
-            steps.append(exchange_step(None, Recv(peer, elems, outs, step, consume=consume)))
+            steps.append(exchange_step(run, None, Recv(peer, elems, outs, step, consume=consume)))
         elif single:  # small message: one frame each way
-            steps.append(functools.partial(_swap, peer, step, mine[0], elems[0], outs[0], consume))
+            steps.append(functools.partial(run.swap, peer, step, mine[0], elems[0], outs[0], consume))
         else:
             both = Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume)
-            steps.append(exchange_step(*both))
+            steps.append(exchange_step(run, *both))
         cur = recv
     if avg:
-        steps.append(lambda run: _divide(recv, p))
+        steps.append(functools.partial(_divide, recv, p))
     return in_turn(steps)
-
-
-def _swap(peer, step, piece, elems, out, consume, run):
-    run.swap(peer, step, piece, elems, out, consume)
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)

@@ -23,25 +23,23 @@ def chunk_views(u8: np.ndarray, offset_elems: int, count: int, chunk_elems: int,
 
 
 # -- prepared steps (a repeated call's plan keeps them: Collective.prepare) ---------------------
-def exchange_step(send, recv):
-    """One step of a prepared algorithm: ``step(op_run)`` runs ``op_run.exchange(send, recv)``
-    (the same :class:`~seccomm.engine.Send`/:class:`~seccomm.engine.Recv` every op)."""
-    return functools.partial(_exchange, send, recv)
-
-
-def _exchange(send, recv, run):
-    run.exchange(send, recv)
+# A prepared step is a callable without arguments, bound to the op's run (a plan keeps its run
+# and restarts it for every op), so that a repeated call costs one call per step.
+def exchange_step(run, send, recv):
+    """One step of a prepared algorithm: ``step()`` runs ``run.exchange(send, recv)`` (the same
+    :class:`~seccomm.engine.Send`/:class:`~seccomm.engine.Recv` every op)."""
+    return functools.partial(run.exchange, send, recv)
 
 
 def in_turn(steps: list):
-    """``run(op_run)`` running ``steps`` (each ``step(op_run)``) in order; the step itself when
-    there is one."""
+    """``run()`` running ``steps`` (each ``step()``) in order; the step itself when there is one,
+    and nothing to do when there is none."""
     if len(steps) == 1:
         return steps[0]
 
-    def run_steps(run):
+    def run_steps():
         for step in steps:
-            step(run)
+            step()
 
     return run_steps
 

@@ -4,6 +4,8 @@ result for the next rank.  Cost: (p-1) alpha + n(p-1)/p (beta + gamma + seal + o
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..dtypes import as_bytes, check_op, flat, typed
@@ -42,16 +44,16 @@ def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: 
     if run.size > 1 and fused is not None and fused(send, dest, ufunc, blocks):
         return
     for step in rs_steps(run, send, dest, ufunc, blocks):
-        step(run)
+        step()
 
 
 def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> list:
-    """The steps of :func:`ring_reduce_scatter` on host buffers, each ``step(op_run)``: worked
+    """The steps of :func:`ring_reduce_scatter` on ``run`` (host buffers), each ``step()``: worked
     out once for a repeated call's plan (the accumulators ``acc0``/``acc1`` it views are then
     the plan's)."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     if p == 1:
-        return [lambda run: np.copyto(dest, send[: dest.size])]
+        return [functools.partial(np.copyto, dest, send[: dest.size])]
     nxt, prv = (r + 1) % p, (r - 1) % p
     send_u8 = as_bytes(send)
     accs = [run.ws.get(f"acc{i}", blocks.max * isz)[: blocks.max * isz] for i in (0, 1)]
@@ -73,6 +75,7 @@ def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> 
 
         steps.append(
             exchange_step(
+                run,
                 Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
                 Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,
             )
@@ -90,7 +93,7 @@ def _run(run, sendbuf, recvbuf, ufunc, avg):
 def _prepare(run, sendbuf, recvbuf, ufunc, avg):
     steps = rs_steps(run, flat(sendbuf), flat(recvbuf), ufunc, Blocks(sendbuf.size, run.size))
     if avg and run.size > 1 and recvbuf.size:
-        steps.append(lambda run: np.divide(recvbuf, recvbuf.dtype.type(run.size), out=recvbuf))
+        steps.append(functools.partial(np.divide, recvbuf, recvbuf.dtype.type(run.size), out=recvbuf))
     return in_turn(steps)
 
 
