@@ -74,21 +74,24 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def floor_call(comm, x, y, record=True):
+def floor_call(comm, x, y, record="own"):
     """The least a Python allreduce with seccomm's guarantees does on 2 ranks: an HMAC'd 40-byte
-    argument record each way (``record``), one AES-GCM frame each way (sealed from ``x``, opened
-    into private memory), the sum.  No plan check, no deadline, no key schedule, no error path: a
-    floor for any Python path, not an implementation (``--floor``)."""
+    argument record each way, one AES-GCM frame each way (sealed from ``x``, opened into private
+    memory), the sum.  ``record``: ``"own"`` (a message of its own, on persistent requests, as
+    seccomm sends it), ``"in frame"`` (appended to the frame's message) or ``None``.  No plan
+    check, no deadline, no key schedule, no error path: a floor for any Python path, not an
+    implementation (``--floor``)."""
     from cryptography.hazmat.primitives import hashes, hmac
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     peer, n = 1 - comm.rank, x.nbytes
     aead, mac = AESGCM(PSK), hmac.HMAC(PSK, hashes.SHA256())
     rec, tab = np.zeros(40, np.uint8), np.zeros(40, np.uint8)
-    sf, rf = np.zeros(n + 117, np.uint8), np.zeros(n + 117, np.uint8)
+    extra = 40 if record == "in frame" else 0
+    sf, rf = np.zeros(n + 117 + extra, np.uint8), np.zeros(n + 117 + extra, np.uint8)
     hdr, nonce, tmp = bytes(89), bytes(12), np.empty_like(x)
     xb, tb = memoryview(x).cast("B"), memoryview(tmp).cast("B")
-    sbody, rbody = memoryview(sf)[101:], memoryview(rf)[101:]
+    sbody, rbody = memoryview(sf)[101 : 117 + n], memoryview(rf)[101 : 117 + n]
     reqs = [comm.Recv_init(tab, peer, 9), comm.Send_init(rec, peer, 9)]
 
     def call():
@@ -96,7 +99,10 @@ def floor_call(comm, x, y, record=True):
             h = mac.copy()
             h.update(b"seccomm/1 agree" + bytes(24))
             rec[24:] = np.frombuffer(h.finalize()[:16], np.uint8)
+        if record == "own":
             MPI.Prequest.Startall(reqs)
+        elif record:
+            sf[-40:] = rec
         aead.encrypt_into(nonce, xb, hdr, sbody)
         s = comm.Isend(sf, peer, 8)
         r = comm.Irecv(rf, peer, 8)
@@ -104,10 +110,12 @@ def floor_call(comm, x, y, record=True):
         aead.decrypt_into(nonce, rbody, hdr, tb)
         np.add(x, tmp, out=y)
         s.Wait()
-        if record:
+        if record == "own":
             MPI.Request.Waitall(reqs)
-            if tab.tobytes() != rec.tobytes():
-                raise AssertionError("records differ")
+        elif record:
+            tab[:] = rf[-40:]
+        if record and tab.tobytes() != rec.tobytes():
+            raise AssertionError("records differ")
 
     call.requests = reqs  # freed by run_size
     return call
@@ -119,7 +127,8 @@ def run_size(comm, nbytes, comms, iters, floor=False):
     fs = {"native": [lambda: comm.Allreduce(x, y)]}
     if floor:
         fs["floor aes"] = [floor_call(comm, x, y)]
-        fs["floor aes, no record"] = [floor_call(comm, x, y, record=False)]
+        fs["floor aes, record in frame"] = [floor_call(comm, x, y, record="in frame")]
+        fs["floor aes, no record"] = [floor_call(comm, x, y, record=None)]
     for k, scs in comms.items():
         fs[k] = [(lambda sc: lambda: sc.allreduce(x, y))(sc) for sc in scs]
     calls = [(k, i) for k, f in fs.items() for i in range(len(f))]
@@ -135,9 +144,10 @@ def run_size(comm, nbytes, comms, iters, floor=False):
             t0 = time.perf_counter()
             fs[k][i]()
             ts[k, i][it] = time.perf_counter() - t0
-    for f in fs.get("floor aes", []) + fs.get("floor aes, no record", []):
-        for req in f.requests:
-            req.Free()
+    for k in ("floor aes", "floor aes, record in frame", "floor aes, no record"):
+        for f in fs.get(k, []):
+            for req in f.requests:
+                req.Free()
     med = {}
     for k, i in calls:
         m = ts[k, i].copy()

@@ -65,6 +65,68 @@ def test_epochs_rotate_when_the_next_op_could_pass_the_limit():
         assert all(keys) and not (keys[0] & keys[1] or keys[1] & keys[2] or keys[0] & keys[2])
 
 
+@pytest.mark.parametrize("p, alg", [(2, "recursive_doubling"), (4, "recursive_doubling"), (3, "ring")])
+def test_a_plan_changes_keys_with_the_epoch(p, alg):
+    """A repeated call (one plan: its run, its prepared steps, the swap's keys and slots kept)
+    with the limit at one op's bound: every op after the first starts a new epoch, and each op's
+    frames are sealed under that epoch's keys only (none of another op's), with the op index
+    restarting at 0; every result exact."""
+    n, chunk_bytes = 16, 64
+    bound = COLLECTIVES["allreduce"].frame_bound(p, math.ceil(4 * n / chunk_bytes) + 1)
+
+    def body(sc):
+        log, out = [], []
+        record_seals(sc, log)
+        x = data("float32", n, sc.rank)
+        y = np.empty_like(x)
+        for _ in range(4):
+            start = len(log)
+            y.fill(-1)
+            sc.allreduce(x, y)
+            out.append((y.copy(), sc.epoch, op_indices(log[start:]), {key for key, _ in log[start:]}))
+        return out, len(sc._plans)
+
+    res = ok(world_run(p, body, algorithm=alg, chunk_bytes=chunk_bytes, rotate_after_frames=bound))
+    for out, plans in res:
+        assert plans == 1
+        assert [e for _, e, _, _ in out] == [0, 1, 2, 3]
+        assert all(i == {0} for _, _, i, _ in out)
+        keys = [k for _, _, _, k in out]
+        assert all(keys) and all(not (a & b) for a in keys for b in keys if a is not b)
+        for y, _, _, _ in out:
+            assert np.array_equal(y, ref_allreduce("float32", n, p, "sum"))
+
+
+@pytest.mark.parametrize("p, alg", [(2, "recursive_doubling"), (4, "recursive_doubling"), (3, "ring")])
+def test_a_plan_stays_right_after_a_larger_op_grew_the_workspace(p, alg):
+    """A repeated call's prepared steps hold views of the wire buffers they were prepared on;
+    a larger op in between grows (replaces) those buffers: the next repeat still uses its plan
+    (and the buffers it holds) and is exact, in place too."""
+    n = 40
+
+    def body(sc):
+        x, xi = data("float32", n, sc.rank), data("float32", n, sc.rank)
+        y = np.empty_like(x)
+        out = []
+        for k in range(3):
+            if k == 1:
+                big = data("float32", 64 * n, sc.rank)
+                sc.allreduce(big, np.empty_like(big))
+            y.fill(-1)
+            sc.allreduce(x, y)
+            xi[:] = x
+            sc.allreduce(xi, xi)
+            out.append((y.copy(), xi.copy()))
+        return out, len(sc._plans)
+
+    res = ok(world_run(p, body, algorithm=alg, chunk_bytes=64))
+    for out, plans in res:
+        assert plans == 3  # the small call, in place, and the larger one's
+        for y, yi in out:
+            assert np.array_equal(y, ref_allreduce("float32", n, p, "sum"))
+            assert np.array_equal(yi, y)
+
+
 def test_an_epoch_holds_at_most_max_ops_per_epoch_ops():
     """framing.MAX_OPS_PER_EPOCH ops (op indices 0 .. 2**32 - 2) per epoch key, then the next
     epoch (as if 2**32 - 2 ops had run: the counter is set directly)."""
