@@ -520,10 +520,12 @@ class SecureComm:
         call at a time: ``ConcurrentUseError`` while another thread is inside one.
 
         A repeat call with the very same numpy arrays (same shape, strides, dtype and
-        writeability) and arguments skips the checks: its plan (the checked :class:`Call`
-        and the op's frame bound) is kept for calls of at most :data:`PLAN_MAX_BYTES` per buffer,
-        :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two arrays
-        until it is dropped (a full table is emptied; :meth:`close` drops all)."""
+        writeability) and arguments skips the checks: its plan (the op's frame bound, its
+        argument record after the op number, its run, and the algorithm's steps prepared for
+        those arrays: ``Collective.prepare``) is kept for calls of at most :data:`PLAN_MAX_BYTES`
+        per buffer, :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two
+        arrays and the wire buffers its steps use until it is dropped (a full table is emptied;
+        :meth:`close` drops all).  The first call runs the algorithm as registered."""
         if not self._busy.acquire(False):  # (reentrant: the staged call below re-enters)
             raise ConcurrentUseError(_concurrent_use(name, self.rank))
         try:
@@ -560,16 +562,13 @@ class SecureComm:
                 self._refuse(name, e)
                 raise
             tail = self._tail(coll, call, alg)
-            prepare = None if device else coll.prepare.get(alg)
-            if prepare is not None:
-                steps = prepare(run, *call.args)
-            else:
-                steps = functools.partial(coll.algorithms[alg], run, *call.args)
+            steps = functools.partial(coll.algorithms[alg], run, *call.args)  # this op: as registered
             if key is not None and max(sendbuf.nbytes, recvbuf.nbytes) <= PLAN_MAX_BYTES:
                 if len(self._plans) >= PLAN_SLOTS:
                     self._plans.clear()
-                plan = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), call, bound, tail, run, steps)
-                self._plans[key] = plan
+                prepare = coll.prepare.get(alg)  # the repeats: prepared once (host buffers only)
+                again = steps if prepare is None else prepare(run, *call.args)
+                self._plans[key] = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), bound, tail, run, again)
             self._agree(run, tail)
             self._run(run, steps)
         finally:
@@ -584,11 +583,11 @@ class _Plan(NamedTuple):
     send: np.ndarray  # the two arrays of the key (kept alive: their ids stay theirs)
     recv: np.ndarray
     layout: tuple  # _layout(sendbuf, recvbuf) when the call was checked
-    call: _coll.Call  # the checked call (its args view the two arrays)
     bound: int  # frames one op may seal under one key
     tail: bytes  # its argument record after the op number
     run: OpRun  # the first op's run, restarted for each repeat (its frame context too)
     steps: object  # steps(): the algorithm on run, prepared for these arrays where it can be
+    # (the checked call's arguments are in it: views of the two arrays)
 
 
 @np.errstate(over="ignore", invalid="ignore")  # (as a decorator: half the cost of a with block)
