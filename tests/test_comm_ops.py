@@ -65,13 +65,14 @@ def test_epochs_rotate_when_the_next_op_could_pass_the_limit():
         assert all(keys) and not (keys[0] & keys[1] or keys[1] & keys[2] or keys[0] & keys[2])
 
 
+@pytest.mark.parametrize("n", [16, 2])
 @pytest.mark.parametrize("p, alg", [(2, "recursive_doubling"), (4, "recursive_doubling"), (3, "ring")])
-def test_a_plan_changes_keys_with_the_epoch(p, alg):
+def test_a_plan_changes_keys_with_the_epoch(p, alg, n):
     """A repeated call (one plan: its run, its prepared steps, the swap's keys and slots kept)
     with the limit at one op's bound: every op after the first starts a new epoch, and each op's
     frames are sealed under that epoch's keys only (none of another op's), with the op index
-    restarting at 0; every result exact."""
-    n, chunk_bytes = 16, 64
+    restarting at 0; every result exact.  (2 elements: a count equal to an epoch number.)"""
+    chunk_bytes = 64
     bound = COLLECTIVES["allreduce"].frame_bound(p, math.ceil(4 * n / chunk_bytes) + 1)
 
     def body(sc):
