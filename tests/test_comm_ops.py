@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from seccomm import ArgumentMismatchError, AuthenticationError, PeerAbortError, SecCommError, SecureComm
+from seccomm.errors import FrameError
 from seccomm.agreement import Agreement
 from seccomm.collectives import COLLECTIVES
 from seccomm.transports import TransportWrapper
@@ -126,6 +127,39 @@ def test_a_plan_stays_right_after_a_larger_op_grew_the_workspace(p, alg):
         for y, yi in out:
             assert np.array_equal(y, ref_allreduce("float32", n, p, "sum"))
             assert np.array_equal(yi, y)
+
+
+@pytest.mark.parametrize("op", ["sum", "avg", "max"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_repeated_reduce_scatter_and_ring_allreduce_run_from_their_plans(p, op):
+    """The prepared steps of reduce-scatter and of the ring allreduce (avg's division included)
+    are exact on every repeat, with new values written into the same arrays between calls."""
+    n = 40
+
+    def body(sc):
+        me = sc.rank
+        x = np.empty(n, np.float32)
+        rs = np.empty(sc.block_counts(n)[me], np.float32)
+        ar = np.empty_like(x)
+        out = []
+        for k in range(3):
+            x[:] = data("float32", n, me, salt=k)
+            sc.reduce_scatter(x, rs, op=op)
+            sc.allreduce(x, ar, op=op)
+            out.append((rs.copy(), ar.copy()))
+        return out, len(sc._plans)
+
+    res = ok(world_run(p, body, algorithm="ring", chunk_bytes=64))
+    for me, (out, plans) in enumerate(res):
+        assert plans == 2
+        lo = sum(COLLECTIVES["reduce_scatter"].counts(n, p, r).recv for r in range(me))
+        for k, (rs, ar) in enumerate(out):
+            xs = [data("float32", n, r, salt=k).astype(np.float64) for r in range(p)]
+            ref = np.maximum.reduce(xs) if op == "max" else np.add.reduce(xs)
+            if op == "avg":
+                ref = np.divide(ref.astype(np.float32), np.float32(p))
+            assert np.array_equal(ar, ref), (me, k)
+            assert np.array_equal(rs, ref[lo : lo + rs.size]), (me, k)
 
 
 def test_an_epoch_holds_at_most_max_ops_per_epoch_ops():
@@ -932,18 +966,20 @@ def test_a_transport_that_does_not_defer_has_every_send_waited_for_in_the_op():
     assert sorted(NoDefer.waited) == [(0, "allreduce #1"), (1, "allreduce #1")], NoDefer.waited
 
 
-def test_an_error_of_its_own_keeps_the_ops_requests_referenced():
-    """Any exception inside an op (here a wrapper's, at the first wait): the requests the op
-    posted stay referenced by the SecureComm (MPI may still touch their buffers)."""
+@pytest.mark.parametrize("error", [RuntimeError, FrameError])
+def test_an_error_of_its_own_keeps_the_ops_requests_referenced(error):
+    """Any exception inside an op (here a wrapper's, at the first wait; one of seccomm's errors
+    or another): the requests the op posted stay referenced by the SecureComm (MPI may still
+    touch their buffers)."""
 
     class Boom(TransportWrapper):
         def wait_recv(self, req, timeout, peer, op_label):
-            raise RuntimeError("this rank fails here")
+            raise error("this rank fails here", peer=peer) if error is FrameError else error("here")
 
     def body(sc):
         try:
             run_op(sc, "allreduce", 0)
-        except RuntimeError:
+        except error:
             return list(sc._stale or [])
 
     res = world_run(2, body, wrap=lambda r, t: Boom(t), algorithm="ring")
