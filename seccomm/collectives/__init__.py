@@ -54,9 +54,10 @@ class Collective:
     - ``choose(tuning, nbytes, count, p) -> str``: the algorithm of a call (the "auto" rule;
       ``tuning`` as :class:`Tuning`); ``None``: the only entry of ``algorithms``.
     - ``algorithms``: name -> ``run(op_run, *call.args)``.
-    - ``prepare``: name -> ``prepare(op_run, *call.args) -> run(op_run)`` (optional, per
-      algorithm): the work an algorithm does before its first step (schedule, views, reducers),
-      done once for a repeated call's plan, whose arrays and arguments are the same every time.
+    - ``prepare``: name -> ``prepare(op_run, *call.args) -> steps`` (optional, per algorithm):
+      the work an algorithm does before its first step (schedule, views, reducers), done once
+      for a repeated call's plan, whose arrays and arguments are the same every time;
+      ``steps()`` (no argument: bound to ``op_run``, which the plan keeps) runs the algorithm.
     - ``frame_bound(p, chunks) -> int``: frames any one key may seal in one op, for
       ``chunks`` = ceil(S / chunk_bytes) + 1; identical on every rank and never below what the
       algorithms seal (the key schedule rotates on it).

@@ -76,12 +76,12 @@ def _forward(run, nxt, prev, recv):
     run.exchange(Send(dst=nxt, frames=[sl.frame for sl in prev.slots]), recv)
 
 
-def _run(run, sendbuf, recvbuf):
-    ring_allgather(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size))
-
-
 def _prepare(run, sendbuf, recvbuf):
     return in_turn(ag_steps(run, flat(sendbuf), flat(recvbuf), Blocks(recvbuf.size, run.size)))
+
+
+def _run(run, sendbuf, recvbuf):
+    _prepare(run, sendbuf, recvbuf)()
 
 
 def _native(comm, send, recv, op, root):  # pragma: no mutate block (the plaintext baseline)
