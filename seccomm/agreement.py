@@ -98,8 +98,12 @@ class Agreement:
             h = self._labelled.copy()
             h.update(desc)
             tag ^= int.from_bytes(h.finalize()[:TAG_BYTES], "big")
-        self._mine_mv[:] = desc + tag.to_bytes(TAG_BYTES, "big")
-        self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
+        self._mine_mv[:] = mine = desc + tag.to_bytes(TAG_BYTES, "big")
+        if self.size == 2:  # (one op's hot path on two ranks: the list below, unrolled)
+            other = desc + (tag ^ self._rel[1 - self.rank]).to_bytes(TAG_BYTES, "big")
+            self._expect = other + mine if self.rank else mine + other
+        else:
+            self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
 
     def refusal(self, seq: int, error: str) -> None:
         """Write a refusal record for op ``seq`` into :attr:`mine`: this rank refused its own

@@ -461,34 +461,29 @@ class SecureComm:
             coll.code, CODES[call.dtype], REDOPS[call.redop], _ALG[coll.name][alg], call.root, call.count
         )
 
-    def _agree(self, run: OpRun, tail: bytes) -> None:
-        """Every rank's arguments to this op (``tail``: :meth:`_tail`), sent before its first frame
-        and checked before it ends (:mod:`seccomm.agreement`): ``ArgumentMismatchError`` on every
-        rank when they differ."""
+    def _checker(self, run: OpRun):
+        """``check()``: the agreement's check of the op ``run`` is in (its label at the time)."""
         a = self._agreement
+        return lambda: a.check(run.op_label)
+
+    def _op(self, run: OpRun, steps, tail: bytes, check) -> None:
+        """Run the op: its argument record (``tail``: :meth:`_tail`; ``check()`` checks the
+        table, :mod:`seccomm.agreement`) sent before its first frame, ``steps()`` (its algorithm on
+        ``run``), then the end of the agreement (``ArgumentMismatchError`` on every rank when the
+        arguments differ); its last sends are left for the next op (transports that defer them).
+        Any failure makes the communicator unusable and tells the other ranks at once."""
+        a, t = self._agreement, self._transport
         a.record_tail(run.frame.seq, tail)
         try:
-            self._transport.agree_start(
-                a.mine, a.table, lambda: a.check(run.op_label), self.timeout, run.op_label
-            )
-        except SecCommError as e:
-            self._broken = f"{run.op_label} failed ({type(e).__name__})"
-            if isinstance(e, (AuthenticationError, FrameError)):
-                self._transport.abort(e.peer)
-            raise
-
-    def _run(self, run: OpRun, steps) -> None:
-        """Run the op: ``steps()`` (its algorithm on ``run``), then the end of the argument
-        agreement; its last sends are left for the next op (transports that defer them).  Any
-        failure makes the communicator unusable and tells the other ranks at once."""
-        try:
+            t.agree_start(a.mine, a.table, check, self.timeout, run.op_label)
             _quiet(steps)
-            self._transport.agree_finish(self.timeout, run.op_label)
-            if run.sends and self._transport.defer_last_sends:
-                reqs, peers = zip(*run.sends)
-                self._unsent = (reqs, peers, run.op_label)
-            elif run.sends:  # a transport whose sends complete without the receiver: wait now
-                run._settle()
+            t.agree_finish(self.timeout, run.op_label)
+            if run.sends:
+                if t.defer_last_sends:
+                    reqs, peers = zip(*run.sends)
+                    self._unsent = (reqs, peers, run.op_label)
+                else:  # a transport whose sends complete without the receiver: wait now
+                    run._settle()
         except SecCommError as e:
             # a frame that failed, or a wait that expired, because the ranks disagree on the
             # call: the argument records tell, and that is the error every rank raises
@@ -544,8 +539,7 @@ class SecureComm:
                 ):
                     run, op_index = plan.run, self._next_op(plan.bound)  # (first: it may rotate)
                     run.restart(self.epoch, self._seq, op_index)
-                    self._agree(run, plan.tail)
-                    self._run(run, plan.steps)
+                    self._op(run, plan.steps, plan.tail, plan.check)
                     return
             coll = _coll.COLLECTIVES[name]
             route, sendbuf, recvbuf = self._route(sendbuf, recvbuf)
@@ -568,9 +562,10 @@ class SecureComm:
                     self._plans.clear()
                 prepare = coll.prepare.get(alg)  # the repeats: prepared once (host buffers only)
                 again = steps if prepare is None else prepare(run, *call.args)
-                self._plans[key] = _Plan(sendbuf, recvbuf, _layout(sendbuf, recvbuf), bound, tail, run, again)
-            self._agree(run, tail)
-            self._run(run, steps)
+                self._plans[key] = _Plan(
+                    sendbuf, recvbuf, _layout(sendbuf, recvbuf), bound, tail, run, again, self._checker(run)
+                )
+            self._op(run, steps, tail, self._checker(run))
         finally:
             self._busy.release()
 
@@ -588,6 +583,7 @@ class _Plan(NamedTuple):
     run: OpRun  # the first op's run, restarted for each repeat (its frame context too)
     steps: object  # steps(): the algorithm on run, prepared for these arrays where it can be
     # (the checked call's arguments are in it: views of the two arrays)
+    check: object  # check(): the agreement's check of run's op (SecureComm._checker)
 
 
 @np.errstate(over="ignore", invalid="ignore")  # (as a decorator: half the cost of a with block)

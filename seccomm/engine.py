@@ -114,12 +114,12 @@ class OpRun:
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
-        self._swaps: dict = {}  # peer -> what swap() keeps across the ops of a plan
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
         epoch, sequence number and index in the epoch (:meth:`FrameContext.restart`)."""
-        self.frame.restart(epoch, seq, op_index)
+        f = self.frame
+        f.epoch, f.seq, f.op_index = epoch, seq, op_index  # (FrameContext.restart, inlined)
         self.op_label = f"{self.collective} #{seq}"
         self.pending = []
         self.sends = []
@@ -288,35 +288,42 @@ class OpRun:
         messages): the same frames as :meth:`exchange`, with the least work per call.
         ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace memory
         (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext."""
-        t, frame, rank = self.t, self.frame, self.rank
-        if self.sends:
-            self._settle()
-        # keys and slots of this exchange, kept across the ops of a repeated call's plan (its
-        # run is kept) while the epoch stays; cached slots keep their buffer alive if it grows
-        c = self._swaps.get(peer)
-        if c is None or c[0] != frame.epoch or c[1] != elems:
-            nbytes, ws = elems * self.itemsize, self.ws
-            c = self._swaps[peer] = (
-                frame.epoch,
-                elems,
-                self._protect(False, rank, peer),
-                self._protect(False, peer, rank),
-                ws.slots("send", [nbytes])[0],
-                ws.slots("recv", [nbytes])[0],
-            )
-        _, _, skey, rkey, sslot, rslot = c
-        frame.fill(sslot, KEY_DIRECTION, skey.suite.suite_id, step, 0, 1, rank, peer, elems)
-        skey.seal(sslot, piece)
-        sreq = t.isend(sslot.frame, peer)  # first: the peer waits on it
-        self.pending.append(sreq)
-        self.sends.append((sreq, peer))
-        rreq = t.irecv(rslot.frame, peer)
-        self.pending.append(rreq)
-        frame.fill(rslot, KEY_DIRECTION, rkey.suite.suite_id, step, 0, 1, peer, rank, elems)
-        got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
-        if got != len(rslot.frame):
-            self._check_len(got, rslot, 0, 1, peer, step)
-        consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
+        self.swap_step(peer, step, piece, elems, out, consume)()
+
+    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume):
+        """:meth:`swap` of these arguments as a prepared step ``step()`` (a repeated call's plan
+        keeps it): its keys and slots are kept while the epoch stays (cached slots keep their
+        buffer alive if it grows), and a transport that offers a :meth:`pair link
+        <seccomm.transports.base.Transport.pair_link>` to ``peer`` moves its frames."""
+        t, frame, rank, ws = self.t, self.frame, self.rank, self.ws
+        nbytes, link, kept = elems * self.itemsize, t.pair_link(peer), [-1]
+
+        def run_step():
+            if self.sends:
+                self._settle()
+            if kept[0] != frame.epoch:
+                skey, rkey = self._protect(False, rank, peer), self._protect(False, peer, rank)
+                sslot, rslot = ws.slots("send", [nbytes])[0], ws.slots("recv", [nbytes])[0]
+                kept[:] = frame.epoch, skey, rkey, sslot, rslot, skey.suite.suite_id, rkey.suite.suite_id
+            _, skey, rkey, sslot, rslot, sid, rid = kept
+            frame.fill(sslot, KEY_DIRECTION, sid, step, 0, 1, rank, peer, elems)
+            skey.seal(sslot, piece)
+            # first the send (the peer waits on it); each request kept as soon as it is posted
+            sreq = t.isend(sslot.frame, peer) if link is None else link.send(sslot.frame)
+            self.pending.append(sreq)
+            self.sends.append((sreq, peer))
+            rreq = t.irecv(rslot.frame, peer) if link is None else link.recv(rslot.frame)
+            self.pending.append(rreq)
+            frame.fill(rslot, KEY_DIRECTION, rid, step, 0, 1, peer, rank, elems)
+            if link is None:
+                got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
+            else:
+                got = link.wait(rreq, self.timeout, self.op_label)
+            if got != len(rslot.frame):
+                self._check_len(got, rslot, 0, 1, peer, step)
+            consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
+
+        return run_step
 
     # -- tree relay (broadcast) --------------------------------------------------------------
     def relay(

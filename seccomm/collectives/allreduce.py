@@ -122,12 +122,15 @@ def _reducer(ufunc, cur, recv, elems, ce, theirs_first):
     after)."""
     dt = recv.dtype
     if len(elems) == 1:  # one chunk: whole arrays, no slicing
+        seen = [None, None]  # the last plaintext buffer and its typed view (the same each op)
 
         def whole(j, pt):
+            if pt is not seen[0]:
+                seen[:] = pt, typed(pt, dt)
             if theirs_first:
-                ufunc(typed(pt, dt), cur, out=recv)
+                ufunc(seen[1], cur, out=recv)
             else:
-                ufunc(cur, typed(pt, dt), out=recv)
+                ufunc(cur, seen[1], out=recv)
 
         return whole
 
@@ -180,7 +183,7 @@ def _rd_prepare(run, send, recv, ufunc, avg):
         if kind == TAKE:
             steps.append(exchange_step(run, None, Recv(peer, elems, outs, step, consume=consume)))
         elif single:  # small message: one frame each way
-            steps.append(functools.partial(run.swap, peer, step, mine[0], elems[0], outs[0], consume))
+            steps.append(run.swap_step(peer, step, mine[0], elems[0], outs[0], consume))
         else:
             both = Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume)
             steps.append(exchange_step(run, *both))

@@ -25,6 +25,8 @@ frame (``tests/mpi_worker.py::device_engine``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..engine import OpRun, Recv, Send
@@ -365,6 +367,9 @@ class DeviceOpRun(OpRun):
 
     def swap(self, peer, step, piece, elems, out, consume):
         self.exchange(Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume))
+
+    def swap_step(self, peer, step, piece, elems, out, consume):
+        return functools.partial(self.swap, peer, step, piece, elems, out, consume)
 
     def relay(self, parent, children, pieces_or_outs, elems, origin):
         if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames

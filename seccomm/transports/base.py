@@ -93,6 +93,13 @@ class Transport:
         seconds and the check fails (the failure was a disagreement), else ``None``."""
         return None
 
+    def pair_link(self, peer: int):
+        """An object that moves host frames to and from ``peer`` with the least work per call
+        (``send(frame)``, ``recv(frame)``, ``wait(rreq, timeout, op_label) -> bytes``: as
+        :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
+        engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame)."""
+        return None
+
     def announce(self, record) -> list:
         """Send ``record`` (a refusal record) to every other rank without waiting; returns the
         send requests, which the caller keeps referenced.  Default: point-to-point."""
@@ -256,6 +263,9 @@ class TransportWrapper(Transport):
 
     def announce(self, record):
         return self.inner.announce(record)
+
+    def pair_link(self, peer):
+        return None  # (the wrapper's isend and irecv see every frame)
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)

@@ -140,14 +140,17 @@ class MPITransport(Transport):
         self._nreqs[r] = self.comm.Irecv([self._nbuf[r], self._byte], r, self._notice_tag)
 
     def isend(self, buf, peer):
-        if hasattr(buf, "__cuda_array_interface__"):
+        if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_isend(buf, peer)
         return self.comm.Isend([buf, self._byte], peer, self.tag)
 
     def irecv(self, buf, peer):
-        if hasattr(buf, "__cuda_array_interface__"):
+        if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
+
+    def pair_link(self, peer):
+        return _PairLink(self, peer)
 
     # -- device frames (the device engine over MPI) -------------------------------------------
     def _device_isend(self, buf, peer):
@@ -213,16 +216,28 @@ class MPITransport(Transport):
 
     def wait_recv(self, req, timeout, peer, op_label):
         st = self._status
-        if isinstance(req, _HostCopyRequest):
+        if type(req) is _HostCopyRequest:
             self._poll(req.req, timeout, st, peer, op_label)
             req.dev.set(req.host)  # received frame: host -> device
-        else:
-            self._poll(req, timeout, st, peer, op_label)
+            return st.Get_count(self._byte)
+        try:
+            if req.Test(st):  # (the usual case on the hot path: in at the first look)
+                return st.Get_count(self._byte)
+        except self._MPI.Exception as e:
+            raise _mpi_error(e, peer, op_label) from None
+        self._poll(req, timeout, st, peer, op_label)
         return st.Get_count(self._byte)
 
     def wait_sends(self, reqs, timeout, peers, op_label):
         for req, peer in zip(reqs, peers):
-            self._poll(req.req if isinstance(req, _HostCopyRequest) else req, timeout, None, peer, op_label)
+            if type(req) is _HostCopyRequest:
+                req = req.req
+            try:
+                if req.Test():  # (the usual case: done at the first look)
+                    continue
+            except self._MPI.Exception as e:
+                raise _mpi_error(e, peer, op_label) from None
+            self._poll(req, timeout, None, peer, op_label)
 
     def agree(self, record, table, timeout, op_label):
         """As :meth:`Transport.agree` (the whole exchange, now), on the persistent requests of
@@ -240,29 +255,34 @@ class MPITransport(Transport):
             peers = [r for r in range(self.size) if r != self.rank]
             recvs = [self.comm.Recv_init([table[r], B], r, self.tag) for r in peers]
             sends = [self.comm.Send_init([record, B], r, self.tag) for r in peers]
-            sts = [MPI.Status() for _ in peers]
+            sts = [MPI.Status() for _ in peers + peers]  # (the receives' first)
             self._free_agreeing()
-            self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts)
+            self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts[: len(peers)], sts)
         MPI.Prequest.Startall(self._agreeing[5])
         self._agree_check, self._agree_label, self._agree_open = check, op_label, True
 
     def _agree_in(self) -> bool:
         """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
-        _, _, peers, recvs, _, _, sts = self._agreeing
+        _, _, peers, recvs, _, _, sts, _ = self._agreeing
         try:
             if not self._MPI.Request.Testall(recvs, sts):
                 return False
-        except self._MPI.Exception as e:  # (a larger message where a record was expected)
-            self._agree_check = None
-            raise FrameError(
-                f"{self._agree_label}: an argument record could not be received "
-                f"({e.Get_error_string().splitlines()[0].strip()}): the ranks disagree on the call "
-                f"sequence, or it was altered",
-                peer="any",
-                op=self._agree_label,
-            ) from None
+        except self._MPI.Exception as e:
+            raise self._record_error(e) from None
         self._agree_done(peers, [st.Get_count(self._byte) for st in sts])
         return True
+
+    def _record_error(self, e) -> FrameError:
+        """The error of an argument exchange that MPI failed with ``e`` (a larger message where
+        a record was expected); the check will not run."""
+        self._agree_check = None
+        return FrameError(
+            f"{self._agree_label}: an argument record could not be received "
+            f"({e.Get_error_string().splitlines()[0].strip()}): the ranks disagree on the call "
+            f"sequence, or it was altered",
+            peer="any",
+            op=self._agree_label,
+        )
 
     def _agree_done(self, peers, counts) -> None:
         check, self._agree_check = self._agree_check, None
@@ -282,8 +302,16 @@ class MPITransport(Transport):
         if not self._agree_open:
             return
         MPI = self._MPI
-        _, _, peers, recvs, sends, _, _ = self._agreeing
+        _, _, peers, recvs, sends, both, sts, all_sts = self._agreeing
         if self._agree_check is not None:  # (else a wait of the op already had every record in)
+            try:
+                done = MPI.Request.Testall(both, all_sts)  # (the usual case: every record in, and sent)
+            except MPI.Exception as e:
+                raise self._record_error(e) from None
+            if done:
+                self._agree_done(peers, [st.Get_count(self._byte) for st in sts])
+                self._agree_open = False
+                return
             for _ in range(_AGREE_SPINS):  # (the ranks usually enter an op together)
                 if self._agree_in():
                     break
@@ -544,7 +572,7 @@ class MPITransport(Transport):
         cancelled first: unmatched, as its peer never sent)."""
         if self._agreeing is None:
             return
-        MPI, (_, _, _, recvs, sends, _, _) = self._MPI, self._agreeing
+        MPI, (_, _, _, recvs, sends, _, _, _) = self._MPI, self._agreeing
         self._agreeing = None
         for req in recvs + sends:
             try:
@@ -588,6 +616,35 @@ def _mpi_error(e, peer, op_label) -> FrameError:
 
 #: largest unreceived message close() drops (argument records, notices, small frames: eager)
 _DRAIN_BYTES = 4096
+
+
+class _PairLink:
+    """:meth:`MPITransport.pair_link`: host frames to and from one peer, straight to mpi4py."""
+
+    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte", "status", "exc")
+
+    def __init__(self, t: MPITransport, peer: int):
+        self.t, self.isend, self.irecv, self.peer, self.tag = t, t.comm.Isend, t.comm.Irecv, peer, t.tag
+        self.byte, self.status, self.exc = t._byte, t._MPI.Status(), t._MPI.Exception
+
+    def send(self, frame):
+        """:meth:`MPITransport.isend` of a host ``frame`` to the peer."""
+        return self.isend([frame, self.byte], self.peer, self.tag)
+
+    def recv(self, frame):
+        """:meth:`MPITransport.irecv` of a host ``frame`` from the peer."""
+        return self.irecv([frame, self.byte], self.peer, self.tag)
+
+    def wait(self, rreq, timeout: float, op_label: str) -> int:
+        """:meth:`MPITransport.wait_recv` of ``rreq``: the bytes received."""
+        st = self.status
+        try:
+            if rreq.Test(st):  # (the usual case: in at the first look)
+                return st.Get_count(self.byte)
+        except self.exc as e:
+            raise _mpi_error(e, self.peer, op_label) from None
+        self.t._poll(rreq, timeout, st, self.peer, op_label)
+        return st.Get_count(self.byte)
 
 
 class _HostCopyRequest:
