@@ -42,6 +42,12 @@ MAX_RANKS = 1 << 16  # steps of a ring allreduce must fit the 16-bit step field
 MAX_CHUNKS_PER_HOP = 1 << 24  # chunk index field
 MAX_OPS_PER_EPOCH = (1 << 32) - 1
 SLOT_ALIGN = 64
+#: a slot's body starts this many bytes into the slot: a multiple of SLOT_ALIGN, so a body is as
+#: aligned as its buffer (Workspace.get aligns it).  A ``none`` or GMAC frame is reduced where it
+#: arrived: with its body 101 bytes into a slot, ``none`` allreduce took 1.08-1.18x its aligned
+#: time at 64 KiB-1 MiB on two ranks (docs/performance.md 1i)
+BODY_AT = -(-(NONCE_BYTES + AAD_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
+_LEAD = BODY_AT - NONCE_BYTES - AAD_BYTES  # unused bytes before the nonce
 
 
 def make_nonce(out: memoryview, op_index: int, step: int, chunk: int, sender: int) -> None:
@@ -91,9 +97,11 @@ class Workspace:
         self._tls = threading.local()  # per thread: the scratch buffer
 
     def get(self, name: str, nbytes: int) -> np.ndarray:
+        """Buffer ``name`` (uint8, at least ``nbytes``, its start aligned to :data:`SLOT_ALIGN`
+        bytes), grown when too small."""
         buf = self._bufs.get(name)
         if buf is None or buf.nbytes < nbytes:
-            buf = np.empty(max(nbytes, 64), np.uint8)
+            buf = _aligned(max(nbytes, 64))
             self._bufs[name] = buf
             self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}
         return buf
@@ -114,19 +122,24 @@ class Workspace:
         hit = self._layouts.get(key)
         if hit is not None:
             return hit
-        sizes = [
-            (NONCE_BYTES + AAD_BYTES + b + TAG_BYTES + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN
-            for b in body_sizes
-        ]
+        room = BODY_AT + TAG_BYTES + SLOT_ALIGN - 1
+        sizes = [(b + room) // SLOT_ALIGN * SLOT_ALIGN for b in body_sizes]
         mv = memoryview(self.get(name, sum(sizes)))
         out, off = [], 0
         for b, s in zip(body_sizes, sizes):
-            out.append(Slot(mv[off : off + s], AAD_BYTES, b))
+            out.append(Slot(mv[off + _LEAD : off + s], AAD_BYTES, b))
             off += s
         if len(self._layouts) > 256:
             self._layouts.clear()
         self._layouts[key] = out
         return out
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """``nbytes`` of uint8 whose start is aligned to :data:`SLOT_ALIGN` bytes."""
+    raw = np.empty(nbytes + SLOT_ALIGN, np.uint8)
+    skip = -raw.ctypes.data % SLOT_ALIGN
+    return raw[skip : skip + nbytes]
 
 
 class FrameContext:

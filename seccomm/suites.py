@@ -2,7 +2,9 @@
 
 A suite works on a *slot*: one chunk's region of a preallocated wire buffer laid out as::
 
-    | nonce (12 B) | AAD header (framing.AAD_BYTES) | body (chunk bytes) | tag (16 B) |
+    | (unused) | nonce (12 B) | AAD header (framing.AAD_BYTES) | body (chunk bytes) | tag (16 B) |
+
+the body at ``framing.BODY_AT`` bytes into the slot, aligned as its buffer is (64 bytes).
 
 Only ``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce
 and header into its slot before opening, so nothing it did not expect can verify.  A suite bound
@@ -52,11 +54,12 @@ class Slot:
 
     def __init__(self, mv: memoryview, hdr: int, nbody: int):
         b0 = NONCE_BYTES + hdr
+        end = b0 + nbody + TAG_BYTES
         self.nonce = mv[:NONCE_BYTES]
         self.header = mv[NONCE_BYTES:b0]
         self.body = mv[b0 : b0 + nbody]
-        self.tag = mv[b0 + nbody : b0 + nbody + TAG_BYTES]
-        self.frame = mv[b0 : b0 + nbody + TAG_BYTES]
+        self.tag = mv[b0 + nbody : end]
+        self.frame = mv[b0:end]
         self.header_body = mv[NONCE_BYTES : b0 + nbody]
 
 

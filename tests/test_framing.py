@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from seccomm.framing import (
     AAD,
     AAD_BYTES,
+    BODY_AT,
     GROUP_STEP,
     MAX_CHUNKS_PER_HOP,
     SLOT_ALIGN,
@@ -201,20 +202,26 @@ def test_workspace_buffers_are_reused_and_grow():
 
 
 def test_slots_are_aligned_and_packed():
-    """Each slot starts SLOT_ALIGN-aligned from the buffer's start, right after the previous
-    slot rounded up to SLOT_ALIGN (nonce + header + body + tag)."""
+    """Each slot's body starts BODY_AT bytes into the slot, SLOT_ALIGN-aligned in memory (the
+    buffer's start is aligned too), the nonce and header right before it; each slot starts right
+    after the previous one rounded up to SLOT_ALIGN (BODY_AT + body + tag)."""
+    assert BODY_AT % SLOT_ALIGN == 0 and BODY_AT >= NONCE_BYTES + AAD_BYTES > BODY_AT - SLOT_ALIGN
     ws = Workspace()
     for sizes in (
         [0],
         [1, 27, 64, 63, 100],
-        [SLOT_ALIGN - (NONCE_BYTES + AAD_BYTES + TAG_BYTES) % SLOT_ALIGN] * 3,
+        [SLOT_ALIGN - TAG_BYTES % SLOT_ALIGN] * 3,
+        [SLOT_ALIGN - TAG_BYTES % SLOT_ALIGN + 1] * 3,
     ):
         slots = ws.slots("w", sizes)
         base = ws.get("w", 0).ctypes.data
+        assert base % SLOT_ALIGN == 0
         pos = 0
         for s, n in zip(slots, sizes):
-            assert np.frombuffer(s.nonce, np.uint8).ctypes.data - base == pos
-            pos += -(-(NONCE_BYTES + AAD_BYTES + n + TAG_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
+            body = np.frombuffer(s.header_body, np.uint8).ctypes.data + AAD_BYTES
+            assert body - base == pos + BODY_AT and body % SLOT_ALIGN == 0
+            assert np.frombuffer(s.nonce, np.uint8).ctypes.data == body - AAD_BYTES - NONCE_BYTES
+            pos += -(-(BODY_AT + n + TAG_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
 
 
 def test_scratch_is_one_buffer_per_thread():
