@@ -18,6 +18,17 @@ big-endian.  A rank that refuses its own arguments sends a record with collectiv
 exception's code (:data:`REFUSAL_NAMES`) in the dtype byte, so the others
 stop at once and the ranks stay in step.
 
+On two ranks over MPI (a *paired* transport) the record has no message of its own: its last
+:data:`TRAILER_BYTES` (all but the op number, which each rank knows, and which the tag binds) ride
+behind the op's first frame to the peer, in the same message, from the room each slot keeps
+after its tag; an op that sends the peer no frame (a bcast leaf, an op of no elements) sends its
+whole record alone at its end.  A rank whose op failed sends its whole record once more on a tag
+of its own, so that a peer that could not read the one in the first message (it got a larger
+message than it expected) can still tell the disagreement.  A first message of another op,
+replayed with the same arguments, fails the tag: the op number is that of the op it arrived in.
+Under ``none`` the tag is zero: such a replay, and a rank that skipped an op with the same
+arguments, go unnoticed there, as any frame does.
+
 ``tag = HMAC-SHA256(k, "seccomm/1 agree" | record[:24])[:16] XOR mask(rank)`` with
 ``mask(j) = HMAC-SHA256(k, "seccomm/1 agree-rank" | j)[:16]`` and ``k`` the session's agreement
 key (:meth:`~seccomm.keys.KeySchedule.agreement_key`).  The sequence number makes a record of
@@ -41,6 +52,7 @@ _SEQ, _TAIL = struct.Struct(">Q"), struct.Struct(">BBBBIQ")  # _DESC: the op num
 DESC_BYTES = _DESC.size  # 24
 TAG_BYTES = 16
 RECORD_BYTES = DESC_BYTES + TAG_BYTES  # 40
+TRAILER_BYTES = RECORD_BYTES - _SEQ.size  # 32: a record after its op number (paired transports)
 NO_ROOT = 0xFFFFFFFF
 REFUSED = 0  # collective code of a refusal record
 REFUSAL_NAMES = {1: "ValueError", 2: "TypeError"}  # a refusal record's dtype byte -> the exception
@@ -104,6 +116,12 @@ class Agreement:
             self._expect = other + mine if self.rank else mine + other
         else:
             self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
+
+    @property
+    def expect(self) -> bytes:
+        """The table an agreeing world sends back for this rank's current record (``size`` rows
+        of :data:`RECORD_BYTES`), as :meth:`check` compares it."""
+        return self._expect
 
     def refusal(self, seq: int, error: str) -> None:
         """Write a refusal record for op ``seq`` into :attr:`mine`: this rank refused its own

@@ -475,7 +475,7 @@ class SecureComm:
         a, t = self._agreement, self._transport
         a.record_tail(run.frame.seq, tail)
         try:
-            t.agree_start(a.mine, a.table, check, self.timeout, run.op_label)
+            t.agree_start(a.mine, a.table, check, self.timeout, run.op_label, a.expect)
             _quiet(steps)
             t.agree_finish(self.timeout, run.op_label)
             if run.sends:

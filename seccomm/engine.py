@@ -103,7 +103,16 @@ def _copy_out(out, pt):
 class OpRun:
     """State of one collective call: ``ctx`` (:class:`OpContext`), ``frame`` (the call's
     :class:`~seccomm.framing.FrameContext`: AAD constants, epoch, sequence number) and the
-    element size in bytes."""
+    element size in bytes.
+
+    On a paired transport (:attr:`Transport.paired <seccomm.transports.base.Transport.paired>`:
+    two ranks over MPI) the op's argument record rides in its first message to the peer,
+    zero-copy: the first frame sealed goes out with the record in its slot's room after the tag
+    (``slot.wire``), and the first receive is posted for frame and record and handed to the
+    transport's ``take_record`` once it arrived, before the frame is opened."""
+
+    #: slots keep room after each frame (the device engine's do not: its transport copies)
+    record_room = True
 
     def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int, collective: str):
         self.t, self.ws, self.rank, self.size = ctx.transport, ctx.workspace, ctx.rank, ctx.size
@@ -114,6 +123,7 @@ class OpRun:
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
+        self._first = None  # the receive of the op's first message (paired transports)
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
@@ -123,6 +133,7 @@ class OpRun:
         self.op_label = f"{self.collective} #{seq}"
         self.pending = []
         self.sends = []
+        self._first = None
 
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
@@ -177,6 +188,31 @@ class OpRun:
                 detail=f"frame has {got} bytes, expected {len(slot.frame)} (truncated or padded)",
             )
 
+    # -- the op's first message on a paired transport -----------------------------------------
+    def _wire_out(self, slot):
+        """What to send of the sealed ``slot``: its frame, or frame and record (the op's first)."""
+        if self.t.paired and self.record_room and self.t.put_record(slot.trailer):
+            return slot.wire
+        return slot.frame
+
+    def _recv_posts(self, slots, src) -> list:
+        """Post the receives of ``slots`` from ``src``: the op's first message for frame and
+        record (paired)."""
+        t = self.t
+        if slots and t.paired and self.record_room and t.record_due():
+            first = self._first = t.irecv(slots[0].wire, src)
+            return [first] + [t.irecv(s.frame, src) for s in slots[1:]]
+        return [t.irecv(s.frame, src) for s in slots]
+
+    def _got(self, req, slot, src) -> int:
+        """Wait for ``req`` into ``slot``; the frame's bytes (the op's first message: once its
+        record was checked, which raises on a disagreement)."""
+        got = self.t.wait_recv(req, self.timeout, src, self.op_label)
+        if req is self._first:
+            self._first = None
+            got = self.t.take_record(slot.wire, got, src, self.op_label)
+        return got
+
     # -- sealing -----------------------------------------------------------------------------
     def sealed_frames(self, send: Send):
         """Seal ``send.pieces`` into slots of workspace ``send.ws`` and yield each frame as soon
@@ -196,13 +232,13 @@ class OpRun:
         if pool is None:
             for j in range(n):
                 job(j)
-                yield slots[j].frame
+                yield self._wire_out(slots[j]) if j == 0 else slots[j].frame
             return
         futs = [pool.submit(job, j) for j in range(n)]
         try:
-            for f, slot in zip(futs, slots):
+            for j, (f, slot) in enumerate(zip(futs, slots)):
                 f.result()
-                yield slot.frame
+                yield self._wire_out(slot) if j == 0 else slot.frame
         finally:
             for f in futs:
                 f.cancel()
@@ -234,7 +270,7 @@ class OpRun:
             if recv.sizes is None:
                 recv.sizes = [e * self.itemsize for e in recv.elems]
             recv.slots = self.ws.slots(recv.ws, recv.sizes)
-            rreqs = [t.irecv(slot.frame, recv.src) for slot in recv.slots]
+            rreqs = self._recv_posts(recv.slots, recv.src)
             self.pending += rreqs
         if send is not None:
             frames = send.frames if send.frames is not None else self.sealed_frames(send)
@@ -244,7 +280,6 @@ class OpRun:
             self._drain(recv, rreqs)
 
     def _drain(self, recv: Recv, rreqs):
-        t, timeout, op_label = self.t, self.timeout, self.op_label
         src, group, slots, outs = recv.src, recv.group, recv.slots, recv.outs
         step = GROUP_STEP if group else recv.step
         sender = recv.origin if group else src
@@ -265,13 +300,13 @@ class OpRun:
         pool = self.pool if n > 1 else None
         if pool is None:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src, step)
+                self._check_len(self._got(req, slots[j], src), slots[j], j, n, src, step)
                 job(j)
             return
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                self._check_len(t.wait_recv(req, timeout, src, op_label), slots[j], j, n, src, step)
+                self._check_len(self._got(req, slots[j], src), slots[j], j, n, src, step)
                 futs.append(pool.submit(job, j))
             for f in futs:
                 f.result()
@@ -308,17 +343,23 @@ class OpRun:
             _, skey, rkey, sslot, rslot, sid, rid = kept
             frame.fill(sslot, KEY_DIRECTION, sid, step, 0, 1, rank, peer, elems)
             skey.seal(sslot, piece)
-            # first the send (the peer waits on it); each request kept as soon as it is posted
-            sreq = t.isend(sslot.frame, peer) if link is None else link.send(sslot.frame)
+            # first the send (the peer waits on it); each request kept as soon as it is posted;
+            # the op's first messages carry its record (paired)
+            sent = sslot.wire if t.paired and t.put_record(sslot.trailer) else sslot.frame
+            sreq = t.isend(sent, peer) if link is None else link.send(sent)
             self.pending.append(sreq)
             self.sends.append((sreq, peer))
-            rreq = t.irecv(rslot.frame, peer) if link is None else link.recv(rslot.frame)
+            first = t.paired and t.record_due()
+            into = rslot.wire if first else rslot.frame
+            rreq = t.irecv(into, peer) if link is None else link.recv(into)
             self.pending.append(rreq)
             frame.fill(rslot, KEY_DIRECTION, rid, step, 0, 1, peer, rank, elems)
             if link is None:
                 got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
             else:
                 got = link.wait(rreq, self.timeout, self.op_label)
+            if first:
+                got = t.take_record(into, got, peer, self.op_label)
             if got != len(rslot.frame):
                 self._check_len(got, rslot, 0, 1, peer, step)
             consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
@@ -333,7 +374,7 @@ class OpRun:
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into private scratch and copies it to ``outs[j]`` (the caller's buffer) once it
         verified.  Pipelined per chunk (a chain overlaps its hops)."""
-        t, timeout, n, op_label = self.t, self.timeout, len(elems), self.op_label
+        t, n = self.t, len(elems)
         self._settle()
         if parent is None:
             for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin, pieces=pieces_or_outs)):
@@ -341,12 +382,12 @@ class OpRun:
                     self._sent([t.isend(f, c)], c)
             return
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
-        rreqs = [t.irecv(s.frame, parent) for s in slots]
+        rreqs = self._recv_posts(slots, parent)
         self.pending += rreqs
         key = self._protect(True, origin, self.rank)
         for j, req in enumerate(rreqs):
             slot = slots[j]
-            self._check_len(t.wait_recv(req, timeout, parent, op_label), slot, j, n, parent)
+            self._check_len(self._got(req, slot, parent), slot, j, n, parent)
             for c in children:
                 self._sent([t.isend(slot.frame, c)], c)
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])

@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .suites import NONCE_BYTES, TAG_BYTES, Slot
+from .suites import NONCE_BYTES, RECORD_ROOM, TAG_BYTES, Slot
 
 PROTOCOL_MAGIC = b"SCM"
 PROTOCOL_VERSION = 1
@@ -122,7 +122,7 @@ class Workspace:
         hit = self._layouts.get(key)
         if hit is not None:
             return hit
-        room = BODY_AT + TAG_BYTES + SLOT_ALIGN - 1
+        room = BODY_AT + TAG_BYTES + RECORD_ROOM + SLOT_ALIGN - 1
         sizes = [(b + room) // SLOT_ALIGN * SLOT_ALIGN for b in body_sizes]
         mv = memoryview(self.get(name, sum(sizes)))
         out, off = [], 0

@@ -2,9 +2,11 @@
 
 A suite works on a *slot*: one chunk's region of a preallocated wire buffer laid out as::
 
-    | (unused) | nonce (12 B) | AAD header (framing.AAD_BYTES) | body (chunk bytes) | tag (16 B) |
+    | (unused) | nonce (12 B) | AAD header (AAD_BYTES) | body (chunk bytes) | tag (16 B) | room (32 B) |
 
-the body at ``framing.BODY_AT`` bytes into the slot, aligned as its buffer is (64 bytes).
+the body at ``framing.BODY_AT`` bytes into the slot, aligned as its buffer is (64 bytes); the
+room after the tag carries the argument record of an op's first message on two ranks
+(:mod:`seccomm.agreement`).
 
 Only ``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce
 and header into its slot before opening, so nothing it did not expect can verify.  A suite bound
@@ -28,6 +30,8 @@ from .errors import shown
 
 NONCE_BYTES = 12
 TAG_BYTES = 16
+#: bytes a slot keeps after its tag for the argument record (:data:`seccomm.agreement.TRAILER_BYTES`)
+RECORD_ROOM = 32
 KEY_BYTES = 32
 _EMPTY = bytearray(0)
 
@@ -50,7 +54,7 @@ def _gcm_limit(frame_bytes: int, aad_bytes: int) -> int:
 class Slot:
     """Views into one chunk's slot of a wire buffer (see the module docstring for the layout)."""
 
-    __slots__ = ("nonce", "header", "body", "tag", "frame", "header_body")
+    __slots__ = ("nonce", "header", "body", "tag", "frame", "header_body", "wire", "trailer")
 
     def __init__(self, mv: memoryview, hdr: int, nbody: int):
         b0 = NONCE_BYTES + hdr
@@ -61,6 +65,10 @@ class Slot:
         self.tag = mv[b0 + nbody : end]
         self.frame = mv[b0:end]
         self.header_body = mv[NONCE_BYTES : b0 + nbody]
+        # the frame and the room after it: an op's first message on a paired transport carries
+        # the argument record there, zero-copy (empty when ``mv`` keeps no room)
+        self.wire = mv[b0 : end + RECORD_ROOM]
+        self.trailer = mv[end : end + RECORD_ROOM]
 
 
 class SuiteKey:

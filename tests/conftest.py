@@ -35,6 +35,7 @@ PLAN = {
         "wire",
         "wire_policy",
         "op_replay",
+        "paired",
         "setup_downgrade",
         "setup_replay",
         "device_engine",

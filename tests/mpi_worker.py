@@ -964,6 +964,99 @@ for _name in ARGUMENT_SCENARIOS:
 
 
 @scenario
+def paired(comm, rec):
+    """issue 15: on two ranks an op's argument record rides in its first message to the peer.
+    Repeated calls (a plan's prepared swap), a ring of several frames, bcast (a record alone one
+    way), an op of no elements (alone both ways), and a rank whose transport is wrapped (its
+    record copied in and out) with one whose is not: every result as native MPI's.  A
+    disagreement in a repeated call, whichever rank gets the larger message, raises the same
+    ArgumentMismatchError on both ranks within 5 s; a record altered, or replayed from the op
+    before (same arguments), raises AuthenticationError naming its sender on its receiver, under
+    an authenticating suite; under ``none`` (nothing is authenticated) the replay goes through
+    and the altered record reads as a disagreement."""
+    if comm.size != 2:
+        return
+    r = comm.rank
+    for wrapped in (None, 0, 1):
+        wrap = (lambda t: TransportWrapper(t)) if wrapped == r else None
+        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, chunk_bytes=4096, timeout=20, wrap_transport=wrap)
+        for dname in ("float32", "int64"):
+            for n in (0, 1, 1000, 3001):  # (3001 int64: several frames a hop, the ring)
+                check_allreduce(comm, sc, rec, dname, n, tag=f" paired wrapped={wrapped}")
+                check_bcast(comm, sc, rec, dname, n, root=n % 2)
+                check_allgather(comm, sc, rec, dname, n)
+        x = (np.arange(1000, dtype=np.float32) + 1) * (r + 1)
+        y, ref = np.empty_like(x), np.empty_like(x)
+        comm.Allreduce(x, ref)
+        same = []
+        for _ in range(5):
+            y[:] = np.nan
+            sc.allreduce(x, y)
+            same.append(np.array_equal(y, ref))
+        rec(f"paired wrapped={wrapped}: five repeated allreduce calls", all(same))
+        _close_together(comm, sc)
+    for bigger in (0, 1):
+        label = f"paired: a repeated call's disagreement, rank {bigger} passes more"
+        rec.start(label)
+        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
+        x = np.ones(256, np.float32)
+        y = np.empty_like(x)
+        for _ in range(3):
+            sc.allreduce(x, y)
+        xb = np.ones(300, np.float32) if r == bigger else x
+        t0, got = time.monotonic(), None
+        try:
+            sc.allreduce(xb, np.empty_like(xb))
+        except Exception as e:  # noqa: BLE001 - what was raised is the case's result
+            got = e
+        secs = time.monotonic() - t0
+        msgs = comm.allgather(str(got).split(": ", 1)[-1])
+        ok = isinstance(got, seccomm.ArgumentMismatchError) and list(got.arguments) == ["count"]
+        rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
+        _close_together(comm, sc)
+    for suite in ("aes-256-gcm", "none"):
+        for how in ("altered", "replayed"):
+            label = f"paired {suite}: a record {how} by rank 0"
+            rec.start(label)
+            sc = SecureComm(comm, suite, psk=PSK, timeout=20)
+            x = np.full(64, r + 1.0, np.float32)
+            y = np.empty_like(x)
+            sc.allreduce(x, y)
+            if r == 0:
+                put, kept = sc.transport.put_record, []
+
+                def forged(trailer, put=put, kept=kept, how=how):
+                    if not put(trailer):
+                        return False
+                    if how == "altered":
+                        trailer[3] ^= 1  # (the record's algorithm byte)
+                    elif kept:
+                        trailer[:] = kept[0]
+                    else:
+                        kept.append(bytes(trailer))
+                    return True
+
+                sc.transport.put_record = forged
+            got = None
+            try:
+                for _ in range(2):  # (a replay needs an op to replay from)
+                    sc.allreduce(x, y)
+            except SecCommError as e:
+                got = e
+            if suite == "none" and how == "replayed":
+                ok = got is None and np.all(y == 3)
+            elif suite == "none":  # an altered record that nothing authenticates: a disagreement
+                mismatch = isinstance(got, seccomm.ArgumentMismatchError)
+                ok = mismatch if r == 1 else not isinstance(got, AuthenticationError)
+            elif r == 1:
+                ok = isinstance(got, AuthenticationError) and got.peer == 0 and "allreduce" in str(got)
+            else:  # needing nothing more of rank 1 than its verified frame: finishes, or is told
+                ok = got is None or isinstance(got, seccomm.PeerAbortError)
+            rec(f"{label}: rank {r}: {type(got).__name__}: {got}", ok)
+            _close_together(comm, sc)
+
+
+@scenario
 def op_replay(comm, rec):
     """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
     AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every

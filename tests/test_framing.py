@@ -20,7 +20,7 @@ from seccomm.framing import (
     chunk_counts,
     nonce_bytes,
 )
-from seccomm.suites import NONCE_BYTES, TAG_BYTES
+from seccomm.suites import NONCE_BYTES, RECORD_ROOM, TAG_BYTES
 
 fields = st.tuples(
     st.integers(0, 2**32 - 1),
@@ -74,9 +74,10 @@ def test_slots_disjoint_and_sized(sizes):
     spans = []
     for s, n in zip(slots, sizes):
         assert len(s.body) == n and len(s.tag) == TAG_BYTES and len(s.frame) == n + TAG_BYTES
+        assert len(s.wire) == n + TAG_BYTES + RECORD_ROOM and s.wire[: len(s.frame)] == s.frame
         assert len(s.header) == AAD_BYTES and len(s.nonce) == NONCE_BYTES
         start = np.frombuffer(s.nonce, np.uint8).ctypes.data - base
-        spans.append((start, start + NONCE_BYTES + AAD_BYTES + n + TAG_BYTES))
+        spans.append((start, start + NONCE_BYTES + AAD_BYTES + n + TAG_BYTES + RECORD_ROOM))
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
@@ -201,6 +202,16 @@ def test_workspace_buffers_are_reused_and_grow():
     assert ws.slots("v", [8]) is other  # another buffer's layouts stay
 
 
+def test_a_slot_keeps_room_for_the_argument_record_after_its_tag():
+    """The room after a frame holds the record's trailer (the op's first message on two ranks)."""
+    from seccomm.agreement import TRAILER_BYTES
+
+    assert RECORD_ROOM == TRAILER_BYTES
+    (slot,) = Workspace().slots("w", [100])
+    end = np.frombuffer(slot.frame, np.uint8).ctypes.data + len(slot.frame)
+    assert np.frombuffer(slot.trailer, np.uint8).ctypes.data == end and len(slot.trailer) == RECORD_ROOM
+
+
 def test_slots_are_aligned_and_packed():
     """Each slot's body starts BODY_AT bytes into the slot, SLOT_ALIGN-aligned in memory (the
     buffer's start is aligned too), the nonce and header right before it; each slot starts right
@@ -221,7 +232,7 @@ def test_slots_are_aligned_and_packed():
             body = np.frombuffer(s.header_body, np.uint8).ctypes.data + AAD_BYTES
             assert body - base == pos + BODY_AT and body % SLOT_ALIGN == 0
             assert np.frombuffer(s.nonce, np.uint8).ctypes.data == body - AAD_BYTES - NONCE_BYTES
-            pos += -(-(BODY_AT + n + TAG_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
+            pos += -(-(BODY_AT + n + TAG_BYTES + RECORD_ROOM) // SLOT_ALIGN) * SLOT_ALIGN
 
 
 def test_scratch_is_one_buffer_per_thread():

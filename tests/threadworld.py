@@ -153,7 +153,7 @@ class ThreadTransport(Transport):
         return req
 
     # -- the argument exchange, overlapped with the op as the MPI transport does ---------------
-    def agree_start(self, record, table, check, timeout, op_label):
+    def agree_start(self, record, table, check, timeout, op_label, expect=None):
         _check_wait(timeout, op_label)
         peers = [r for r in range(self.size) if r != self.rank]
         recvs = [self.irecv(table[r], r) for r in peers]

@@ -157,6 +157,7 @@ class AttackTransport(TransportWrapper):
             self._held = (peer, out)
             return _Done()
         elif self.cls == "drop":
+            self.inner.discard(buf, peer)  # (what rides with the frame is dropped with it)
             return _Done()
         return self.send_own(out, peer)
 

@@ -160,6 +160,8 @@ class DeviceOpRun(OpRun):
     """One collective call whose buffers are device arrays: its context's workspace is a
     :class:`DeviceWorkspace`, whose backend supplies the array module and the batch AEAD."""
 
+    record_room = False  # (device slots keep no room after a frame: the transport copies)
+
     def __init__(self, ctx, frame, itemsize, collective):
         super().__init__(ctx, frame, itemsize, collective)
         self.backend = ctx.workspace.backend

@@ -36,6 +36,29 @@ class Transport:
     size: int
     small_bytes_default = 64 << 10
     defer_last_sends = False
+    #: the op's argument record rides in its first message to the peer (two ranks over MPI,
+    #: :meth:`agree_start`): an engine that keeps room after its frames asks :meth:`put_record`
+    #: and :meth:`record_due`, and hands the first message it received to :meth:`take_record`;
+    #: a wrapper says False (what it wraps then copies the record in and out: the wrapper's
+    #: isend and irecv see the frames as they are)
+    paired = False
+
+    def put_record(self, trailer) -> bool:
+        """Paired: whether the frame about to be sent is the op's first message to the peer; if
+        so, the record (after its op number, :data:`~seccomm.agreement.TRAILER_BYTES`) is written
+        into ``trailer``, the room after the frame, and frame and room go as one message."""
+        return False
+
+    def record_due(self) -> bool:
+        """Paired: whether the receive about to be posted is the op's first from the peer; if so,
+        it is posted for frame and room, and what arrived goes to :meth:`take_record`."""
+        return False
+
+    def take_record(self, wire, got: int, peer: int, op_label: str) -> int:
+        """Paired: the op's first message from ``peer``, ``got`` bytes in ``wire``: its record is
+        checked (the agreement's check: raises on a disagreement or a record that is not
+        authentic); returns the bytes of the frame before it."""
+        raise NotImplementedError
 
     def isend(self, buf, peer: int):
         raise NotImplementedError
@@ -74,13 +97,16 @@ class Transport:
                 raise record_size_error(op_label, r, got, len(record))
         self.wait_sends(sends, timeout, peers, op_label)
 
-    def agree_start(self, record, table, check, timeout: float, op_label: str) -> None:
+    def agree_start(self, record, table, check, timeout: float, op_label: str, expect=None) -> None:
         """Begin an op's argument exchange (:meth:`agree`); ``check()`` (raises on a table that
-        disagrees) runs once every record is in.  Default: the whole exchange and the check,
-        now, before the op's first frame; :meth:`agree_finish` and :meth:`agree_settle` then
-        have nothing to do.  A transport may instead overlap the exchange with the op (MPI):
-        it then runs ``check()`` as soon as the records are in, also inside any wait of the op
-        (a rank that waits for a frame its disagreeing peer never sends stops there)."""
+        disagrees) runs once every record is in; ``expect`` (bytes, optional): the table an
+        agreeing world sends back (:attr:`Agreement.expect <seccomm.agreement.Agreement.expect>`).
+        Default: the whole exchange and the check, now, before the op's first frame;
+        :meth:`agree_finish` and :meth:`agree_settle` then have nothing to do.  A transport may
+        instead overlap the exchange with the op (MPI): it then runs ``check()`` as soon as the
+        records are in, also inside any wait of the op (a rank that waits for a frame its
+        disagreeing peer never sends stops there); a :attr:`paired` one carries the record in
+        the op's first message to the peer instead of in a message of its own."""
         self.agree(record, table, timeout, op_label)
         check()
 
@@ -99,6 +125,10 @@ class Transport:
         :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
         engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame)."""
         return None
+
+    def discard(self, buf, peer: int) -> None:
+        """A wrapper dropped ``buf`` on its way to ``peer`` (the attacker harness): what this
+        transport would have sent with it is dropped too.  Default: nothing rides with a frame."""
 
     def announce(self, record) -> list:
         """Send ``record`` (a refusal record) to every other rank without waiting; returns the
@@ -252,8 +282,8 @@ class TransportWrapper(Transport):
     def agree(self, record, table, timeout, op_label):
         return self.inner.agree(record, table, timeout, op_label)
 
-    def agree_start(self, record, table, check, timeout, op_label):
-        return self.inner.agree_start(record, table, check, timeout, op_label)
+    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+        return self.inner.agree_start(record, table, check, timeout, op_label, expect)
 
     def agree_finish(self, timeout, op_label):
         return self.inner.agree_finish(timeout, op_label)
@@ -266,6 +296,9 @@ class TransportWrapper(Transport):
 
     def pair_link(self, peer):
         return None  # (the wrapper's isend and irecv see every frame)
+
+    def discard(self, buf, peer):
+        return self.inner.discard(buf, peer)
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)

@@ -28,6 +28,7 @@ import struct
 
 import numpy as np
 
+from ..agreement import RECORD_BYTES, TRAILER_BYTES
 from ..errors import FrameError, PeerAbortError, SecCommError, TransportTimeout
 from ..keys import hmac_sha256, hmac_verify
 from .base import Backoff, Transport, poll_until, record_size_error
@@ -111,6 +112,19 @@ class MPITransport(Transport):
         self._agreeing = None  # agree_start()'s persistent requests, made on first use
         self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
         self._agree_open = False  # its requests are started and not all finished
+        # Two ranks ("paired"): an op's record rides in its first message to the peer
+        # (agree_start); the state of the op's exchange, and the fallback channel
+        self.paired = self.size == 2
+        self._peer = 1 - self.rank
+        self._agree_rec = self._agree_table = None  # this op's record and table
+        self._agree_tr = self._agree_want = None  # its trailer, and the trailer the peer must send
+        self._pair_out = self._pair_in = False  # the op's first send / first receive is to come
+        self._pair_first = None  # (request, destination) of a staged first receive
+        self._pair_sends: list = []  # this op's sends of the record alone
+        self._stages: dict = {}  # "send"/"recv" -> grow-only staging buffer of first messages
+        self._rrec = np.zeros(64, np.uint8)  # a record received alone
+        self._fb = None  # (standing receive, its buffer) of the peer's fallback record
+        self._fb_sent: list = []  # this rank's fallback record and its send (once)
         self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
         # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
         # others which rank it blames, so every survivor names the rank that stopped, not the
@@ -140,14 +154,131 @@ class MPITransport(Transport):
         self._nreqs[r] = self.comm.Irecv([self._nbuf[r], self._byte], r, self._notice_tag)
 
     def isend(self, buf, peer):
+        if self._pair_out:  # (paired: the op's first message, from a caller without room)
+            return self._isend_first(buf, peer)
         if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_isend(buf, peer)
         return self.comm.Isend([buf, self._byte], peer, self.tag)
 
     def irecv(self, buf, peer):
+        if self._pair_in:
+            return self._irecv_first(buf, peer)
         if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
+
+    def discard(self, buf, peer):
+        self._pair_out = False  # (paired: the record the op's first message carried is gone with it)
+
+    # -- paired: the argument record in the op's first message ---------------------------------
+    def put_record(self, trailer) -> bool:
+        if not self._pair_out:
+            return False
+        self._pair_out = False
+        trailer[:] = self._agree_tr
+        return True
+
+    def record_due(self) -> bool:
+        if not self._pair_in:
+            return False
+        self._pair_in = False
+        return True
+
+    def take_record(self, wire, got, peer, op_label):
+        n = TRAILER_BYTES
+        if got < n:
+            self._agree_check = None
+            raise record_size_error(op_label, peer, got, n)
+        tr = wire[got - n : got]
+        if tr == self._agree_want:  # (the usual case: it agrees, nothing else to do)
+            self._agree_check = None
+        else:
+            self._record_in(tr)
+        return got - n
+
+    def _record_in(self, tr) -> None:
+        """The peer's record trailer ``tr`` (its record after the op number: this op's number is
+        implied, and bound by the tag) into the table, then the check (once per op)."""
+        check, self._agree_check = self._agree_check, None
+        row = self._agree_table[self._peer]
+        row[:8] = self._agree_rec[:8]
+        row[8:] = tr
+        if check is not None:
+            check()
+
+    def _stage(self, name: str, nbytes: int) -> np.ndarray:
+        buf = self._stages.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            buf = self._stages[name] = np.empty(max(nbytes, 4096), np.uint8)
+        return buf[:nbytes]
+
+    def _isend_first(self, buf, peer):
+        """The op's first message to ``peer`` from a caller that keeps no room after its frame
+        (the device engine, a wrapper): frame and record copied into one message."""
+        self._pair_out = False
+        n = buf.nbytes
+        st = self._stage("send", n + TRAILER_BYTES)
+        if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
+            st[:n] = cupy.asnumpy(buf).reshape(-1).view(np.uint8)
+        else:
+            st[:n] = np.frombuffer(buf, np.uint8)
+        st[n:] = self._agree_tr
+        return self.comm.Isend([st, self._byte], peer, self.tag)
+
+    def _irecv_first(self, buf, peer):
+        """The receive of the op's first message from ``peer`` into a staging buffer (as
+        :meth:`_isend_first`); :meth:`wait_recv` checks its record, then copies the frame out."""
+        self._pair_in = False
+        req = self.comm.Irecv([self._stage("recv", buf.nbytes + TRAILER_BYTES), self._byte], peer, self.tag)
+        self._pair_first = (req, buf)
+        return req
+
+    def _recv_first(self, req, timeout, peer, op_label) -> int:
+        dest = self._pair_first[1]
+        self._pair_first = None
+        st = self._status
+        self._poll(req, timeout, st, peer, op_label)
+        stage = self._stages["recv"]
+        m = self.take_record(memoryview(stage), st.Get_count(self._byte), peer, op_label)
+        if type(dest) is not memoryview and hasattr(dest, "__cuda_array_interface__"):
+            dest[:m].set(stage[:m])
+        else:
+            np.frombuffer(dest, np.uint8)[:m] = stage[:m]
+        return m
+
+    def _fallback_in(self) -> bool:
+        """Whether the peer's fallback record of this op arrived (then checked: may raise).  A
+        rank whose op failed sends its whole record there, so that a peer that could not read
+        the record of its first message (a larger message than it expected) still tells the
+        disagreement; one of another op (that op failed on the peer: its notice tells) is not
+        this op's."""
+        req, buf = self._fb
+        st = self._status
+        try:
+            if req == self._MPI.REQUEST_NULL or not req.Test(st):
+                return False
+        except self._MPI.Exception:  # (larger than a record: not one)
+            self._fb = (self._MPI.REQUEST_NULL, buf)
+            return False
+        self._fb = (self._MPI.REQUEST_NULL, buf)
+        got = buf[: st.Get_count(self._byte)]
+        if len(got) != RECORD_BYTES or bytes(got[:8]) != bytes(self._agree_rec[:8]):
+            return False  # (the op number leads the record)
+        self._record_in(got[8:])
+        return True
+
+    def _fallback_send(self) -> None:
+        """After this rank's op failed: its whole record to the peer on the fallback tag (once)."""
+        if self._fb_sent or self._agree_rec is None or self.comm is None:
+            return
+        msg = np.array(self._agree_rec, np.uint8)
+        try:
+            self._fb_sent += [msg, self.comm.Isend([msg, self._byte], self._peer, self.tag + 2)]
+        except self._MPI.Exception:
+            pass
 
     def pair_link(self, peer):
         return _PairLink(self, peer)
@@ -215,6 +346,8 @@ class MPITransport(Transport):
             raise _mpi_error(e, peer, op_label) from None
 
     def wait_recv(self, req, timeout, peer, op_label):
+        if self._pair_first is not None and req is self._pair_first[0]:
+            return self._recv_first(req, timeout, peer, op_label)
         st = self._status
         if type(req) is _HostCopyRequest:
             self._poll(req.req, timeout, st, peer, op_label)
@@ -245,11 +378,31 @@ class MPITransport(Transport):
         self.agree_start(record, table, lambda: None, timeout, op_label)
         self.agree_finish(timeout, op_label)
 
-    def agree_start(self, record, table, check, timeout, op_label):
+    def agree_start(self, record, table, check, timeout, op_label, expect=None):
         """Overlapped with the op: persistent requests on ``record`` and ``table`` (made on first
         use, kept across ops) are started, every receive with every send, before the op's first
         frame (a pair's messages match in order: records before frames); each wait of the op
-        looks at them (:meth:`_agree_watch`) and :meth:`agree_finish` ends them."""
+        looks at them (:meth:`_agree_watch`) and :meth:`agree_finish` ends them.
+
+        Paired (two ranks): no message of its own.  The record after its op number rides behind
+        the op's first frame to the peer, in the same message (:meth:`put_record`,
+        :meth:`record_due`, :meth:`take_record`; copied in and out here for a caller that keeps
+        no room); an op without a frame to the peer sends its whole record alone at its end.
+        A rank whose op failed sends its record once more, on its own tag (:meth:`agree_settle`):
+        a peer that could not read the one in the first message (a larger message than it
+        expected) looks for it there in its waits."""
+        if self.paired:
+            self._agree_rec, self._agree_table = record, table
+            self._agree_tr = memoryview(record)[RECORD_BYTES - TRAILER_BYTES :]
+            i = RECORD_BYTES * (self._peer + 1) - TRAILER_BYTES
+            self._agree_want = None if expect is None else expect[i : i + TRAILER_BYTES]
+            self._pair_out = self._pair_in = True
+            self._pair_first = None
+            if self._fb is None:  # the fallback channel: one standing receive per communicator
+                fb = np.zeros(64, np.uint8)
+                self._fb = (self.comm.Irecv([fb, self._byte], self._peer, self.tag + 2), fb)
+            self._agree_check, self._agree_label, self._agree_open = check, op_label, True
+            return
         MPI, B = self._MPI, self._byte
         if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
             peers = [r for r in range(self.size) if r != self.rank]
@@ -263,6 +416,8 @@ class MPITransport(Transport):
 
     def _agree_in(self) -> bool:
         """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
+        if self.paired:
+            return self._fallback_in()
         _, _, peers, recvs, _, _, sts, _ = self._agreeing
         try:
             if not self._MPI.Request.Testall(recvs, sts):
@@ -301,6 +456,8 @@ class MPITransport(Transport):
     def agree_finish(self, timeout, op_label):
         if not self._agree_open:
             return
+        if self.paired:
+            return self._pair_finish(timeout, op_label)
         MPI = self._MPI
         _, _, peers, recvs, sends, both, sts, all_sts = self._agreeing
         if self._agree_check is not None:  # (else a wait of the op already had every record in)
@@ -324,7 +481,30 @@ class MPITransport(Transport):
             self.wait_sends(sends, timeout, peers, op_label)
         self._agree_open = False
 
+    def _pair_finish(self, timeout, op_label) -> None:
+        """Paired, at the op's end: the whole record alone to a peer that got no frame, and from
+        a peer that sent none (bcast's root and leaf, an op of no elements); then those sends."""
+        peer, B = self._peer, self._byte
+        if self._pair_out:
+            self._pair_out = False
+            self._pair_sends.append(self.comm.Isend([self._agree_rec, B], peer, self.tag))
+        if self._pair_in:
+            self._pair_in = False
+            req = self.comm.Irecv([self._rrec, B], peer, self.tag)
+            got = self.wait_recv(req, timeout, peer, op_label)
+            self.take_record(memoryview(self._rrec), got, peer, op_label)
+        elif self._pair_first is not None:  # (posted by the op, never waited for)
+            self.wait_recv(self._pair_first[0], timeout, peer, op_label)
+        sends, self._pair_sends = self._pair_sends, []
+        if sends:
+            self.wait_sends(sends, timeout, [peer] * len(sends), op_label)
+        self._agree_open = False
+
     def agree_settle(self, limit):
+        if self.paired:  # the op failed: the peer may need this rank's record to tell why
+            self._pair_out = self._pair_in = False
+            self._pair_first = None
+            self._fallback_send()
         if self._agree_check is None:
             return None
         try:
@@ -562,6 +742,13 @@ class MPITransport(Transport):
                     except MPI.Exception:
                         pass
             self._nreqs = []
+            if self._fb is not None and self._fb[0] != MPI.REQUEST_NULL:  # (unmatched: safe to cancel)
+                try:
+                    self._fb[0].Cancel()
+                    self._fb[0].Wait()
+                except MPI.Exception:
+                    pass
+            self._fb = None
             self._free_agreeing()
             self._drain()
             self.comm.Free()

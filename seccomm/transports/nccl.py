@@ -221,7 +221,7 @@ class NCCLTransport(Transport):
     def agree(self, record, table, timeout, op_label):
         return self.control.agree(record, table, timeout, op_label)
 
-    def agree_start(self, record, table, check, timeout, op_label):
+    def agree_start(self, record, table, check, timeout, op_label, expect=None):
         # before the op (the default), over the control transport: NCCL's waits cannot watch it
         self.control.agree(record, table, timeout, op_label)
         check()
