@@ -21,11 +21,12 @@ stop at once and the ranks stay in step.
 On two ranks over MPI (a *paired* transport) the record has no message of its own: its last
 :data:`TRAILER_BYTES` (all but the op number, which each rank knows, and which the tag binds) ride
 behind the op's first frame to the peer, in the same message, from the room each slot keeps
-after its tag; an op that sends the peer no frame (a bcast leaf, an op of no elements) sends its
-whole record alone at its end.  A rank whose op failed sends its whole record once more on a tag
-of its own, so that a peer that could not read the one in the first message (it got a larger
-message than it expected) can still tell the disagreement.  A first message of another op,
-replayed with the same arguments, fails the tag: the op number is that of the op it arrived in.
+after its tag; an op that sends the peer no frame sends its whole record alone (a bcast leaf
+before its first wait, an op of no elements at its end).  A rank whose op failed sends its whole
+record once more on a tag of its own, so that a peer that could not read the one in the first
+message (it got a larger message than it expected) can still tell the disagreement.  A first
+message of another op, replayed with the same arguments, fails the tag: the op number is that of
+the op it arrived in.
 Under ``none`` the tag is zero: such a replay, and a rank that skipped an op with the same
 arguments, go unnoticed there, as any frame does.
 

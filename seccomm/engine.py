@@ -381,6 +381,8 @@ class OpRun:
                 for c in children:
                     self._sent([t.isend(f, c)], c)
             return
+        if not children:  # a leaf: it sends nothing this op (paired: its record goes alone, now)
+            t.send_record()
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = self._recv_posts(slots, parent)
         self.pending += rreqs

@@ -969,8 +969,9 @@ def paired(comm, rec):
     Repeated calls (a plan's prepared swap), a ring of several frames, bcast (a record alone one
     way), an op of no elements (alone both ways), and a rank whose transport is wrapped (its
     record copied in and out) with one whose is not: every result as native MPI's.  A
-    disagreement in a repeated call, whichever rank gets the larger message, raises the same
-    ArgumentMismatchError on both ranks within 5 s; a record altered, or replayed from the op
+    disagreement in a repeated call, whichever rank gets the larger message, and two ranks that
+    each name the other (or itself) as bcast's root, raise the same ArgumentMismatchError on both
+    ranks within 5 s; a record altered, or replayed from the op
     before (same arguments), raises AuthenticationError naming its sender on its receiver, under
     an authenticating suite; under ``none`` (nothing is authenticated) the replay goes through
     and the altered record reads as a disagreement."""
@@ -1012,6 +1013,20 @@ def paired(comm, rec):
         secs = time.monotonic() - t0
         msgs = comm.allgather(str(got).split(": ", 1)[-1])
         ok = isinstance(got, seccomm.ArgumentMismatchError) and list(got.arguments) == ["count"]
+        rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
+        _close_together(comm, sc)
+    for roots in ((1, 0), (0, 1)):  # each names the other as the root (both wait), then itself
+        label = f"paired: bcast, rank 0 names root {roots[0]}, rank 1 root {roots[1]}"
+        rec.start(label)
+        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
+        t0, got = time.monotonic(), None
+        try:
+            sc.bcast(np.zeros(64, np.float32), root=roots[r])
+        except Exception as e:  # noqa: BLE001 - what was raised is the case's result
+            got = e
+        secs = time.monotonic() - t0
+        msgs = comm.allgather(str(got).split(": ", 1)[-1])
+        ok = isinstance(got, seccomm.ArgumentMismatchError) and list(got.arguments) == ["root"]
         rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
         _close_together(comm, sc)
     for suite in ("aes-256-gcm", "none"):

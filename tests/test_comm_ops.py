@@ -284,17 +284,21 @@ def _disagreeing(what):
         ("count", "count: rank 0 passed 64, rank 1 passed 80"),
     ],
 )
-def test_ranks_that_disagree_on_the_call_raise_a_mismatch_on_every_rank(what, shown):
+@pytest.mark.parametrize("paired", [False, True])
+def test_ranks_that_disagree_on_the_call_raise_a_mismatch_on_every_rank(what, shown, paired):
     """Issue 17 item 1: before any frame, every rank raises ``ArgumentMismatchError`` with the
-    same message, naming the argument and which rank passed what; none returns a result."""
+    same message, naming the argument and which rank passed what; none returns a result.
+    Paired (the record in the first frame): also the rank that got a larger message than it
+    expected, which reads the other's record on the fallback box."""
     for alg in ("ring", "recursive_doubling"):
-        res = world_run(2, _disagreeing(what), algorithm=alg, chunk_bytes=64)
+        res = world_run(2, _disagreeing(what), algorithm=alg, chunk_bytes=64, paired=paired)
         assert all(isinstance(e, ArgumentMismatchError) for e in res), (what, alg, res)
         assert str(res[0]) == str(res[1]) and list(res[0].arguments) == [what], res
         assert str(res[0]).startswith(f"allreduce #1: the ranks disagree on {what} ({shown}); "), res[0]
 
 
-def test_a_repeated_call_from_its_plan_is_checked_against_the_others_too():
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_repeated_call_from_its_plan_is_checked_against_the_others_too(paired):
     """Rank 1 repeats its call (a plan hit: no argument checks of its own) while rank 0 passes
     another count: both raise the mismatch, in that op."""
 
@@ -309,7 +313,7 @@ def test_a_repeated_call_from_its_plan_is_checked_against_the_others_too():
         except ArgumentMismatchError as e:
             return e, len(sc._plans)
 
-    res = world_run(2, body)
+    res = world_run(2, body, paired=paired)
     assert all(isinstance(e, ArgumentMismatchError) for e, _ in res), res
     assert res[0][0].arguments == {"count": {0: 8, 1: 16}} and res[1][1] == 1, res
 
@@ -336,14 +340,18 @@ def test_a_refusal_stops_the_others_in_that_op():
         except Exception as e:  # noqa: BLE001
             return e
 
-    res = world_run(2, typed)
-    assert isinstance(res[0], TypeError) and isinstance(res[1], PeerAbortError), res
-    assert "rank 0 refused its arguments to bcast #1: TypeError" in str(res[1])
+    for paired in (False, True):
+        res = world_run(2, typed, paired=paired)
+        assert isinstance(res[0], TypeError) and isinstance(res[1], PeerAbortError), res
+        assert "rank 0 refused its arguments to bcast #1: TypeError" in str(res[1])
 
 
-def test_ranks_that_each_wait_on_the_other_stop_at_the_disagreement_not_the_deadline():
+@pytest.mark.parametrize("paired", [False, True])
+def test_ranks_that_each_wait_on_the_other_stop_at_the_disagreement_not_the_deadline(paired):
     """Each rank names the other as the bcast root, so each waits for a frame never sent: the
-    records, in while they wait, end the wait (timeout 2 s) with the disagreement."""
+    records, in while they wait, end the wait (timeout 2 s) with the disagreement.  Paired:
+    each root sends a frame and its record where the other expects the record alone (too large
+    to read), and finds the other's record on the fallback box."""
 
     def body(sc):
         t0 = time.monotonic()
@@ -352,14 +360,15 @@ def test_ranks_that_each_wait_on_the_other_stop_at_the_disagreement_not_the_dead
         except SecCommError as e:
             return e, time.monotonic() - t0
 
-    res = world_run(2, body)
+    res = world_run(2, body, paired=paired)
     for e, secs in res:
         assert isinstance(e, ArgumentMismatchError) and e.arguments == {"root": {0: 1, 1: 0}}, res
         assert secs < 1.5, res
     assert str(res[0][0]) == str(res[1][0])
 
 
-def test_a_disagreement_found_by_a_failed_frame_is_raised_as_the_disagreement():
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_disagreement_found_by_a_failed_frame_is_raised_as_the_disagreement(paired):
     """The count differs, so a frame fails (tag or length) before the op's end: every rank
     raises the disagreement, not an authentication error, and blames no rank."""
     aborted = []
@@ -369,7 +378,9 @@ def test_a_disagreement_found_by_a_failed_frame_is_raised_as_the_disagreement():
             aborted.append(blame)
             return self.inner.abort(blame)
 
-    res = world_run(2, _disagreeing("count"), wrap=lambda r, t: Watch(t), algorithm="recursive_doubling")
+    res = world_run(
+        2, _disagreeing("count"), wrap=lambda r, t: Watch(t), algorithm="recursive_doubling", paired=paired
+    )
     assert all(isinstance(e, ArgumentMismatchError) and e.__cause__ is None for e in res), res
     assert not aborted
     for e in res:

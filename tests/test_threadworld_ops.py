@@ -38,9 +38,10 @@ def data(dname: str, n: int, rank: int, salt: int = 0) -> np.ndarray:
     return vals.astype(dt)
 
 
-def world_run(size, body, hosts=None, wrap=None, suite="aes-256-gcm", **kw):
-    """``body(sc)`` on a SecureComm per rank of a fresh world; ``wrap(rank, transport)``."""
-    world = World(size, hosts)
+def world_run(size, body, hosts=None, wrap=None, suite="aes-256-gcm", paired=False, **kw):
+    """``body(sc)`` on a SecureComm per rank of a fresh world; ``wrap(rank, transport)``;
+    ``paired``: two ranks carry the op's record in its first frame (as MPI does)."""
+    world = World(size, hosts, paired=paired)
     trs = world.transports(timeout=3)
     kw = {"psk": PSK, "timeout": 2, "crypto_threads": 1, **kw}
 
@@ -82,9 +83,9 @@ def allreduce_body(dname, n, op, alg):
     return body
 
 
-@pytest.mark.parametrize("p", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("p, paired", [(1, False), (2, False), (2, True), (3, False), (4, False), (5, False)])
 @pytest.mark.parametrize("alg", ["ring", "recursive_doubling"])
-def test_allreduce_every_op_and_dtype(p, alg):
+def test_allreduce_every_op_and_dtype(p, alg, paired):
     cases = [
         ("float32", 1001, "sum"),
         ("float32", 5, "max"),
@@ -96,7 +97,7 @@ def test_allreduce_every_op_and_dtype(p, alg):
         ("int64", 3, "sum"),
     ]
     for dname, n, op in cases:
-        res = ok(world_run(p, allreduce_body(dname, n, op, alg), chunk_bytes=64))
+        res = ok(world_run(p, allreduce_body(dname, n, op, alg), chunk_bytes=64, paired=paired))
         ref = ref_allreduce(dname, n, p, op)
         for y, z in res:
             assert np.array_equal(y.astype(np.float64), ref), (dname, n, op, y, ref)
@@ -104,9 +105,12 @@ def test_allreduce_every_op_and_dtype(p, alg):
 
 
 @pytest.mark.parametrize("suite", SUITES)
-@pytest.mark.parametrize("p, threads", [(2, 1), (3, 1), (3, 3)])
-def test_every_collective_every_suite(suite, p, threads):
-    """Every collective and algorithm, crypto on the calling thread and on a pool of threads."""
+@pytest.mark.parametrize(
+    "p, threads, paired", [(2, 1, False), (2, 1, True), (2, 3, True), (3, 1, False), (3, 3, False)]
+)
+def test_every_collective_every_suite(suite, p, threads, paired):
+    """Every collective and algorithm, crypto on the calling thread and on a pool of threads;
+    two ranks also paired (the op's record in its first frame, as over MPI)."""
     n = 301
 
     def body(sc):
@@ -130,7 +134,7 @@ def test_every_collective_every_suite(suite, p, threads):
         sc.alltoall(data("float32", 3 * p, r, 4), a2a)
         return out, rs, ag, bc, a2a
 
-    res = ok(world_run(p, body, suite=suite, chunk_bytes=48, crypto_threads=threads))
+    res = ok(world_run(p, body, suite=suite, chunk_bytes=48, crypto_threads=threads, paired=paired))
     full = ref_allreduce("float32", n, p, "sum")
     rs_full = ref_allreduce("float32", n, p, "sum") * 0
     for q in range(p):
@@ -148,8 +152,8 @@ def test_every_collective_every_suite(suite, p, threads):
         assert np.array_equal(a2a.reshape(p, 3), np.stack([sends[q][r] for q in range(p)]))
 
 
-@pytest.mark.parametrize("p", [1, 4, 5])
-def test_reduce_scatter_allgather_bcast_alltoall_sizes(p):
+@pytest.mark.parametrize("p, paired", [(1, False), (2, True), (4, False), (5, False)])
+def test_reduce_scatter_allgather_bcast_alltoall_sizes(p, paired):
     """Uneven blocks (count % p != 0), blocks smaller than a frame and larger, every root."""
 
     def body(sc):
@@ -170,7 +174,7 @@ def test_reduce_scatter_allgather_bcast_alltoall_sizes(p):
             out.append((rs, ag, a2a, bcs))
         return out
 
-    res = ok(world_run(p, body, chunk_bytes=16, bcast_chain_bytes=32))
+    res = ok(world_run(p, body, chunk_bytes=16, bcast_chain_bytes=32, paired=paired))
     for i, n in enumerate((0, 1, p + 1, 97)):
         counts = [len(v) for v in np.array_split(np.arange(n), p)]
         offs = np.cumsum([0] + counts)
@@ -419,7 +423,8 @@ def test_any_flipped_byte_is_refused(suite, offset):
     assert receivers_refuse(attacked(3, flip(offset), suite=suite))
 
 
-def test_truncated_extended_and_dropped_frames_are_refused():
+@pytest.mark.parametrize("paired", [False, True])
+def test_truncated_extended_and_dropped_frames_are_refused(paired):
     for edit in (
         lambda i, peer, f, fs: f[:-1] if i == 2 else f,
         lambda i, peer, f, fs: f[:-16] if i == 2 else f,
@@ -427,7 +432,7 @@ def test_truncated_extended_and_dropped_frames_are_refused():
         lambda i, peer, f, fs: f + b"\0" if i == 2 else f,
         lambda i, peer, f, fs: None if i == 2 else f,
     ):
-        assert receivers_refuse(attacked(2, edit))
+        assert receivers_refuse(attacked(2, edit, paired=paired))
 
 
 def test_frames_reordered_within_a_hop_are_refused():
@@ -438,8 +443,8 @@ def test_frames_reordered_within_a_hop_are_refused():
 
 
 @pytest.mark.parametrize("alg", ["ring", "recursive_doubling"])
-@pytest.mark.parametrize("p", [2, 3])
-def test_a_frame_of_op_k_replayed_in_op_k_plus_1_is_refused(alg, p):
+@pytest.mark.parametrize("p, paired", [(2, False), (2, True), (3, False)])
+def test_a_frame_of_op_k_replayed_in_op_k_plus_1_is_refused(alg, p, paired):
     """Two allreduces of the same sizes: op 2's first frame is op 1's first frame, byte for byte
     (same hop, step, chunk, sizes: only the op sequence differs)."""
     k = frames_per_op(p, algorithm=alg)
@@ -447,7 +452,7 @@ def test_a_frame_of_op_k_replayed_in_op_k_plus_1_is_refused(alg, p):
     def edit(i, peer, f, fs):
         return fs[i - k][1] if i == k else f
 
-    assert receivers_refuse(attacked(p, edit, algorithm=alg))
+    assert receivers_refuse(attacked(p, edit, algorithm=alg, paired=paired))
 
 
 @pytest.mark.parametrize("name, p", [("allreduce", 4), ("alltoall", 3)])
@@ -464,8 +469,9 @@ def test_a_frame_sent_to_one_peer_delivered_to_another_is_refused(name, p):
 
 
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
-def test_tamper_in_each_collective_names_the_sender(name):
-    res = attacked(2, flip(-1, at=0), attacker=1, ops=1, name=name)
+@pytest.mark.parametrize("paired", [False, True])
+def test_tamper_in_each_collective_names_the_sender(name, paired):
+    res = attacked(2, flip(-1, at=0), attacker=1, ops=1, name=name, paired=paired)
     assert receivers_refuse(res, attacker=1, name=name)
 
 

@@ -29,8 +29,9 @@ from seccomm.transports import Transport, host_bytes
 class World:
     """Shared state of the ranks: collective contributions by call index, mailboxes per pair."""
 
-    def __init__(self, size: int, hosts=None):
+    def __init__(self, size: int, hosts=None, paired: bool = False):
         self.size = size
+        self.paired = paired and size == 2  # (as the MPI transport on two ranks)
         self.hosts = list(hosts) if hosts is not None else [7] * size
         self.cv = threading.Condition()
         self.colls: dict[int, list] = {}
@@ -93,6 +94,15 @@ class ThreadTransport(Transport):
     def __init__(self, world: World, rank: int, timeout: float = 5.0):
         self.world, self.rank, self.size, self.timeout = world, rank, world.size, timeout
         self._agreeing = None  # [recvs, sends, peers, check (None once run), op label]
+        # paired (World(paired=True), two ranks): the MPI transport's protocol, in-process: the
+        # op's record behind its first frame, alone at the end of an op without one, once more
+        # on a fallback box after a failed op (seccomm.transports.mpi, agree_start)
+        self.paired = world.paired
+        self._pair = None  # [record, table, check (None once run), label, the peer's trailer]
+        self._pair_out = self._pair_in = False
+        self._pair_sends: list = []  # the record sent alone before a wait
+        self._first = None  # a first receive this transport posted itself (staged): its request
+        self._fb_sent = False
         self.calls = 0
         self.posted: dict[int, int] = defaultdict(int)
 
@@ -141,8 +151,12 @@ class ThreadTransport(Transport):
     def isend(self, buf, peer):
         self._check_peer(peer)
         w, data = self.world, bytes(host_bytes(buf))
+        wire = data
+        if self._pair_out:  # the op's first message from a caller without room: the record behind
+            self._pair_out = False
+            wire = data + bytes(self._pair[0][8:])
         with w.cv:
-            w.mail[(self.rank, peer)].append(data)
+            w.mail[(self.rank, peer)].append(wire)
             w.cv.notify_all()
         return _Sent(buf, data, peer)
 
@@ -150,11 +164,72 @@ class ThreadTransport(Transport):
         self._check_peer(peer)
         req = _Recv(buf, self.posted[peer], peer)
         self.posted[peer] += 1
+        if self._pair_in:  # (staged: wait_recv takes the record off)
+            self._pair_in = False
+            req.buf = np.empty(len(host_bytes(buf)) + 32, np.uint8)
+            self._first = (req, buf)
         return req
+
+    # -- paired ----------------------------------------------------------------------------
+    def send_record(self):
+        if self._pair_out:
+            self._pair_out = False
+            self._pair_sends.append(self.isend(self._pair[0], 1 - self.rank))
+
+    def put_record(self, trailer):
+        if not self._pair_out:
+            return False
+        self._pair_out = False
+        trailer[:] = self._pair[0][8:]
+        return True
+
+    def record_due(self):
+        if not self._pair_in:
+            return False
+        self._pair_in = False
+        return True
+
+    def take_record(self, wire, got, peer, op_label):
+        if got < 32:
+            self._pair[2] = None
+            msg = f"{op_label}: argument record of {got} bytes from rank {peer}"
+            raise FrameError(msg, peer=peer, op=op_label)
+        tr = bytes(wire[got - 32 : got])
+        if tr == self._pair[4]:
+            self._pair[2] = None
+        else:
+            self._record_in(tr)
+        return got - 32
+
+    def _record_in(self, tr) -> None:
+        record, table, check = self._pair[:3]
+        self._pair[2] = None
+        row = table[1 - self.rank]
+        row[:8] = record[:8]
+        row[8:] = np.frombuffer(tr, np.uint8)
+        if check is not None:
+            check()
+
+    def _fallback(self) -> bool:
+        """Whether the peer's fallback record of this op is in (then checked: may raise)."""
+        box = self.world.mail[(1 - self.rank, self.rank, "fallback")]
+        if not box or self._pair is None or self._pair[2] is None:
+            return False
+        rec = box[0]
+        if len(rec) != 40 or rec[:8] != bytes(self._pair[0][:8]):
+            return False
+        self._record_in(rec[8:])
+        return True
 
     # -- the argument exchange, overlapped with the op as the MPI transport does ---------------
     def agree_start(self, record, table, check, timeout, op_label, expect=None):
         _check_wait(timeout, op_label)
+        if self.paired:
+            i = 40 * (1 - self.rank) + 8
+            self._pair = [record, table, check, op_label, None if expect is None else expect[i : i + 32]]
+            self._pair_out = self._pair_in = True
+            self._first = None
+            return
         peers = [r for r in range(self.size) if r != self.rank]
         recvs = [self.irecv(table[r], r) for r in peers]
         sends = [self.isend(record, r) for r in peers]
@@ -176,6 +251,20 @@ class ThreadTransport(Transport):
         check()
 
     def agree_finish(self, timeout, op_label):
+        if self._pair is not None:
+            peer, sends, self._pair_sends = 1 - self.rank, self._pair_sends, []
+            if self._pair_out:  # no frame went to the peer: the record alone
+                self._pair_out = False
+                sends.append(self.isend(self._pair[0], peer))
+            if self._pair_in:  # none came: the record alone
+                self._pair_in = False
+                req = self.irecv(np.empty(64, np.uint8), peer)
+                self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            elif self._first is not None:
+                self.wait_recv(self._first[0], timeout, peer, op_label)
+            self._pair = None
+            self.wait_sends(sends, timeout, [peer] * len(sends), op_label)
+            return
         if self._agreeing is None:
             return
         if self._agreeing[3] is not None:
@@ -185,6 +274,22 @@ class ThreadTransport(Transport):
         self.wait_sends(sends, timeout, peers, op_label)
 
     def agree_settle(self, limit):
+        if self._pair is not None:
+            self._pair_out = self._pair_in = False
+            if not self._fb_sent:  # this rank's record, once, for a peer that could not read it
+                self._fb_sent = True
+                with self.world.cv:
+                    self.world.mail[(self.rank, 1 - self.rank, "fallback")].append(bytes(self._pair[0]))
+                    self.world.cv.notify_all()
+            if self._pair[2] is None:
+                return None
+            with self.world.cv:
+                self.world.cv.wait_for(lambda: self._fallback_ready(), limit)
+            try:
+                self._fallback()
+            except SecCommError as e:
+                return e
+            return None
         if self._agreeing is None or self._agreeing[3] is None:
             return None
         with self.world.cv:
@@ -196,15 +301,32 @@ class ThreadTransport(Transport):
             return e
         return None
 
+    def _fallback_ready(self) -> bool:
+        box = self.world.mail[(1 - self.rank, self.rank, "fallback")]
+        return bool(box) and len(box[0]) == 40 and box[0][:8] == bytes(self._pair[0][:8])
+
     def wait_recv(self, req, timeout, peer, op_label):
         _check_wait(timeout, op_label)
         if not isinstance(req, _Recv) or req.peer != peer:
             raise AssertionError(f"rank {self.rank}: wait_recv({req!r}, peer={peer!r})")
+        if self._first is not None and req is self._first[0]:  # staged: the record off, then the frame
+            dest = self._first[1]
+            self._first = None
+            got = self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            np.frombuffer(dest, np.uint8)[:got] = req.buf[:got]
+            return got
         w, box = self.world, self.world.mail[(peer, self.rank)]
         watch = self._agreeing is not None and self._agreeing[3] is not None
+        fb = self._pair is not None and self._pair[2] is not None  # paired: watch the fallback box
         with w.cv:
             if not w.cv.wait_for(
-                lambda: len(box) > req.index or peer in w.stopped or (watch and self._records_in()), timeout
+                lambda: (
+                    len(box) > req.index
+                    or peer in w.stopped
+                    or (watch and self._records_in())
+                    or (fb and self._fallback_ready())
+                ),
+                timeout,
             ):
                 raise TransportTimeout(
                     f"{op_label}: rank {peer} made no progress within {timeout:g} s",
@@ -213,6 +335,9 @@ class ThreadTransport(Transport):
                     timeout_s=timeout,
                 )
             watched = len(box) <= req.index and watch and self._records_in()
+            fb = fb and len(box) <= req.index and self._fallback_ready()
+        if fb and self._fallback():  # (it raises on a disagreement)
+            return self.wait_recv(req, timeout, peer, op_label)
         if watched:  # every record is in while this rank waits: the check runs (it may raise)
             self._agree_now(timeout)
             return self.wait_recv(req, timeout, peer, op_label)

@@ -378,6 +378,8 @@ class DeviceOpRun(OpRun):
             return super().relay(parent, children, pieces_or_outs, elems, origin)
         t, timeout, op_label = self.t, self.timeout, self.op_label
         sreqs, peers = [], []
+        if not children:  # a leaf: it sends nothing this op (paired: its record goes alone, now)
+            t.send_record()
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
         rreqs = [t.irecv(s.frame, parent) for s in slots]
         self.pending += rreqs

@@ -126,6 +126,11 @@ class Transport:
         engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame)."""
         return None
 
+    def send_record(self) -> None:
+        """Paired: this rank sends the peer no frame in this op (a bcast leaf): its record goes
+        now, alone, before its first wait (two ranks that each wait for the other, each naming
+        the other as the root, then both read the disagreement at once).  Default: nothing."""
+
     def discard(self, buf, peer: int) -> None:
         """A wrapper dropped ``buf`` on its way to ``peer`` (the attacker harness): what this
         transport would have sent with it is dropped too.  Default: nothing rides with a frame."""
@@ -299,6 +304,9 @@ class TransportWrapper(Transport):
 
     def discard(self, buf, peer):
         return self.inner.discard(buf, peer)
+
+    def send_record(self):
+        return self.inner.send_record()
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)

@@ -387,7 +387,8 @@ class MPITransport(Transport):
         Paired (two ranks): no message of its own.  The record after its op number rides behind
         the op's first frame to the peer, in the same message (:meth:`put_record`,
         :meth:`record_due`, :meth:`take_record`; copied in and out here for a caller that keeps
-        no room); an op without a frame to the peer sends its whole record alone at its end.
+        no room); an op without a frame to the peer sends its whole record alone (a bcast leaf
+        before its first wait: :meth:`send_record`; any other at its end).
         A rank whose op failed sends its record once more, on its own tag (:meth:`agree_settle`):
         a peer that could not read the one in the first message (a larger message than it
         expected) looks for it there in its waits."""
@@ -481,13 +482,21 @@ class MPITransport(Transport):
             self.wait_sends(sends, timeout, peers, op_label)
         self._agree_open = False
 
+    def send_record(self) -> None:
+        if self._pair_out:
+            self._pair_alone()
+
+    def _pair_alone(self) -> None:
+        """Paired: this rank's whole record to the peer, alone (an op without a frame to it)."""
+        self._pair_out = False
+        self._pair_sends.append(self.comm.Isend([self._agree_rec, self._byte], self._peer, self.tag))
+
     def _pair_finish(self, timeout, op_label) -> None:
         """Paired, at the op's end: the whole record alone to a peer that got no frame, and from
         a peer that sent none (bcast's root and leaf, an op of no elements); then those sends."""
         peer, B = self._peer, self._byte
         if self._pair_out:
-            self._pair_out = False
-            self._pair_sends.append(self.comm.Isend([self._agree_rec, B], peer, self.tag))
+            self._pair_alone()
         if self._pair_in:
             self._pair_in = False
             req = self.comm.Irecv([self._rrec, B], peer, self.tag)
