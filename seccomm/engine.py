@@ -127,9 +127,9 @@ class OpRun:
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
-        epoch, sequence number and index in the epoch (:meth:`FrameContext.restart`)."""
+        epoch, sequence number and index in the epoch, in its frame context too."""
         f = self.frame
-        f.epoch, f.seq, f.op_index = epoch, seq, op_index  # (FrameContext.restart, inlined)
+        f.epoch, f.seq, f.op_index = epoch, seq, op_index
         self.op_label = f"{self.collective} #{seq}"
         self.pending = []
         self.sends = []
@@ -318,18 +318,15 @@ class OpRun:
                     f.exception()  # let running jobs finish before buffers are reused
 
     # -- one chunk each way (the small-message fast path) ------------------------------------
-    def swap(self, peer: int, step: int, piece, elems: int, out, consume) -> None:
-        """Exchange one chunk with ``peer`` under direction keys (recursive doubling's small
-        messages): the same frames as :meth:`exchange`, with the least work per call.
-        ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace memory
-        (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext."""
-        self.swap_step(peer, step, piece, elems, out, consume)()
-
     def swap_step(self, peer: int, step: int, piece, elems: int, out, consume):
-        """:meth:`swap` of these arguments as a prepared step ``step()`` (a repeated call's plan
-        keeps it): its keys and slots are kept while the epoch stays (cached slots keep their
-        buffer alive if it grows), and a transport that offers a :meth:`pair link
-        <seccomm.transports.base.Transport.pair_link>` to ``peer`` moves its frames."""
+        """``step()``: exchange one chunk with ``peer`` under direction keys (recursive
+        doubling's small messages): the same frames as :meth:`exchange`, with the least work per
+        call.  ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace
+        memory (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext.
+        A prepared step (a repeated call's plan keeps it): its keys and slots are kept while the
+        epoch stays (cached slots keep their buffer alive if it grows), and a transport that
+        offers a :meth:`pair link <seccomm.transports.base.Transport.pair_link>` to ``peer``
+        moves its frames."""
         t, frame, rank, ws = self.t, self.frame, self.rank, self.ws
         nbytes, link, kept = elems * self.itemsize, t.pair_link(peer), [-1]
 

@@ -158,10 +158,6 @@ class FrameContext:
         self.op_code, self.epoch, self.seq, self.op_index = op_code, epoch, seq, op_index
         self._head, self._total = (REDOPS[redop], op_code, dtype_code, job_id, comm_id), total_count
 
-    def restart(self, epoch: int, seq: int, op_index: int) -> None:
-        """The same call's constants for another op (a repeated call's plan keeps its context)."""
-        self.epoch, self.seq, self.op_index = epoch, seq, op_index
-
     def fill(
         self,
         slot: Slot,

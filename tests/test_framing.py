@@ -221,8 +221,8 @@ def test_slots_are_aligned_and_packed():
     for sizes in (
         [0],
         [1, 27, 64, 63, 100],
-        [SLOT_ALIGN - TAG_BYTES % SLOT_ALIGN] * 3,
-        [SLOT_ALIGN - TAG_BYTES % SLOT_ALIGN + 1] * 3,
+        [-(BODY_AT + TAG_BYTES + RECORD_ROOM) % SLOT_ALIGN] * 3,  # (a slot that fills its last 64 bytes)
+        [-(BODY_AT + TAG_BYTES + RECORD_ROOM) % SLOT_ALIGN + 1] * 3,  # (one byte into the next 64)
     ):
         slots = ws.slots("w", sizes)
         base = ws.get("w", 0).ctypes.data

@@ -468,6 +468,33 @@ def test_a_frame_sent_to_one_peer_delivered_to_another_is_refused(name, p):
     assert receivers_refuse(res, name=name)
 
 
+@pytest.mark.parametrize("alg", ["ring", "recursive_doubling"])
+def test_a_first_message_too_short_for_its_record_names_the_sender(alg):
+    """Paired: rank 0's first message of the op is 8 bytes (its frame and record dropped, 8 bytes
+    sent instead): rank 1 raises FrameError naming rank 0 and the op, before opening anything."""
+
+    class Short(TransportWrapper):
+        sent = 0
+
+        def isend(self, buf, peer):
+            self.sent += 1
+            if self.sent > 1:
+                return self.inner.isend(buf, peer)
+            self.inner.discard(buf, peer)
+            return self.send_own(np.zeros(8, np.uint8), peer)
+
+    def body(sc):
+        try:
+            sc.allreduce(np.ones(16, np.float32), np.zeros(16, np.float32))
+        except SecCommError as e:
+            return e
+
+    res = world_run(2, body, wrap=lambda r, t: Short(t) if r == 0 else t, algorithm=alg, paired=True)
+    err = res[1]
+    assert isinstance(err, FrameError) and err.peer == 0 and "allreduce #1" in str(err), res
+    assert "argument record of 8 bytes from rank 0" in str(err), err
+
+
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
 @pytest.mark.parametrize("paired", [False, True])
 def test_tamper_in_each_collective_names_the_sender(name, paired):

@@ -171,6 +171,9 @@ class ThreadTransport(Transport):
         return req
 
     # -- paired ----------------------------------------------------------------------------
+    def discard(self, buf, peer):
+        self._pair_out = False  # (the record the first message carried is dropped with it)
+
     def send_record(self):
         if self._pair_out:
             self._pair_out = False

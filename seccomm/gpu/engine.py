@@ -367,11 +367,9 @@ class DeviceOpRun(OpRun):
             t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
         return True
 
-    def swap(self, peer, step, piece, elems, out, consume):
-        self.exchange(Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume))
-
     def swap_step(self, peer, step, piece, elems, out, consume):
-        return functools.partial(self.swap, peer, step, piece, elems, out, consume)
+        send, recv = Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume)
+        return functools.partial(self.exchange, send, recv)
 
     def relay(self, parent, children, pieces_or_outs, elems, origin):
         if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames
