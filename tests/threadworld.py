@@ -171,6 +171,24 @@ class ThreadTransport(Transport):
         return req
 
     # -- paired ----------------------------------------------------------------------------
+    def pair_link(self, peer):
+        """Paired: a link to ``peer`` over this transport's own calls (as MPI's pair link)."""
+        if not self.paired:
+            return None
+        t = self
+
+        class Link:
+            def send(self, frame):
+                return t.isend(frame, peer)
+
+            def recv(self, frame):
+                return t.irecv(frame, peer)
+
+            def wait(self, rreq, timeout, op_label):
+                return t.wait_recv(rreq, timeout, peer, op_label)
+
+        return Link()
+
     def discard(self, buf, peer):
         self._pair_out = False  # (the record the first message carried is dropped with it)
 
