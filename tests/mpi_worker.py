@@ -963,6 +963,20 @@ for _name in ARGUMENT_SCENARIOS:
     SCENARIOS[_name] = functools.partial(getattr(argument_cases, _name), psk=PSK)
 
 
+def _mismatch_alike(comm, rec, label, arg, call):
+    """``call()`` raises ArgumentMismatchError naming only ``arg`` on every rank, with the same
+    message (after each rank's op label), within 5 s."""
+    t0, got = time.monotonic(), None
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - what was raised is the case's result
+        got = e
+    secs = time.monotonic() - t0
+    msgs = comm.allgather(str(got).split(": ", 1)[-1])
+    ok = isinstance(got, seccomm.ArgumentMismatchError) and list(got.arguments) == [arg]
+    rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
+
+
 @scenario
 def paired(comm, rec):
     """issue 15: on two ranks an op's argument record rides in its first message to the peer.
@@ -1005,29 +1019,13 @@ def paired(comm, rec):
         for _ in range(3):
             sc.allreduce(x, y)
         xb = np.ones(300, np.float32) if r == bigger else x
-        t0, got = time.monotonic(), None
-        try:
-            sc.allreduce(xb, np.empty_like(xb))
-        except Exception as e:  # noqa: BLE001 - what was raised is the case's result
-            got = e
-        secs = time.monotonic() - t0
-        msgs = comm.allgather(str(got).split(": ", 1)[-1])
-        ok = isinstance(got, seccomm.ArgumentMismatchError) and list(got.arguments) == ["count"]
-        rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
+        _mismatch_alike(comm, rec, label, "count", lambda: sc.allreduce(xb, np.empty_like(xb)))
         _close_together(comm, sc)
     for roots in ((1, 0), (0, 1)):  # each names the other as the root (both wait), then itself
         label = f"paired: bcast, rank 0 names root {roots[0]}, rank 1 root {roots[1]}"
         rec.start(label)
         sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
-        t0, got = time.monotonic(), None
-        try:
-            sc.bcast(np.zeros(64, np.float32), root=roots[r])
-        except Exception as e:  # noqa: BLE001 - what was raised is the case's result
-            got = e
-        secs = time.monotonic() - t0
-        msgs = comm.allgather(str(got).split(": ", 1)[-1])
-        ok = isinstance(got, seccomm.ArgumentMismatchError) and list(got.arguments) == ["root"]
-        rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
+        _mismatch_alike(comm, rec, label, "root", lambda: sc.bcast(np.zeros(64, np.float32), root=roots[r]))
         _close_together(comm, sc)
     for suite in ("aes-256-gcm", "none"):
         for how in ("altered", "replayed"):

@@ -817,11 +817,11 @@ _DRAIN_BYTES = 4096
 class _PairLink:
     """:meth:`MPITransport.pair_link`: host frames to and from one peer, straight to mpi4py."""
 
-    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte", "status", "exc")
+    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte")
 
     def __init__(self, t: MPITransport, peer: int):
         self.t, self.isend, self.irecv, self.peer, self.tag = t, t.comm.Isend, t.comm.Irecv, peer, t.tag
-        self.byte, self.status, self.exc = t._byte, t._MPI.Status(), t._MPI.Exception
+        self.byte = t._byte
 
     def send(self, frame):
         """:meth:`MPITransport.isend` of a host ``frame`` to the peer."""
@@ -833,14 +833,7 @@ class _PairLink:
 
     def wait(self, rreq, timeout: float, op_label: str) -> int:
         """:meth:`MPITransport.wait_recv` of ``rreq``: the bytes received."""
-        st = self.status
-        try:
-            if rreq.Test(st):  # (the usual case: in at the first look)
-                return st.Get_count(self.byte)
-        except self.exc as e:
-            raise _mpi_error(e, self.peer, op_label) from None
-        self.t._poll(rreq, timeout, st, self.peer, op_label)
-        return st.Get_count(self.byte)
+        return self.t.wait_recv(rreq, timeout, self.peer, op_label)
 
 
 class _HostCopyRequest:
