@@ -1077,6 +1077,74 @@ def op_replay(comm, rec):
     wire_cases.op_replay(comm, rec, PSK)
 
 
+class _Truncate(TransportWrapper):
+    """Sends its ``which``-th frame one byte short."""
+
+    def __init__(self, inner, which):
+        super().__init__(inner)
+        self.which, self.sent = which, 0
+
+    def isend(self, buf, peer):
+        i, self.sent = self.sent, self.sent + 1
+        return self.inner.isend(buf[:-1] if i == self.which else buf, peer)
+
+
+@scenario
+def direct(comm, rec):
+    """``none`` frames received straight into the caller's buffer (engine ``Recv.direct``): ring
+    allreduce (in place too) and allgather with chunks at and above DIRECT_MIN_BYTES and a short
+    last one, each against its reference; only ``none`` receives in place (counted); a ``none``
+    frame one byte short, received in place, fails the op naming its sender"""
+    from seccomm.engine import DIRECT_MIN_BYTES
+
+    p = comm.size
+    for suite in ("none", "aes-256-gcm"):
+        for chunk in (DIRECT_MIN_BYTES, 2 * DIRECT_MIN_BYTES):
+            sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=chunk, timeout=60)
+            t, calls = sc._transport, [0]
+
+            def counted(parts, peer, orig=t.irecv_parts, calls=calls):
+                req = orig(parts, peer)
+                calls[0] += req is not None
+                return req
+
+            t.irecv_parts = counted
+            for dname in ("float32", "float64", "uint8"):
+                per = chunk // npdtype(dname).itemsize
+                for n in (3 * per * p + 5, per * p - 1, 1001):
+                    tag = f" direct chunk={chunk}"
+                    check_allreduce(comm, sc, rec, dname, n, tag=tag)
+                    check_allgather(comm, sc, rec, dname, n)
+                    x = make_data(comm, dname, n, salt=9)
+                    ref, tol = ref_reduce(comm, x, "sum")
+                    label = f"allreduce{tag} in place {suite} {dname} n={n}"
+                    rec.run(label, lambda x=x: sc.allreduce(x, x))
+                    rec(label, close(x, ref, tol) and identical_on_all(comm, x))
+            got = comm.allreduce(calls[0])
+            rec(f"direct {suite} chunk={chunk}: {got} receives in place", (got > 0) == (suite == "none"))
+            sc.close()
+    if p != 2:
+        return
+    # rank 1 sends 4 frames (blocks of 2 chunks): reduce-scatter 0, 1, allgather 2, 3; the last
+    # lands in place on rank 0, one byte short
+    per = DIRECT_MIN_BYTES // 4
+    wrap = (lambda t: _Truncate(t, 3)) if comm.rank == 1 else None
+    sc = SecureComm(
+        comm, "none", psk=PSK, algorithm="ring", chunk_bytes=DIRECT_MIN_BYTES, timeout=10, wrap_transport=wrap
+    )
+    x, y = make_data(comm, "float32", 4 * per), np.zeros(4 * per, np.float32)
+    err = None
+    try:
+        sc.allreduce(x, y)
+    except SecCommError as e:
+        err = e
+    if comm.rank == 0:
+        ok = isinstance(err, AuthenticationError) and err.peer == 1 and "truncated or padded" in str(err)
+        rec(f"direct none: a frame one byte short landed in place: {err!s}", ok)
+    comm.Barrier()
+    sc.close()
+
+
 @scenario
 def soak(comm, rec):
     """2,000 randomized collectives (collective, suite, algorithm, chunk size, dtype, count, op,

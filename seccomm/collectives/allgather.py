@@ -59,7 +59,9 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
         recv = None
         if blocks.counts[rb]:
             outs, elems = blocks.views(out_u8, rb, ce, isz)
-            recv = Recv(src=prv, group=True, origin=rb, elems=elems, outs=outs, ws=f"fwd{s % 2}")
+            # the last step's frames are not forwarded: ``none`` ones land in place (Recv.direct)
+            ws, last = f"fwd{s % 2}", s == p - 2
+            recv = Recv(src=prv, group=True, origin=rb, elems=elems, outs=outs, ws=ws, direct=last)
         if not blocks.counts[sb]:
             steps.append(exchange_step(run, None, recv))
         elif s == 0:

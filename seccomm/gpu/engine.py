@@ -161,6 +161,7 @@ class DeviceOpRun(OpRun):
     :class:`DeviceWorkspace`, whose backend supplies the array module and the batch AEAD."""
 
     record_room = False  # (device slots keep no room after a frame: the transport copies)
+    receives_direct = False  # (device frames always go through device slots)
 
     def __init__(self, ctx, frame, itemsize, collective):
         super().__init__(ctx, frame, itemsize, collective)

@@ -66,6 +66,16 @@ class Transport:
     def irecv(self, buf, peer: int):
         raise NotImplementedError
 
+    def irecv_parts(self, parts: list, peer: int):
+        """A receive of one message from ``peer`` into ``parts`` (host uint8 buffers, filled in
+        order) without a buffer of its own to copy out of: :meth:`irecv` of their concatenation,
+        with the same bytes on the wire (:meth:`wait_recv` returns the bytes received).  Returns
+        the request, or ``None`` when this transport does not (the caller then receives into one
+        buffer and copies), and on a :attr:`paired` transport for the op's first message (it
+        carries the record: :meth:`record_due`).  Default ``None`` (a wrapper's too: it sees
+        every frame)."""
+        return None
+
     def wait_recv(self, req, timeout: float, peer: int, op_label: str) -> int:
         """Wait (at most ``timeout`` seconds) for a receive; return the bytes received."""
         raise NotImplementedError
@@ -301,6 +311,9 @@ class TransportWrapper(Transport):
 
     def pair_link(self, peer):
         return None  # (the wrapper's isend and irecv see every frame)
+
+    def irecv_parts(self, parts, peer):
+        return None  # (as pair_link)
 
     def discard(self, buf, peer):
         return self.inner.discard(buf, peer)

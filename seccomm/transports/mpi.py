@@ -167,6 +167,16 @@ class MPITransport(Transport):
             return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
 
+    def irecv_parts(self, parts, peer):
+        if self._pair_in:
+            return None
+        MPI = self._MPI  # one byte datatype over the parts at their addresses, from MPI_BOTTOM
+        dt = self._byte.Create_hindexed([len(p) for p in parts], [MPI.Get_address(p) for p in parts]).Commit()
+        try:
+            return self.comm.Irecv([MPI.BOTTOM, 1, dt], peer, self.tag)
+        finally:
+            dt.Free()  # (MPI frees it once the receive is done with it: MPI 4.1, section 5.1.10)
+
     def discard(self, buf, peer):
         self._pair_out = False  # (paired: the record the op's first message carried is gone with it)
 
