@@ -290,6 +290,69 @@ def test_inter_node_policy_protects_group_frames_only_across_nodes():
     )
 
 
+@pytest.mark.parametrize("p,paired", [(2, False), (2, True), (3, False)])
+@pytest.mark.parametrize("suite", ["none", "aes-256-gcm"])
+def test_none_frames_land_in_place_where_they_are_not_forwarded(p, paired, suite):
+    """Ring allreduce (also in place) and allgather with chunks at and around DIRECT_MIN_BYTES
+    (a short last chunk too): results equal the reference; the allgather's last step receives its
+    ``none`` chunks of DIRECT_MIN_BYTES or more into the caller's buffer (counted), no other
+    suite does, and a frame that is forwarded never lands in place (results would differ)."""
+    from seccomm.engine import DIRECT_MIN_BYTES
+
+    per = DIRECT_MIN_BYTES // 4  # float32 elements a chunk
+    sizes = (2 * per * p, 2 * per * p + 5, per * p - 3)
+
+    def body(sc):
+        r, out = sc.rank, []
+        for n in sizes:
+            xs = [data("float32", n, q) for q in range(p)]
+            y = np.zeros(n, np.float32)
+            sc.allreduce(xs[r], y)
+            x = xs[r].copy()
+            sc.allreduce(x, x)
+            counts = sc.block_counts(n)
+            g = np.zeros(n, np.float32)
+            sc.allgather(xs[r][: counts[r]], g)
+            whole = np.concatenate([xs[q][: counts[q]] for q in range(p)])
+            out.append(np.array_equal(y, sum(xs)) and np.array_equal(x, y) and np.array_equal(g, whole))
+        return out, sc._transport.parts_posted
+
+    res = ok(world_run(p, body, suite=suite, algorithm="ring", chunk_bytes=DIRECT_MIN_BYTES, paired=paired))
+    assert all(all(good) for good, _ in res)
+    posted = [n for _, n in res]
+    assert all(n > 0 for n in posted) if suite == "none" else posted == [0] * p
+
+
+def test_a_short_none_frame_that_lands_in_place_names_its_sender():
+    """rank 1 sends its fourth frame (the allgather's second chunk, which rank 0 receives in
+    place) one byte short: rank 0 raises AuthenticationError naming rank 1."""
+    from seccomm.engine import DIRECT_MIN_BYTES
+
+    class Short(TransportWrapper):
+        sent = 0
+
+        def isend(self, buf, peer):
+            self.sent += 1
+            return self.inner.isend(buf[:-1] if self.sent == 4 else buf, peer)
+
+    n = DIRECT_MIN_BYTES // 4 * 4  # blocks of two chunks: reduce-scatter 2 frames, allgather 2
+
+    def body(sc):
+        sc.allreduce(data("float32", n, sc.rank), np.zeros(n, np.float32))
+
+    res = world_run(
+        2,
+        body,
+        suite="none",
+        algorithm="ring",
+        chunk_bytes=DIRECT_MIN_BYTES,
+        wrap=lambda r, t: Short(t) if r else t,
+    )
+    err = res[0]
+    assert isinstance(err, AuthenticationError) and err.peer == 1, res
+    assert "truncated or padded" in str(err)
+
+
 @pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305"])
 def test_no_key_nonce_pair_repeats_within_a_session(suite):
     """Every frame sealed by every rank (direction and group keys) over ops of every collective

@@ -105,6 +105,7 @@ class ThreadTransport(Transport):
         self._fb_sent = False
         self.calls = 0
         self.posted: dict[int, int] = defaultdict(int)
+        self.parts_posted = 0
 
     def host_key(self):
         return self.world.hosts[self.rank]
@@ -169,6 +170,14 @@ class ThreadTransport(Transport):
             req.buf = np.empty(len(host_bytes(buf)) + 32, np.uint8)
             self._first = (req, buf)
         return req
+
+    def irecv_parts(self, parts, peer):
+        """As MPI's: one message scattered over ``parts`` in order; ``None`` for the op's first
+        message on a paired world (it carries the record).  ``parts_posted`` counts them."""
+        if self._pair_in:
+            return None
+        self.parts_posted += 1
+        return self.irecv(list(parts), peer)
 
     # -- paired ----------------------------------------------------------------------------
     def pair_link(self, peer):
@@ -373,6 +382,15 @@ class ThreadTransport(Transport):
                     blamed=w.stopped[peer],
                 )
             data = box[req.index]
+        if type(req.buf) is list:  # (irecv_parts: the parts in order, as one buffer)
+            if len(data) > sum(len(p) for p in req.buf):
+                raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
+            pos = 0
+            for part in req.buf:
+                k = min(len(part), len(data) - pos)
+                np.frombuffer(part, np.uint8)[:k] = np.frombuffer(data[pos : pos + k], np.uint8)
+                pos += k
+            return len(data)
         dest = np.frombuffer(req.buf, np.uint8)
         if len(data) > dest.size:
             raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
