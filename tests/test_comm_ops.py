@@ -944,6 +944,37 @@ def test_a_device_engine_comm_runs_every_repeated_call_on_the_device_engine(host
         assert seen == [True, True, True] and plans == 0, seen
 
 
+def test_device_engine_ranks_never_receive_in_place(host_backend):
+    """``none`` frames in chunks of DIRECT_MIN_BYTES: a device-engine rank receives every frame
+    into its device slots (no receive into parts), the CPU-engine rank beside it receives its
+    allgather's last chunks in place; both get the sum."""
+    from seccomm.engine import DIRECT_MIN_BYTES
+
+    world = World(2)
+    trs = world.transports(timeout=3)
+    n = DIRECT_MIN_BYTES // 4 * 4  # blocks of two chunks
+
+    def body(r):
+        kw = {"device_backend": host_backend} if r == 0 else {}
+        sc = SecureComm(
+            trs[r],
+            "none",
+            psk=PSK,
+            timeout=5,
+            crypto_threads=1,
+            chunk_bytes=DIRECT_MIN_BYTES,
+            algorithm="ring",
+            **kw,
+        )
+        x, y = np.arange(n, dtype=np.float32) + r, np.zeros(n, np.float32)
+        sc.allreduce(x, y)
+        sc.close()
+        return bool(np.array_equal(y, 2 * np.arange(n, dtype=np.float32) + 1)), trs[r].parts_posted
+
+    (good0, parts0), (good1, parts1) = ok(world.run(body))
+    assert good0 and good1 and parts0 == 0 and parts1 == 2
+
+
 def test_close_keeps_the_last_sends_referenced():
     """close() after an op: the op's last sends (never waited for in it) are handed over to the
     requests kept referenced while MPI may still read their frames."""

@@ -290,20 +290,33 @@ def test_inter_node_policy_protects_group_frames_only_across_nodes():
     )
 
 
-@pytest.mark.parametrize("p,paired", [(2, False), (2, True), (3, False)])
-@pytest.mark.parametrize("suite", ["none", "aes-256-gcm"])
-def test_none_frames_land_in_place_where_they_are_not_forwarded(p, paired, suite):
+@pytest.mark.parametrize(
+    "suite,p,paired,hosts",
+    [
+        ("none", 2, False, None),
+        ("none", 2, True, None),
+        ("none", 3, False, None),
+        ("aes-256-gcm", 2, True, None),
+        ("aes-256-gcm", 3, False, None),
+        ("aes-256-gcm", 3, False, [5, 5, 5]),  # inter-node, one node: group frames in the clear
+        ("aes-256-gcm", 3, False, [5, 5, 6]),  # inter-node, two nodes: group frames protected
+    ],
+)
+def test_none_frames_land_in_place_where_they_are_not_forwarded(suite, p, paired, hosts):
     """Ring allreduce (also in place) and allgather with chunks at and around DIRECT_MIN_BYTES
-    (a short last chunk too): results equal the reference; the allgather's last step receives its
-    ``none`` chunks of DIRECT_MIN_BYTES or more into the caller's buffer (counted), no other
-    suite does, and a frame that is forwarded never lands in place (results would differ)."""
+    (a short last chunk too): results equal the reference, and exactly the allgather's last-step
+    chunks of DIRECT_MIN_BYTES or more that travel as ``none`` frames are received into the
+    caller's buffer (the ``none`` suite, or the clear group frames of ``encrypt="inter-node"`` on
+    one node); never a frame that is forwarded (results would differ), nor an op's first message
+    (paired: it carries the record), nor a protected one."""
     from seccomm.engine import DIRECT_MIN_BYTES
 
     per = DIRECT_MIN_BYTES // 4  # float32 elements a chunk
     sizes = (2 * per * p, 2 * per * p + 5, per * p - 3)
+    clear = suite == "none" or hosts == [5, 5, 5]
 
     def body(sc):
-        r, out = sc.rank, []
+        r, out, want = sc.rank, [], 0
         for n in sizes:
             xs = [data("float32", n, q) for q in range(p)]
             y = np.zeros(n, np.float32)
@@ -315,12 +328,16 @@ def test_none_frames_land_in_place_where_they_are_not_forwarded(p, paired, suite
             sc.allgather(xs[r][: counts[r]], g)
             whole = np.concatenate([xs[q][: counts[q]] for q in range(p)])
             out.append(np.array_equal(y, sum(xs)) and np.array_equal(x, y) and np.array_equal(g, whole))
-        return out, sc._transport.parts_posted
+            full = counts[(r + 1) % p] // per  # the last step's block: whole chunks land in place
+            want += 3 * full - (paired and full > 0)  # (allgather alone: its first message, paired)
+        return out, sc._transport.parts_posted, want if clear else 0
 
-    res = ok(world_run(p, body, suite=suite, algorithm="ring", chunk_bytes=DIRECT_MIN_BYTES, paired=paired))
-    assert all(all(good) for good, _ in res)
-    posted = [n for _, n in res]
-    assert all(n > 0 for n in posted) if suite == "none" else posted == [0] * p
+    kw = {"hosts": hosts, "encrypt": "inter-node"} if hosts else {}
+    res = ok(
+        world_run(p, body, suite=suite, algorithm="ring", chunk_bytes=DIRECT_MIN_BYTES, paired=paired, **kw)
+    )
+    assert all(all(good) for good, _, _ in res)
+    assert [n for _, n, _ in res] == [w for _, _, w in res] and (res[0][2] > 0) == clear
 
 
 def test_a_short_none_frame_that_lands_in_place_names_its_sender():
