@@ -12,7 +12,10 @@ an older commit), loaded in the same processes under the name ``seccomm_base``, 
 measured side by side in one run (docs/performance.md, section 1h).  Each version gets two
 communicators per suite, built in the order new, base, base, new, and its time is the mean of the
 two: on this machine the communicator built first was up to 1.4x slower in some runs, whichever
-version it was.  The secret below is a fixed benchmark key, not a job secret."""
+version it was.  Even so, the checkout measured against a copy of itself came out 1.03-1.12x
+slower than the copy (docs/performance.md 1j): read a ratio against that, measured the same day
+(``--against`` a plain copy of this checkout's ``seccomm`` folder).  The secret below is a fixed
+benchmark key, not a job secret."""
 
 import argparse
 import importlib.util
