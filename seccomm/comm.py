@@ -470,7 +470,8 @@ class SecureComm:
         """Run the op: its argument record (``tail``: :meth:`_tail`; ``check()`` checks the
         table, :mod:`seccomm.agreement`) sent before its first frame, ``steps()`` (its algorithm on
         ``run``), then the end of the agreement (``ArgumentMismatchError`` on every rank when the
-        arguments differ); its last sends are left for the next op (transports that defer them).
+        arguments differ); its last sends are left for the next op (transports that defer them;
+        not sends that went out from the caller's memory: :attr:`OpRun.lent`).
         Any failure makes the communicator unusable and tells the other ranks at once."""
         a, t = self._agreement, self._transport
         a.record_tail(run.frame.seq, tail)
@@ -479,11 +480,11 @@ class SecureComm:
             _quiet(steps)
             t.agree_finish(self.timeout, run.op_label)
             if run.sends:
-                if t.defer_last_sends:
+                if t.defer_last_sends and not run.lent:
                     reqs, peers = zip(*run.sends)
                     self._unsent = (reqs, peers, run.op_label)
-                else:  # a transport whose sends complete without the receiver: wait now
-                    run._settle()
+                else:  # sends from the caller's memory, or sends that complete without the
+                    run._settle()  # receiver: waited for now
         except SecCommError as e:
             # a frame that failed, or a wait that expired, because the ranks disagree on the
             # call: the argument records tell, and that is the error every rank raises

@@ -61,27 +61,29 @@ class OpContext:
     timeout: float
 
 
-#: the keyed ``none`` suite: hops left in the clear by the encrypt policy (same framing)
+#: the keyed ``none`` suite: hops left in the clear by the encrypt policy (a clear frame is its
+#: payload alone: :mod:`seccomm.suites`)
 CLEAR = SUITES["none"].keyed(None)
-
-#: a ``none`` chunk of at least this many bytes is received straight into the caller's memory
-#: where the step allows it (``Recv.direct``): one message into payload and the frame's 16 tag
-#: bytes (which carry nothing in ``none``), the same bytes as into a slot, without the copy out
-#: of it.  Below, the copy costs less than the datatype MPI builds for the message.  (Sending
-#: from the caller's memory that way took 1.14-1.20x the copy-and-send time at 4-64 MiB on two
-#: ranks, so sends still go from slots: docs/performance.md 1j)
-DIRECT_MIN_BYTES = 64 << 10
 
 
 class Send:
     """Outgoing chunks of one step: ``pieces`` (uint8 plaintext views, sealed here) or
-    ``frames`` (already-sealed group frames forwarded unchanged)."""
+    ``frames`` (already-sealed group frames forwarded unchanged).
 
-    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes")
+    ``lend``: the pieces stay unchanged until this step's sends complete (nothing this step
+    receives or reduces is written over them, and a later step of the op waits for this step's
+    sends before anything writes over them), so clear frames (``none``: the payload alone) go
+    on the wire straight from them, without a copy into a slot.  Collectives lend only sends
+    that a later step waits for, while the peer is still in the op: never the op's last sends,
+    which MPICH may complete only once the peer calls MPI again (a rank that did its part would
+    then be blamed: docs/design.md, "Completion").  Should a lent send still be out at the op's
+    end, the op waits for it (the pieces may be the caller's memory)."""
 
-    def __init__(self, dst, step=0, group=False, origin=-1, pieces=None, frames=None, ws="send"):
+    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes", "lend")
+
+    def __init__(self, dst, step=0, group=False, origin=-1, pieces=None, frames=None, ws="send", lend=False):
         self.dst, self.step, self.group, self.origin = dst, step, group, origin
-        self.pieces, self.frames, self.ws = pieces, frames, ws
+        self.pieces, self.frames, self.ws, self.lend = pieces, frames, ws, lend
         self.sizes = None if pieces is None else [len(p) for p in pieces]  # chunk bytes
 
 
@@ -94,13 +96,13 @@ class Recv:
     (an accumulator, never the caller's buffer) that the chunk is decrypted into and ``pt``
     views.
 
-    ``direct`` (without ``consume``): the frames are not forwarded, so ``none`` chunks of
-    :data:`DIRECT_MIN_BYTES` or more are received straight into ``outs[j]`` (there is nothing to
-    verify: ``none`` has no tag), the rest into slots as always."""
+    ``direct`` (without ``consume``): the frames are not forwarded, so clear frames (``none``:
+    the payload alone, nothing to verify) are received straight into ``outs[j]``, not into slots.
+    """
 
     __slots__ = (
         *("src", "elems", "outs", "step", "group", "origin", "consume", "ws", "slots", "sizes"),
-        *("direct", "landed"),
+        *("direct", "landed", "clear"),
     )
 
     def __init__(
@@ -111,7 +113,8 @@ class Recv:
         self.direct = direct and consume is None
         self.slots = None  # filled by exchange (frames to forward)
         self.sizes = None  # chunk bytes, set by the first exchange (it knows the element size)
-        self.landed = None  # this op's chunks received in place (exchange: a list of bools, or None)
+        self.landed = False  # this op's frames were received in place (set by exchange)
+        self.clear = False  # this op's frames are clear (set by exchange)
 
 
 def _copy_out(out, pt):
@@ -128,11 +131,16 @@ class OpRun:
     two ranks over MPI) the op's argument record rides in its first message to the peer,
     zero-copy: the first frame sealed goes out with the record in its slot's room after the tag
     (``slot.wire``), and the first receive is posted for frame and record and handed to the
-    transport's ``take_record`` once it arrived, before the frame is opened."""
+    transport's ``take_record`` once it arrived, before the frame is opened.  A clear frame
+    (``none``: its payload alone, possibly straight from the caller's memory) has no room
+    behind it: the record goes alone just before it (``send_record``), and the receiver posts
+    a receive for it before the frame's (``expect_record``) and checks it first
+    (``wait_record``)."""
 
     #: slots keep room after each frame (the device engine's do not: its transport copies)
     record_room = True
-    #: ``none`` frames may land in the caller's host memory (``Recv.direct``)
+    #: clear frames may land in the caller's host memory (``Recv.direct``) and go out from it
+    #: (``Send.lend``)
     receives_direct = True
 
     def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int, collective: str):
@@ -144,7 +152,9 @@ class OpRun:
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)
+        self.lent = False  # a frame from a lending Send's pieces is out, not yet waited for
         self._first = None  # the receive of the op's first message (paired transports)
+        self._first_record = False  # the op's record, received alone before a clear first frame
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
@@ -154,13 +164,15 @@ class OpRun:
         self.op_label = f"{self.collective} #{seq}"
         self.pending = []
         self.sends = []
+        self.lent = False
         self._first = None
+        self._first_record = False
 
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
         """The keyed suite (:class:`~seccomm.suites.SuiteKey`) for a frame sealed by ``a`` for
         ``b`` (group frames: origin ``a``); hops in the clear under ``encrypt="inter-node"`` use
-        the ``none`` suite with the same framing."""
+        the ``none`` suite."""
         if not self.policy.encrypts(a, b, group):
             return CLEAR
         if group:
@@ -175,7 +187,7 @@ class OpRun:
 
     def _open(self, slot, key, out, peer, step, j, n):
         """Verify the frame in ``slot``; return its plaintext (``out`` for a decrypting suite,
-        which must be private memory: scratch or an accumulator; ``slot.body`` for GMAC/none).
+        which must be private memory: scratch or an accumulator; ``slot.body`` for GMAC).
         ``AuthenticationError`` naming ``peer`` and the chunk when the tag fails."""
         try:
             return key.open(slot, out)
@@ -193,10 +205,10 @@ class OpRun:
                 suite=key.suite.name,
             ) from None
 
-    def _check_len(self, got, slot, j, n, peer, step=None):
-        """``AuthenticationError`` naming ``peer`` and the chunk (as :meth:`_open`) when the
-        frame received into ``slot`` has ``got`` bytes, not the length its chunk must have."""
-        if got != len(slot.frame):  # a frame of the wrong length cannot be authentic
+    def _check_len(self, got, want, j, n, peer, step=None, suite=None):
+        """``AuthenticationError`` naming ``peer`` and the chunk (as :meth:`_open`) when a frame
+        of ``got`` bytes arrived where its chunk's frame has ``want`` bytes."""
+        if got != want:  # a frame of the wrong length cannot be authentic
             raise AuthenticationError(
                 peer=peer,
                 op=self.collective,
@@ -205,9 +217,21 @@ class OpRun:
                 chunk=j,
                 chunks=n,
                 epoch=self.frame.epoch,
-                suite=self.suite.name,
-                detail=f"frame has {got} bytes, expected {len(slot.frame)} (truncated or padded)",
+                suite=(suite or self.suite).name,
+                detail=f"frame has {got} bytes, expected {want} (truncated or padded)",
             )
+
+    @staticmethod
+    def _clear_frame(slot):
+        """A clear frame's place in ``slot``: the body (no tag: :mod:`seccomm.suites`)."""
+        return slot.body
+
+    def frames_of(self, recv: Recv) -> list:
+        """The frames ``recv``'s last exchange received into its slots, as they came (to forward
+        them unchanged)."""
+        if recv.clear:
+            return [self._clear_frame(s) for s in recv.slots]
+        return [s.frame for s in recv.slots]
 
     # -- the op's first message on a paired transport -----------------------------------------
     def _wire_out(self, slot):
@@ -225,6 +249,21 @@ class OpRun:
             return [first] + [t.irecv(s.frame, src) for s in slots[1:]]
         return [t.irecv(s.frame, src) for s in slots]
 
+    def _expect_record(self, src) -> None:
+        """Before the receives of clear frames from ``src``: the op's record, if it is due, comes
+        alone first (the transport posts its receive now)."""
+        req = self.t.expect_record(src)
+        if req is not None:
+            self.pending.append(req)
+            self._first_record = True
+
+    def _record_first(self, src) -> None:
+        """Before the first clear frame from ``src`` is looked at: its record, checked (raises on
+        a disagreement)."""
+        if self._first_record:
+            self._first_record = False
+            self.t.wait_record(self.timeout, src, self.op_label)
+
     def _got(self, req, slot, src) -> int:
         """Wait for ``req`` into ``slot``; the frame's bytes (the op's first message: once its
         record was checked, which raises on a disagreement)."""
@@ -237,11 +276,24 @@ class OpRun:
     # -- sealing -----------------------------------------------------------------------------
     def sealed_frames(self, send: Send):
         """Seal ``send.pieces`` into slots of workspace ``send.ws`` and yield each frame as soon
-        as it is sealed (in the crypto pool when there is more than one chunk)."""
+        as it is sealed (in the crypto pool when there is more than one chunk).  Clear frames:
+        the pieces themselves where the Send lends them, else copies in slots' bodies; the op's
+        record goes alone before them (paired)."""
         group, pieces, n = send.group, send.pieces, len(send.pieces)
         sender = send.origin if group else self.rank
         key = self._protect(group, sender, send.dst)
         suite = key.suite
+        if suite.clear:
+            self.t.send_record()
+            if send.lend and self.receives_direct:
+                self.lent = True
+                yield from pieces
+                return
+            for body, piece in zip(self.ws.slots(send.ws, send.sizes), pieces):
+                body = self._clear_frame(body)
+                _copy_out(body, piece)
+                yield body
+            return
         slots = self.ws.slots(send.ws, send.sizes)
         isz, step, dst = self.itemsize, send.step, send.dst
 
@@ -268,13 +320,15 @@ class OpRun:
     def _settle(self) -> None:
         """Wait for the sends of the earlier steps, before this step seals into (or receives
         into) workspace they may still be read from.  The sends of an op's last step are not
-        waited for in the op: a peer that received everything may return and stop calling MPI,
-        and MPICH completes a large send only while its receiver makes progress; the
-        ``SecureComm`` waits for them before its next op reuses the workspace (docs/design.md)."""
+        waited for in the op (unless they went out from a lending Send's pieces: ``lent``): a
+        peer that received everything may return and stop calling MPI, and MPICH completes a
+        large send only while its receiver makes progress; the ``SecureComm`` waits for them
+        before its next op reuses the workspace (docs/design.md)."""
         if self.sends:
             reqs, peers = zip(*self.sends)
             self.sends = []
             self.t.wait_sends(reqs, self.timeout, peers, self.op_label)
+        self.lent = False
 
     def _sent(self, reqs, peer) -> None:
         self.pending += reqs
@@ -286,15 +340,16 @@ class OpRun:
         t = self.t
         if self.sends:
             self._settle()
-        rreqs = sreqs = None
+        rreqs = sreqs = key = None
         if recv is not None:
             if recv.sizes is None:
                 recv.sizes = [e * self.itemsize for e in recv.elems]
             recv.slots = self.ws.slots(recv.ws, recv.sizes)
-            if recv.direct and self._direct_ok(recv):
-                rreqs = self._recv_direct(recv)
+            key = self._protect(recv.group, recv.origin if recv.group else recv.src, self.rank)
+            recv.clear = key.suite.clear
+            if recv.clear:
+                rreqs = self._recv_clear(recv)
             else:
-                recv.landed = None
                 rreqs = self._recv_posts(recv.slots, recv.src)
             self.pending += rreqs
         if send is not None:
@@ -302,42 +357,42 @@ class OpRun:
             sreqs = [t.isend(f, send.dst) for f in frames]
             self._sent(sreqs, send.dst)
         if recv is not None:
-            self._drain(recv, rreqs)
+            self._drain(recv, rreqs, key)
 
-    # -- ``none`` frames straight into the caller's memory (Recv.direct) -----------------------
-    def _direct_ok(self, recv) -> bool:
-        """Whether ``recv`` (a step that allows it, host engine) gets ``none`` frames large enough
-        to land in place."""
-        if not self.receives_direct or max(recv.sizes, default=0) < DIRECT_MIN_BYTES:
-            return False
-        sender = recv.origin if recv.group else recv.src
-        return not self._protect(recv.group, sender, self.rank).suite.authenticated
+    def _recv_clear(self, recv) -> list:
+        """Receive requests for ``recv``'s clear frames: straight into ``recv.outs`` where the
+        step allows it (``direct``, host engine), else into the slots' bodies; the op's record
+        first where it is due."""
+        t, src = self.t, recv.src
+        self._expect_record(src)
+        recv.landed = recv.direct and self.receives_direct
+        if recv.landed:
+            return [t.irecv(out, src) for out in recv.outs]
+        return [t.irecv(self._clear_frame(s), src) for s in recv.slots]
 
-    def _recv_direct(self, recv) -> list:
-        """Receive requests for ``recv``'s ``none`` frames straight into ``recv.outs`` (payload),
-        the tag bytes into the slot; a chunk the transport will not receive that way goes into
-        its slot (:meth:`_drain` copies it out)."""
-        t, src, reqs, landed = self.t, recv.src, [], []
-        for out, slot in zip(recv.outs, recv.slots):
-            req = t.irecv_parts([out, slot.tag], src) if len(out) >= DIRECT_MIN_BYTES else None
-            landed.append(req is not None)
-            reqs.append(req if req is not None else self._recv_posts([slot], src)[0])
-        recv.landed = landed
-        return reqs
-
-    def _drain(self, recv: Recv, rreqs):
+    def _drain(self, recv: Recv, rreqs, key):
+        """Wait for ``recv``'s frames (``rreqs``), each opened under ``key`` (the keyed suite of
+        its hop) and consumed or copied out as soon as it is in."""
         src, group, slots, outs = recv.src, recv.group, recv.slots, recv.outs
         step = GROUP_STEP if group else recv.step
+        consume, n = recv.consume, len(slots)
+        if recv.clear:  # nothing to verify: check the lengths, then reduce or copy out
+            self._record_first(src)
+            landed, body = recv.landed, self._clear_frame
+            for j, req in enumerate(rreqs):
+                got = self.t.wait_recv(req, self.timeout, src, self.op_label)
+                self._check_len(got, recv.sizes[j], j, n, src, step, CLEAR.suite)
+                if consume is not None:
+                    consume(j, body(slots[j]))
+                elif not landed:
+                    _copy_out(outs[j], body(slots[j]))
+            return
         sender = recv.origin if group else src
-        key = self._protect(group, sender, self.rank)
         suite = key.suite
-        consume, n, rank, elems = recv.consume, len(slots), self.rank, recv.elems
+        rank, elems = self.rank, recv.elems
         scratch = self.ws.scratch if consume is None and suite.confidential else None
-        landed = recv.landed
 
         def job(j):
-            if landed is not None and landed[j]:  # (a ``none`` chunk received in place: nothing to do)
-                return
             slot = slots[j]
             self._fill(slot, suite, group, step, j, n, sender, rank, elems[j])
             if consume is not None:  # outs[j]: a private accumulator
@@ -349,13 +404,13 @@ class OpRun:
         pool = self.pool if n > 1 else None
         if pool is None:
             for j, req in enumerate(rreqs):
-                self._check_len(self._got(req, slots[j], src), slots[j], j, n, src, step)
+                self._check_len(self._got(req, slots[j], src), len(slots[j].frame), j, n, src, step)
                 job(j)
             return
         futs = []
         try:
             for j, req in enumerate(rreqs):
-                self._check_len(self._got(req, slots[j], src), slots[j], j, n, src, step)
+                self._check_len(self._got(req, slots[j], src), len(slots[j].frame), j, n, src, step)
                 futs.append(pool.submit(job, j))
             for f in futs:
                 f.result()
@@ -367,17 +422,20 @@ class OpRun:
                     f.exception()  # let running jobs finish before buffers are reused
 
     # -- one chunk each way (the small-message fast path) ------------------------------------
-    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume):
+    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume, lend=False):
         """``step()``: exchange one chunk with ``peer`` under direction keys (recursive
         doubling's small messages): the same frames as :meth:`exchange`, with the least work per
         call.  ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace
         memory (the chunk is decrypted into it); ``consume(0, pt)`` gets the verified plaintext.
+        ``lend``: as :class:`Send`'s (``consume`` never writes over ``piece``).
         A prepared step (a repeated call's plan keeps it): its keys and slots are kept while the
         epoch stays (cached slots keep their buffer alive if it grows), and a transport that
         offers a :meth:`pair link <seccomm.transports.base.Transport.pair_link>` to ``peer``
         moves its frames."""
         t, frame, rank, ws = self.t, self.frame, self.rank, self.ws
         nbytes, link, kept = elems * self.itemsize, t.pair_link(peer), [-1]
+        if self._protect(False, rank, peer).suite.clear:
+            return self._clear_swap(peer, step, piece, elems, out, consume, lend)
 
         def run_step():
             if self.sends:
@@ -407,8 +465,41 @@ class OpRun:
             if first:
                 got = t.take_record(into, got, peer, self.op_label)
             if got != len(rslot.frame):
-                self._check_len(got, rslot, 0, 1, peer, step)
+                self._check_len(got, len(rslot.frame), 0, 1, peer, step)
             consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
+
+        return run_step
+
+    def _clear_swap(self, peer, step, piece, elems, out, consume, lend):
+        """:meth:`swap_step` of clear frames: the payload alone, sent from ``piece`` where it is
+        lent (else from a copy in a slot), received into a slot's body and consumed from there."""
+        t, nbytes = self.t, elems * self.itemsize
+        lend = lend and self.receives_direct
+        # (kept: cached slots keep their buffer alive if it grows; clear frames need no key)
+        body = self._clear_frame(self.ws.slots("recv", [nbytes])[0])
+        sbody = None if lend else self._clear_frame(self.ws.slots("send", [nbytes])[0])
+
+        def run_step():
+            if self.sends:
+                self._settle()
+            t.send_record()  # (paired: the op's record alone, before its first clear frame)
+            if lend:
+                sent = piece
+                self.lent = True
+            else:
+                sent = sbody
+                _copy_out(sent, piece)
+            sreq = t.isend(sent, peer)
+            self.pending.append(sreq)
+            self.sends.append((sreq, peer))
+            self._expect_record(peer)
+            rreq = t.irecv(body, peer)
+            self.pending.append(rreq)
+            self._record_first(peer)
+            got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
+            if got != nbytes:
+                self._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
+            consume(0, body)
 
         return run_step
 
@@ -419,7 +510,8 @@ class OpRun:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into private scratch and copies it to ``outs[j]`` (the caller's buffer) once it
-        verified.  Pipelined per chunk (a chain overlaps its hops)."""
+        verified.  Pipelined per chunk (a chain overlaps its hops).  The origin's sends are the
+        op's last: never lent (clear frames are copied into slots)."""
         t, n = self.t, len(elems)
         self._settle()
         if parent is None:
@@ -430,15 +522,28 @@ class OpRun:
         if not children:  # a leaf: it sends nothing this op (paired: its record goes alone, now)
             t.send_record()
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
-        rreqs = self._recv_posts(slots, parent)
-        self.pending += rreqs
         key = self._protect(True, origin, self.rank)
+        clear = key.suite.clear
+        if clear:
+            self._expect_record(parent)
+            rreqs = [t.irecv(self._clear_frame(s), parent) for s in slots]
+        else:
+            rreqs = self._recv_posts(slots, parent)
+        self.pending += rreqs
         for j, req in enumerate(rreqs):
             slot = slots[j]
-            self._check_len(self._got(req, slot, parent), slot, j, n, parent)
+            out = pieces_or_outs[j]
+            if clear:
+                self._record_first(parent)
+                got = t.wait_recv(req, self.timeout, parent, self.op_label)
+                self._check_len(got, len(out), j, n, parent, GROUP_STEP, key.suite)
+                for c in children:
+                    self._sent([t.isend(slot.body, c)], c)
+                _copy_out(out, slot.body)
+                continue
+            self._check_len(self._got(req, slot, parent), len(slot.frame), j, n, parent)
             for c in children:
                 self._sent([t.isend(slot.frame, c)], c)
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
-            out = pieces_or_outs[j]
             tmp = self.ws.scratch(len(slot.body)) if key.suite.confidential else out
             _copy_out(out, self._open(slot, key, tmp, parent, GROUP_STEP, j, n))

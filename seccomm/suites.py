@@ -11,8 +11,9 @@ room after the tag carries the argument record of an op's first message on two r
 Only ``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce
 and header into its slot before opening, so nothing it did not expect can verify.  A suite bound
 to a key (:meth:`CipherSuite.keyed`, a :class:`SuiteKey`) seals and opens, zero-copy
-(``encrypt_into``/``decrypt_into``); ``aes-256-gmac`` and ``none`` copy the payload into the body
-once, since it travels in the clear.
+(``encrypt_into``/``decrypt_into``); ``aes-256-gmac`` copies the payload into the body once, since
+it travels in the clear.  A ``none`` frame (:attr:`CipherSuite.clear`) is the payload alone, with
+no tag: it needs no slot, and goes from and into the caller's memory where the algorithm allows.
 
 Usage limits (frames per key) follow CFRG draft-irtf-cfrg-aead-limits (target advantage
 p = 2^-50, L = 16-byte blocks per frame including AAD) and NIST SP 800-38D §8.3.
@@ -151,6 +152,11 @@ class CipherSuite:
     status of the *algorithm* only (approved or not, NIST SP 800-140C) — whether the module that
     runs it is validated is another matter (:mod:`seccomm.compliance.status`); ``limit_source``:
     where the usage limit comes from.
+
+    ``clear`` (class attribute): a frame is its payload alone, with no tag on the wire, and
+    nothing is sealed or opened: the engine sends it straight from the caller's memory and
+    receives it straight into it where the algorithm allows (the ``none`` suite).  A suite that is
+    not ``clear`` is framed in slots and goes through its key's ``seal`` and ``open``.
     """
 
     name: str
@@ -160,6 +166,8 @@ class CipherSuite:
     fips_140_3: str
     limit_source: str
 
+    #: frames are the payload alone, never sealed or opened (see the class docstring)
+    clear = False
     #: the SuiteKey subclass that `keyed` returns
     key_class = SuiteKey
     #: the `cryptography` AEAD class keyed by `keyed` (None for `none`)
@@ -204,8 +212,10 @@ class GMACSuite(CipherSuite):
 
 
 class NoneSuite(CipherSuite):
-    """Same framing and algorithms, no cryptography: isolates the algorithm's own cost."""
+    """The same algorithms without cryptography: isolates the algorithm's own cost.  Its frames
+    are the payload alone (``clear``): no tag, no copy into a slot where the algorithm allows."""
 
+    clear = True
     key_class = _ClearKey
 
     def usage_limit(self, chunk_bytes, aad_bytes):

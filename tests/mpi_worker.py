@@ -1035,7 +1035,23 @@ def paired(comm, rec):
             x = np.full(64, r + 1.0, np.float32)
             y = np.empty_like(x)
             sc.allreduce(x, y)
-            if r == 0:
+            if r == 0 and suite == "none":  # (a clear frame: the record goes alone before it)
+                t, kept = sc.transport, []
+
+                def alone(t=t, kept=kept, how=how):
+                    t._pair_out = False
+                    msg = np.array(t._agree_rec, np.uint8)  # (a copy: this rank's own stays)
+                    if how == "altered":
+                        msg[8 + 3] ^= 1  # (the record's algorithm byte)
+                    elif kept:
+                        msg[8:] = np.frombuffer(kept[0], np.uint8)
+                    else:
+                        kept.append(bytes(msg[8:]))
+                    t._pair_sends.append(t.comm.Isend([msg, t._byte], t._peer, t.tag))
+                    kept.append(msg)  # (referenced until the send is done)
+
+                t._pair_alone = alone
+            elif r == 0:
                 put, kept = sc.transport.put_record, []
 
                 def forged(trailer, put=put, kept=kept, how=how):
@@ -1089,49 +1105,95 @@ class _Truncate(TransportWrapper):
         return self.inner.isend(buf[:-1] if i == self.which else buf, peer)
 
 
+class _Watch(TransportWrapper):
+    """Records every frame sent and every receive posted: (bytes, whether the buffer lies inside
+    one of ``arrays``: the caller's)."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.arrays, self.sent, self.recvd = [], [], []
+
+    def _seen(self, buf) -> tuple:
+        a = np.frombuffer(buf, np.uint8)
+        lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
+        return a.nbytes, any(x.ctypes.data <= lo and hi <= x.ctypes.data + x.nbytes for x in self.arrays)
+
+    def isend(self, buf, peer):
+        self.sent.append(self._seen(buf))
+        return self.inner.isend(buf, peer)
+
+    def irecv(self, buf, peer):
+        self.recvd.append(self._seen(buf))
+        return self.inner.irecv(buf, peer)
+
+
 @scenario
-def direct(comm, rec):
-    """``none`` frames received straight into the caller's buffer (engine ``Recv.direct``): ring
-    allreduce (in place too) and allgather with chunks at and above DIRECT_MIN_BYTES and a short
-    last one, each against its reference; only ``none`` receives in place (counted); a ``none``
-    frame one byte short, received in place, fails the op naming its sender"""
-    from seccomm.engine import DIRECT_MIN_BYTES
-
-    p = comm.size
+def clear_frames(comm, rec):
+    """clear frames (``none``): the payload alone, no tag; sent straight from the caller's arrays
+    where nothing the op writes overlaps them and a later step of the op waits for them (never
+    the op's last sends), received straight into them where they are not forwarded or reduced.
+    Allreduce (ring, recursive doubling; in place and avg too), allgather, alltoall, bcast,
+    reduce_scatter, each against its reference; the frames watched (sizes, and
+    how many went from or into the caller's memory: on two ranks exactly); a frame one byte short
+    that lands in place fails the op naming its sender"""
+    p, chunk = comm.size, 4096
     for suite in ("none", "aes-256-gcm"):
-        for chunk in (DIRECT_MIN_BYTES, 2 * DIRECT_MIN_BYTES):
-            sc = SecureComm(comm, suite, psk=PSK, algorithm="ring", chunk_bytes=chunk, timeout=60)
-            t, calls = sc._transport, [0]
-
-            def counted(parts, peer, orig=t.irecv_parts, calls=calls):
-                req = orig(parts, peer)
-                calls[0] += req is not None
-                return req
-
-            t.irecv_parts = counted
-            for dname in ("float32", "float64", "uint8"):
+        clear = suite == "none"
+        for alg in ("ring", "recursive_doubling"):
+            sc = SecureComm(
+                comm, suite, psk=PSK, algorithm=alg, chunk_bytes=chunk, timeout=60, wrap_transport=_Watch
+            )
+            w = sc._transport
+            for dname in ("float32", "float64"):
                 per = chunk // npdtype(dname).itemsize
-                for n in (3 * per * p + 5, per * p - 1, 1001):
-                    tag = f" direct chunk={chunk}"
-                    check_allreduce(comm, sc, rec, dname, n, tag=tag)
-                    check_allgather(comm, sc, rec, dname, n)
-                    x = make_data(comm, dname, n, salt=9)
-                    ref, tol = ref_reduce(comm, x, "sum")
-                    label = f"allreduce{tag} in place {suite} {dname} n={n}"
-                    rec.run(label, lambda x=x: sc.allreduce(x, x))
-                    rec(label, close(x, ref, tol) and identical_on_all(comm, x))
-            got = comm.allreduce(calls[0])
-            rec(f"direct {suite} chunk={chunk}: {got} receives in place", (got > 0) == (suite == "none"))
+                for n in (3 * per * p + 5, per * p - 1, 101):
+                    for op in ("sum", "avg"):
+                        x = make_data(comm, dname, n, op=op)
+                        y = np.zeros_like(x)
+                        ref, tol = ref_reduce(comm, x, op)
+                        w.arrays, w.sent, w.recvd = [x, y], [], []
+                        label = f"clear_frames {suite} {alg} {dname} n={n} op={op}"
+                        rec.run(label, lambda x=x, y=y, op=op: sc.allreduce(x, y, op=op))
+                        rec(label, close(y, ref, tol) and identical_on_all(comm, y))
+                        lent = sum(inside for _, inside in w.sent)
+                        landed = sum(inside for _, inside in w.recvd)
+                        big = max(b for b, _ in w.sent)  # (a chunk's payload, or it and a tag)
+                        label += f": {len(w.sent)} frames sent, {lent} from the caller's arrays, "
+                        label += f"{landed} received into them, the largest {big} B"
+                        whole = max(sc.block_counts(n)) if alg == "ring" else n
+                        most = min(whole * x.itemsize, chunk)  # (a frame's payload, at most)
+                        if not clear:
+                            rec(label, lent == landed == 0 and big == most + 16)
+                        elif p == 2 and alg == "ring":  # the reduce-scatter's sends lent (the
+                            # allgather's, the op's last, are not); the allgather's land
+                            ag = -(-sc.block_counts(n)[1 - comm.rank] // per)
+                            rec(label, lent == len(w.sent) - ag and landed == ag and big == most)
+                        elif p == 2:  # one swap, the op's last: nothing lent; reduced from slots
+                            rec(label, lent == landed == 0 and big == most)
+                        else:  # (3 ranks, recursive doubling: only rank 0 sends from the input
+                            # before a later step: it gives it to rank 1, then gets the result)
+                            rec(label, (lent > 0) == (alg == "ring" or comm.rank == 0) and big == most)
+                        x2 = x.copy()
+                        label = f"clear_frames {suite} {alg} in place {dname} n={n} op={op}"
+                        rec.run(label, lambda x2=x2, op=op: sc.allreduce(x2, x2, op=op))
+                        rec(label, close(x2, ref, tol) and identical_on_all(comm, x2))
+            w.arrays = []
+            for dname in ("float32", "uint8"):
+                n = 3 * (chunk // npdtype(dname).itemsize) * p + 7
+                check_allgather(comm, sc, rec, dname, n)
+                check_reduce_scatter(comm, sc, rec, dname, n)
+                check_alltoall(comm, sc, rec, dname, n // p, tag=" clear_frames")
+                for root in range(p):
+                    check_bcast(comm, sc, rec, dname, n, root)
             sc.close()
     if p != 2:
         return
     # rank 1 sends 4 frames (blocks of 2 chunks): reduce-scatter 0, 1, allgather 2, 3; the last
     # lands in place on rank 0, one byte short
-    per = DIRECT_MIN_BYTES // 4
+    per = chunk // 4
     wrap = (lambda t: _Truncate(t, 3)) if comm.rank == 1 else None
-    sc = SecureComm(
-        comm, "none", psk=PSK, algorithm="ring", chunk_bytes=DIRECT_MIN_BYTES, timeout=10, wrap_transport=wrap
-    )
+    kw = {"algorithm": "ring", "chunk_bytes": chunk, "timeout": 10, "wrap_transport": wrap}
+    sc = SecureComm(comm, "none", psk=PSK, **kw)
     x, y = make_data(comm, "float32", 4 * per), np.zeros(4 * per, np.float32)
     err = None
     try:
@@ -1140,7 +1202,7 @@ def direct(comm, rec):
         err = e
     if comm.rank == 0:
         ok = isinstance(err, AuthenticationError) and err.peer == 1 and "truncated or padded" in str(err)
-        rec(f"direct none: a frame one byte short landed in place: {err!s}", ok)
+        rec(f"clear_frames none: a frame one byte short landed in place: {err!s}", ok)
     comm.Barrier()
     sc.close()
 

@@ -17,7 +17,7 @@ MIN_CASES = {
     "readonly_send": 96,
     "refusal": 18,
     "threads": 87,
-    "completion": 2,
+    "completion": 6,
     "agreement": 29,
 }
 

@@ -944,35 +944,31 @@ def test_a_device_engine_comm_runs_every_repeated_call_on_the_device_engine(host
         assert seen == [True, True, True] and plans == 0, seen
 
 
-def test_device_engine_ranks_never_receive_in_place(host_backend):
-    """``none`` frames in chunks of DIRECT_MIN_BYTES: a device-engine rank receives every frame
-    into its device slots (no receive into parts), the CPU-engine rank beside it receives its
-    allgather's last chunks in place; both get the sum."""
-    from seccomm.engine import DIRECT_MIN_BYTES
-
-    world = World(2)
+@pytest.mark.parametrize("paired", [False, True])
+def test_device_engine_ranks_neither_lend_nor_receive_in_place(host_backend, paired):
+    """``none`` frames (the payload alone) in blocks of two chunks: a device-engine rank sends
+    every frame from its device slots and receives every frame into them, the CPU-engine rank
+    beside it sends its reduce-scatter's two frames from its arrays (its allgather's are the
+    op's last sends: copied) and receives its allgather's two in place; both get the sum, paired
+    too (the op's record alone before its first frame)."""
+    world = World(2, paired=paired)
     trs = world.transports(timeout=3)
-    n = DIRECT_MIN_BYTES // 4 * 4  # blocks of two chunks
+    n = 1024 * 4  # blocks of two 4 KiB chunks
 
     def body(r):
         kw = {"device_backend": host_backend} if r == 0 else {}
         sc = SecureComm(
-            trs[r],
-            "none",
-            psk=PSK,
-            timeout=5,
-            crypto_threads=1,
-            chunk_bytes=DIRECT_MIN_BYTES,
-            algorithm="ring",
-            **kw,
+            trs[r], "none", psk=PSK, timeout=5, crypto_threads=1, chunk_bytes=4096, algorithm="ring", **kw
         )
         x, y = np.arange(n, dtype=np.float32) + r, np.zeros(n, np.float32)
         sc.allreduce(x, y)
         sc.close()
-        return bool(np.array_equal(y, 2 * np.arange(n, dtype=np.float32) + 1)), trs[r].parts_posted
+        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in (x, y)]
+        inside = [k for k, at, nb in trs[r].io if any(lo <= at and at + nb <= hi for lo, hi in spans)]
+        good = bool(np.array_equal(y, 2 * np.arange(n, dtype=np.float32) + 1))
+        return good, inside.count("send"), inside.count("recv")
 
-    (good0, parts0), (good1, parts1) = ok(world.run(body))
-    assert good0 and good1 and parts0 == 0 and parts1 == 2
+    assert ok(world.run(body)) == [(True, 0, 0), (True, 2, 2)]
 
 
 def test_close_keeps_the_last_sends_referenced():

@@ -290,6 +290,13 @@ def test_inter_node_policy_protects_group_frames_only_across_nodes():
     )
 
 
+def _inside(io, kind, arrays) -> int:
+    """How many of the frame buffers of ``kind`` ("send"/"recv") in a transport's ``io`` log lie
+    inside one of ``arrays``."""
+    spans = [(x.ctypes.data, x.ctypes.data + x.nbytes) for x in arrays]
+    return sum(k == kind and any(lo <= a and a + n <= hi for lo, hi in spans) for k, a, n in io)
+
+
 @pytest.mark.parametrize(
     "suite,p,paired,hosts",
     [
@@ -298,52 +305,106 @@ def test_inter_node_policy_protects_group_frames_only_across_nodes():
         ("none", 3, False, None),
         ("aes-256-gcm", 2, True, None),
         ("aes-256-gcm", 3, False, None),
-        ("aes-256-gcm", 3, False, [5, 5, 5]),  # inter-node, one node: group frames in the clear
-        ("aes-256-gcm", 3, False, [5, 5, 6]),  # inter-node, two nodes: group frames protected
+        ("aes-256-gcm", 3, False, [5, 5, 5]),  # inter-node, one node: every hop in the clear
+        ("aes-256-gcm", 3, False, [5, 5, 6]),  # inter-node, two nodes: only 0 <-> 1 in the clear
     ],
 )
-def test_none_frames_land_in_place_where_they_are_not_forwarded(suite, p, paired, hosts):
-    """Ring allreduce (also in place) and allgather with chunks at and around DIRECT_MIN_BYTES
-    (a short last chunk too): results equal the reference, and exactly the allgather's last-step
-    chunks of DIRECT_MIN_BYTES or more that travel as ``none`` frames are received into the
-    caller's buffer (the ``none`` suite, or the clear group frames of ``encrypt="inter-node"`` on
-    one node); never a frame that is forwarded (results would differ), nor an op's first message
-    (paired: it carries the record), nor a protected one."""
-    from seccomm.engine import DIRECT_MIN_BYTES
-
-    per = DIRECT_MIN_BYTES // 4  # float32 elements a chunk
+def test_clear_frames_go_from_and_land_in_the_callers_memory(suite, p, paired, hosts):
+    """Ring allreduce (also in place) and allgather, chunked (a short last chunk too): results
+    equal the reference, and exactly these clear frames (suite ``none``, or hops in the clear
+    under ``encrypt="inter-node"``) go straight from the caller's arrays: the reduce-scatter's
+    first step (from the input) and, on more than two ranks, the allgather's first (this rank's
+    block; on two ranks these are the op's last sends, never lent); and exactly the allgather's
+    last step lands straight in them (it is not forwarded); never a protected frame, and never
+    one from or into the caller's memory that the op writes or forwards."""
+    per = 1024  # float32 elements a chunk (chunk_bytes 4096)
     sizes = (2 * per * p, 2 * per * p + 5, per * p - 3)
-    clear = suite == "none" or hosts == [5, 5, 5]
+
+    def clear(a, b):  # whether the hop a -> b is in the clear (b None: group frames)
+        if suite == "none" or hosts is None:
+            return suite == "none"
+        return len(set(hosts)) == 1 if b is None else hosts[a] == hosts[b]
 
     def body(sc):
-        r, out, want = sc.rank, [], 0
+        r, t, out = sc.rank, sc._transport, []
         for n in sizes:
             xs = [data("float32", n, q) for q in range(p)]
-            y = np.zeros(n, np.float32)
-            sc.allreduce(xs[r], y)
-            x = xs[r].copy()
-            sc.allreduce(x, x)
             counts = sc.block_counts(n)
+            chunks = [-(-c // per) for c in counts]
+            y = np.zeros(n, np.float32)
+            x = xs[r].copy()
+            own = xs[r][: counts[r]].copy()
             g = np.zeros(n, np.float32)
-            sc.allgather(xs[r][: counts[r]], g)
+            t.io = []
+            sc.allreduce(xs[r], y)
+            sc.allreduce(x, x)
+            sc.allgather(own, g)
             whole = np.concatenate([xs[q][: counts[q]] for q in range(p)])
-            out.append(np.array_equal(y, sum(xs)) and np.array_equal(x, y) and np.array_equal(g, whole))
-            full = counts[(r + 1) % p] // per  # the last step's block: whole chunks land in place
-            want += 3 * full - (paired and full > 0)  # (allgather alone: its first message, paired)
-        return out, sc._transport.parts_posted, want if clear else 0
+            good = np.array_equal(y, sum(xs)) and np.array_equal(x, y) and np.array_equal(g, whole)
+            rs = chunks[(r - 1) % p] if clear(r, (r + 1) % p) else 0
+            ag = chunks[r] if clear(r, None) and p > 2 else 0  # (on 2 ranks: the op's last sends)
+            last = chunks[(r + 1) % p] if clear(r, None) else 0
+            lent = _inside(t.io, "send", [xs[r], y, x, own])
+            landed = _inside(t.io, "recv", [y, x, g])
+            out.append((good, lent, 2 * rs + 3 * ag, landed, 3 * last))
+        return out
 
     kw = {"hosts": hosts, "encrypt": "inter-node"} if hosts else {}
-    res = ok(
-        world_run(p, body, suite=suite, algorithm="ring", chunk_bytes=DIRECT_MIN_BYTES, paired=paired, **kw)
-    )
-    assert all(all(good) for good, _, _ in res)
-    assert [n for _, n, _ in res] == [w for _, _, w in res] and (res[0][2] > 0) == clear
+    res = ok(world_run(p, body, suite=suite, algorithm="ring", chunk_bytes=4 * per, paired=paired, **kw))
+    rows = [row for part in res for row in part]
+    assert all(good for good, *_ in rows)
+    assert [(a, c) for _, a, b, c, d in rows] == [(b, d) for _, a, b, c, d in rows]
+    assert any(b for *_, b, c, d in rows) == (suite == "none" or hosts is not None)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
+    """Every collective and algorithm under ``none`` (chunked, avg and in place too): clear frames
+    go from the caller's memory only where a later step of the op waits for them, so no op ends
+    with such a send still out (the op would have to wait for it, and MPICH may complete it only
+    once the peer calls MPI again: a rank that did its part would be blamed, docs/design.md
+    "Completion"); some frames are lent all the same."""
+    from seccomm.comm import SecureComm as SC
+
+    ends, op = [], SC._op
+
+    def watched(self, run, steps, tail, check):
+        def then():
+            steps()
+            ends.append(run.lent)
+
+        return op(self, run, then, tail, check)
+
+    monkeypatch.setattr(SC, "_op", watched)
+    n = 3 * 1024 * p + 5
+
+    def run_all(sc):
+        r = sc.rank
+        x = data("float32", n, r)
+        counts, m = sc.block_counts(n), n // p * p
+        y, g, z = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(counts[r], np.float32)
+        w, mine, a = x.copy(), x[: counts[r]].copy(), x[:m].copy()
+        sc.allreduce(x, y, op="avg")
+        sc.allreduce(x, y)
+        sc.allreduce(w, w)
+        sc.allgather(mine, g)
+        sc.reduce_scatter(x, z)
+        sc.alltoall(a, np.zeros(m, np.float32))
+        roots = [x.copy() if r == root else np.zeros(n, np.float32) for root in range(p)]
+        for root in range(p):
+            sc.bcast(roots[root], root=root)
+        return _inside(sc._transport.io, "send", [x, y, w, mine, a, *roots])
+
+    lent = 0
+    for alg in ("ring", "recursive_doubling"):
+        lent += sum(ok(world_run(p, run_all, suite="none", algorithm=alg, chunk_bytes=4096, paired=p == 2)))
+    assert lent > 0
+    assert ends and not any(ends), ends
 
 
 def test_a_short_none_frame_that_lands_in_place_names_its_sender():
     """rank 1 sends its fourth frame (the allgather's second chunk, which rank 0 receives in
     place) one byte short: rank 0 raises AuthenticationError naming rank 1."""
-    from seccomm.engine import DIRECT_MIN_BYTES
 
     class Short(TransportWrapper):
         sent = 0
@@ -352,19 +413,13 @@ def test_a_short_none_frame_that_lands_in_place_names_its_sender():
             self.sent += 1
             return self.inner.isend(buf[:-1] if self.sent == 4 else buf, peer)
 
-    n = DIRECT_MIN_BYTES // 4 * 4  # blocks of two chunks: reduce-scatter 2 frames, allgather 2
+    n = 1024 * 4  # blocks of two chunks: reduce-scatter 2 frames, allgather 2
 
     def body(sc):
         sc.allreduce(data("float32", n, sc.rank), np.zeros(n, np.float32))
 
-    res = world_run(
-        2,
-        body,
-        suite="none",
-        algorithm="ring",
-        chunk_bytes=DIRECT_MIN_BYTES,
-        wrap=lambda r, t: Short(t) if r else t,
-    )
+    wrap = lambda r, t: Short(t) if r else t  # noqa: E731
+    res = world_run(2, body, suite="none", algorithm="ring", chunk_bytes=4096, wrap=wrap)
     err = res[0]
     assert isinstance(err, AuthenticationError) and err.peer == 1, res
     assert "truncated or padded" in str(err)

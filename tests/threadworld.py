@@ -86,6 +86,12 @@ class _Sent:
         self.buf, self.data, self.peer = buf, data, peer
 
 
+def _where(buf) -> tuple:
+    """(address, bytes) of a host buffer."""
+    a = np.frombuffer(buf, np.uint8)
+    return a.ctypes.data, a.nbytes
+
+
 class ThreadTransport(Transport):
     """Rank ``rank`` of ``world``; ``timeout``: seconds for the setup collectives."""
 
@@ -102,10 +108,11 @@ class ThreadTransport(Transport):
         self._pair_out = self._pair_in = False
         self._pair_sends: list = []  # the record sent alone before a wait
         self._first = None  # a first receive this transport posted itself (staged): its request
+        self._record = None  # the receive of the peer's record alone before a clear frame
         self._fb_sent = False
         self.calls = 0
         self.posted: dict[int, int] = defaultdict(int)
-        self.parts_posted = 0
+        self.io: list = []  # ("send" or "recv", address, bytes) of every frame buffer handed over
 
     def host_key(self):
         return self.world.hosts[self.rank]
@@ -152,6 +159,7 @@ class ThreadTransport(Transport):
     def isend(self, buf, peer):
         self._check_peer(peer)
         w, data = self.world, bytes(host_bytes(buf))
+        self.io.append(("send", *_where(buf)))
         wire = data
         if self._pair_out:  # the op's first message from a caller without room: the record behind
             self._pair_out = False
@@ -163,6 +171,7 @@ class ThreadTransport(Transport):
 
     def irecv(self, buf, peer):
         self._check_peer(peer)
+        self.io.append(("recv", *_where(buf)))
         req = _Recv(buf, self.posted[peer], peer)
         self.posted[peer] += 1
         if self._pair_in:  # (staged: wait_recv takes the record off)
@@ -170,14 +179,6 @@ class ThreadTransport(Transport):
             req.buf = np.empty(len(host_bytes(buf)) + 32, np.uint8)
             self._first = (req, buf)
         return req
-
-    def irecv_parts(self, parts, peer):
-        """As MPI's: one message scattered over ``parts`` in order; ``None`` for the op's first
-        message on a paired world (it carries the record).  ``parts_posted`` counts them."""
-        if self._pair_in:
-            return None
-        self.parts_posted += 1
-        return self.irecv(list(parts), peer)
 
     # -- paired ----------------------------------------------------------------------------
     def pair_link(self, peer):
@@ -205,6 +206,18 @@ class ThreadTransport(Transport):
         if self._pair_out:
             self._pair_out = False
             self._pair_sends.append(self.isend(self._pair[0], 1 - self.rank))
+
+    def expect_record(self, peer):
+        if not self._pair_in:
+            return None
+        self._pair_in = False
+        self._record = self.irecv(np.empty(64, np.uint8), peer)
+        return self._record
+
+    def wait_record(self, timeout, peer, op_label):
+        req, self._record = self._record, None
+        if req is not None:
+            self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
 
     def put_record(self, trailer):
         if not self._pair_out:
@@ -258,7 +271,7 @@ class ThreadTransport(Transport):
             i = 40 * (1 - self.rank) + 8
             self._pair = [record, table, check, op_label, None if expect is None else expect[i : i + 32]]
             self._pair_out = self._pair_in = True
-            self._first = None
+            self._first = self._record = None
             return
         peers = [r for r in range(self.size) if r != self.rank]
         recvs = [self.irecv(table[r], r) for r in peers]
@@ -292,6 +305,8 @@ class ThreadTransport(Transport):
                 self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
             elif self._first is not None:
                 self.wait_recv(self._first[0], timeout, peer, op_label)
+            elif self._record is not None:
+                self.wait_record(timeout, peer, op_label)
             self._pair = None
             self.wait_sends(sends, timeout, [peer] * len(sends), op_label)
             return
@@ -382,15 +397,6 @@ class ThreadTransport(Transport):
                     blamed=w.stopped[peer],
                 )
             data = box[req.index]
-        if type(req.buf) is list:  # (irecv_parts: the parts in order, as one buffer)
-            if len(data) > sum(len(p) for p in req.buf):
-                raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
-            pos = 0
-            for part in req.buf:
-                k = min(len(part), len(data) - pos)
-                np.frombuffer(part, np.uint8)[:k] = np.frombuffer(data[pos : pos + k], np.uint8)
-                pos += k
-            return len(data)
         dest = np.frombuffer(req.buf, np.uint8)
         if len(data) > dest.size:
             raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)

@@ -59,14 +59,16 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
         recv = None
         if blocks.counts[rb]:
             outs, elems = blocks.views(out_u8, rb, ce, isz)
-            # the last step's frames are not forwarded: ``none`` ones land in place (Recv.direct)
+            # the last step's frames are not forwarded: clear ones land in place (Recv.direct)
             ws, last = f"fwd{s % 2}", s == p - 2
             recv = Recv(src=prv, group=True, origin=rb, elems=elems, outs=outs, ws=ws, direct=last)
         if not blocks.counts[sb]:
             steps.append(exchange_step(run, None, recv))
         elif s == 0:
             pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
-            first = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1")
+            # (own: never written by this op, so lent to clear frames where a later step waits
+            # for them: not on two ranks, where these are the op's last sends)
+            first = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1", lend=p > 2)
             steps.append(exchange_step(run, first, recv))
         else:  # origin sb's group frames, forwarded as they arrived (nothing is sealed here)
             steps.append(functools.partial(_forward, run, nxt, prev, recv))
@@ -75,7 +77,7 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
 
 
 def _forward(run, nxt, prev, recv):
-    run.exchange(Send(dst=nxt, frames=[sl.frame for sl in prev.slots]), recv)
+    run.exchange(Send(dst=nxt, frames=run.frames_of(prev)), recv)
 
 
 def _prepare(run, sendbuf, recvbuf):

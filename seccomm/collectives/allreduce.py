@@ -68,7 +68,7 @@ def _divide(arr: np.ndarray, p: int) -> None:
 def ring(run, send, recv, ufunc, avg):
     blocks = Blocks(recv.size, run.size)
     mine = blocks.typed(recv, run.rank)
-    ring_reduce_scatter(run, send, mine, ufunc, blocks)
+    ring_reduce_scatter(run, send, mine, ufunc, blocks, more=True)
     if avg:
         _divide(mine, run.size)
     ring_allgather(run, mine, recv, blocks)
@@ -79,7 +79,7 @@ def _ring_prepare(run, send, recv, ufunc, avg):
     them; host buffers only: the device engine's fused hop is chosen per call)."""
     blocks = Blocks(recv.size, run.size)
     mine = blocks.typed(recv, run.rank)
-    steps = rs_steps(run, send, mine, ufunc, blocks)
+    steps = rs_steps(run, send, mine, ufunc, blocks, more=True)
     if avg:
         steps.append(functools.partial(_divide, mine, run.size))
     return in_turn(steps + ag_steps(run, mine, recv, blocks))
@@ -170,22 +170,32 @@ def _rd_prepare(run, send, recv, ufunc, avg):
     single = len(elems) == 1
     steps = []
     cur = send
-    for kind, peer, step, theirs_first in _rd_schedule(p, run.rank):
+    # clear frames go out from the caller's memory (Send.lend) where nothing this op writes
+    # overlaps it while they may be in flight and a later step waits for them: the input before
+    # any reduction (unless in place) in a swap that is not the last, the input given whole
+    # (GIVE: GET follows).  Never the op's last sends (the result returned, the last swap): the
+    # op would have to wait for them, and MPICH may complete them only once the peer calls MPI
+    # again (docs/design.md, "Completion")
+    apart = not np.may_share_memory(send, recv)
+    schedule = _rd_schedule(p, run.rank)
+    for i, (kind, peer, step, theirs_first) in enumerate(schedule):
         if kind == GET:
-            got = Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step)
+            got = Recv(peer, elems, chunk_views(as_bytes(recv), 0, recv.size, ce, isz)[0], step, direct=True)
             steps.append(exchange_step(run, None, got))
             continue
         mine = [as_bytes(cur)] if single else chunk_views(as_bytes(cur), 0, recv.size, ce, isz)[0]
         if kind in (GIVE, RETURN):
-            steps.append(exchange_step(run, Send(peer, step, pieces=mine), None))
+            lend = kind == GIVE
+            steps.append(exchange_step(run, Send(peer, step, pieces=mine, lend=lend), None))
             continue
         consume = _reducer(ufunc, cur, recv, elems, ce, theirs_first)
+        lend = apart and cur is send and i < len(schedule) - 1
         if kind == TAKE:
             steps.append(exchange_step(run, None, Recv(peer, elems, outs, step, consume=consume)))
         elif single:  # small message: one frame each way
-            steps.append(run.swap_step(peer, step, mine[0], elems[0], outs[0], consume))
+            steps.append(run.swap_step(peer, step, mine[0], elems[0], outs[0], consume, lend))
         else:
-            both = Send(peer, step, pieces=mine), Recv(peer, elems, outs, step, consume=consume)
+            both = Send(peer, step, pieces=mine, lend=lend), Recv(peer, elems, outs, step, consume=consume)
             steps.append(exchange_step(run, *both))
         cur = recv
     if avg:

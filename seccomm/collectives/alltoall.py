@@ -48,7 +48,10 @@ def pairwise(run, send: np.ndarray, recv: np.ndarray) -> None:
         pieces, _ = chunk_views(send_u8, dst * m, m, ce, isz)
         outs, elems = chunk_views(recv_u8, src * m, m, ce, isz)
         run.exchange(
-            Send(dst=dst, step=s - 1, pieces=pieces), Recv(src=src, step=s - 1, elems=elems, outs=outs)
+            # (send and recv never overlap: clear frames go from one, but for the op's last
+            # sends, which the op would have to wait for, and land in the other)
+            Send(dst=dst, step=s - 1, pieces=pieces, lend=s < p - 1),
+            Recv(src=src, step=s - 1, elems=elems, outs=outs, direct=True),
         )
 
 

@@ -37,20 +37,22 @@ def _args(sendbuf, recvbuf, rank, size, device, op) -> Call:
     return Call(dname, sendbuf.size, recvbuf.itemsize, op, (sendbuf, recvbuf, ufunc, op == "avg"))
 
 
-def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> None:
+def ring_reduce_scatter(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks, more=False) -> None:
     """Reduce every rank's ``send`` (flat) so that ``dest`` (this rank's block) holds the
-    reduction of block ``rank`` over all ranks.  Rank r ends owning block r."""
+    reduction of block ``rank`` over all ranks.  Rank r ends owning block r.  ``more``: steps of
+    the op follow (:func:`rs_steps`)."""
     fused = getattr(run, "ring_rs_fused", None)  # the device engine's fused open-add-seal hop
     if run.size > 1 and fused is not None and fused(send, dest, ufunc, blocks):
         return
-    for step in rs_steps(run, send, dest, ufunc, blocks):
+    for step in rs_steps(run, send, dest, ufunc, blocks, more):
         step()
 
 
-def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> list:
+def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks, more=False) -> list:
     """The steps of :func:`ring_reduce_scatter` on ``run`` (host buffers), each ``step()``: worked
     out once for a repeated call's plan (the accumulators ``acc0``/``acc1`` it views are then
-    the plan's)."""
+    the plan's).  ``more``: steps of the op follow (allreduce's allgather), so the last step's
+    pieces may be lent to clear frames too (``Send.lend``: a later step waits for them)."""
     p, r, isz, ce = run.size, run.rank, run.itemsize, run.chunk_elems
     if p == 1:
         return [functools.partial(np.copyto, dest, send[: dest.size])]
@@ -76,7 +78,10 @@ def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks) -> 
         steps.append(
             exchange_step(
                 run,
-                Send(dst=nxt, step=s, pieces=pieces) if pieces else None,
+                # (pieces: ``send``'s block or the accumulator the step before filled, neither
+                # written again before this step's sends are waited for: lent to clear frames,
+                # but for the op's last sends, which the op would have to wait for)
+                Send(dst=nxt, step=s, pieces=pieces, lend=more or s < p - 2) if pieces else None,
                 Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,
             )
         )

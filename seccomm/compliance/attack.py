@@ -4,7 +4,8 @@ the setup classes, the setup messages a rank receives.
 
 Operation classes (each trial is one fresh ``SecureComm`` and one allreduce on real ranks):
 
-- ``flip-payload``, ``flip-tag``: one bit of a frame's body or tag;
+- ``flip-payload``, ``flip-tag``: one bit of a frame's body or tag (a ``none`` frame is its body
+  alone: ``flip-tag`` is not applicable there);
 - ``replay``: a frame from the previous operation (same size) instead of the current one;
 - ``swap``: two chunks of one hop exchanged;
 - ``truncate``: the frame shortened by 1..16 bytes;
@@ -84,11 +85,15 @@ class AttackTransport(TransportWrapper):
     rank's; ``replay-setup`` puts the messages of ``senders`` recorded in an earlier session
     (``replay``: that session's ``seen``) in place of this session's; ``forge-config``
     (``forge = (sender, field index)``) alters one settings field of ``sender``'s hello.  Forged
-    hellos keep their MAC: the attacker has no key."""
+    hellos keep their MAC: the attacker has no key.  ``tagless``: the frames are clear (suite
+    ``none``: no tag on the wire), so ``flip-tag`` has nothing to flip."""
 
-    def __init__(self, inner, cls: str, target: int = 0, rng=None, *, replay=None, senders=(), forge=None):
+    def __init__(
+        self, inner, cls: str, target: int = 0, rng=None, *, replay=None, senders=(), forge=None,
+        tagless=False,
+    ):  # fmt: skip
         super().__init__(inner)
-        self.cls, self.target, self.rng = cls, target, rng
+        self.cls, self.target, self.rng, self.tagless = cls, target, rng, tagless
         self.armed, self.sent, self.fired, self.victim = False, 0, False, None
         self.altered, self.na_reason = False, ""  # whether the frame put in differs from the honest one
         self.history: dict = {}  # (peer, nbytes) -> [frames], in sending order
@@ -139,6 +144,8 @@ class AttackTransport(TransportWrapper):
         out = frame.copy()
         if self.cls == "flip-payload":
             out[self.rng.integers(0, max(1, out.size - 16))] ^= 1 << int(self.rng.integers(0, 8))
+        elif self.cls == "flip-tag" and self.tagless:
+            self.altered, self.na_reason = False, "a none frame carries no tag (its payload alone)"
         elif self.cls == "flip-tag":
             out[out.size - 16 + int(self.rng.integers(0, 16))] ^= 1 << int(self.rng.integers(0, 8))
         elif self.cls == "replay":  # the same hop's frame of the previous operation
@@ -435,13 +442,18 @@ def run_class(
     earlier = x * 2 + 1  # the honest operation's data: other values than the attacked one's
     honest = np.empty_like(x)
     comm.Allreduce(x, honest)
+    tagless = get_suite(config.suite).clear
     for t in range(trials):
         # redirect: rank 1 is the rank that seals frames of one size for two peers (recursive
         # doubling's fold on 3 ranks, or its two partners on 4); elsewhere any rank attacks
         attacker = 1 if cls == "redirect" else int(rng.integers(0, size))
         target = 1 if cls == "redirect" else 0  # redirect: the second partner gets the first's frame
         wrap = (
-            (lambda tr: AttackTransport(tr, cls, target, np.random.default_rng(seed * 1000 + t)))
+            (
+                lambda tr: AttackTransport(
+                    tr, cls, target, np.random.default_rng(seed * 1000 + t), tagless=tagless
+                )
+            )
             if rank == attacker
             else None
         )

@@ -198,6 +198,10 @@ class DeviceOpRun(OpRun):
         ok = aead.open(keys, d[0], d[1], frames, d[3], d[4], span, d[2], max_len=int(lens.max()))
         return be.to_host(ok) if xp is not np else ok
 
+    @staticmethod
+    def _clear_frame(slot):
+        return slot.frame[: slot.body]  # (a clear frame: the body alone, no tag)
+
     def _fill_all(self, slots, suite, group, step, sender, dst, elems):
         n = len(slots)
         for j, s in enumerate(slots):
@@ -213,12 +217,19 @@ class DeviceOpRun(OpRun):
             slots, suite, group, send.step, sender, send.dst, [len(p) // self.itemsize for p in pieces]
         )
         self._crypt(True, suite, key, send.ws, slots, pieces)
+        if key is None:  # clear frames: the payload alone; the op's record before them (paired)
+            self.t.send_record()
+            return [self._clear_frame(s) for s in slots]
         return [s.frame for s in slots]
 
-    def _drain(self, recv: Recv, rreqs):
+    def _drain(self, recv: Recv, rreqs, key=None):
         t, slots, n = self.t, recv.slots, len(recv.slots)
+        if recv.clear:
+            self._record_first(recv.src)
         for j, req in enumerate(rreqs):
-            self._check_len(t.wait_recv(req, self.timeout, recv.src, self.op_label), slots[j], j, n, recv.src)
+            got = t.wait_recv(req, self.timeout, recv.src, self.op_label)
+            want = slots[j].body if recv.clear else len(slots[j].frame)
+            self._check_len(got, want, j, n, recv.src, suite=SUITES["none"] if recv.clear else None)
         self._open_into(
             recv.ws,
             slots,
@@ -300,9 +311,8 @@ class DeviceOpRun(OpRun):
             sreqs = [t.isend(f, nxt) for f in frames]
             self.pending += rreqs + sreqs
             for j, req in enumerate(rreqs):
-                self._check_len(
-                    t.wait_recv(req, self.timeout, prv, self.op_label), slots[j], j, len(slots), prv
-                )
+                got = t.wait_recv(req, self.timeout, prv, self.op_label)
+                self._check_len(got, len(slots[j].frame), j, len(slots), prv)
             own = blocks.views(send_u8, rb, ce, isz)[0]
             if s == p - 2:  # last hop: open into scratch, add this rank's share into its block
                 nb = dest.size * isz  # (scratch: in place, this rank's block of send IS dest)
@@ -368,7 +378,7 @@ class DeviceOpRun(OpRun):
             t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
         return True
 
-    def swap_step(self, peer, step, piece, elems, out, consume):
+    def swap_step(self, peer, step, piece, elems, out, consume, lend=False):
         send, recv = Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume)
         return functools.partial(self.exchange, send, recv)
 
@@ -380,12 +390,21 @@ class DeviceOpRun(OpRun):
         if not children:  # a leaf: it sends nothing this op (paired: its record goes alone, now)
             t.send_record()
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
-        rreqs = [t.irecv(s.frame, parent) for s in slots]
+        clear = self._key(True, origin, self.rank)[1] is None
+        if clear:  # (the payload alone; the op's record before it, paired)
+            self._expect_record(parent)
+            frames = [self._clear_frame(s) for s in slots]
+        else:
+            frames = [s.frame for s in slots]
+        rreqs = [t.irecv(f, parent) for f in frames]
         self.pending += rreqs
+        if clear:
+            self._record_first(parent)
         for j, req in enumerate(rreqs):  # forward each frame as soon as it arrived
-            self._check_len(t.wait_recv(req, timeout, parent, op_label), slots[j], j, len(slots), parent)
+            got = t.wait_recv(req, timeout, parent, op_label)
+            self._check_len(got, len(frames[j]), j, len(slots), parent)
             for c in children:
-                r = t.isend(slots[j].frame, c)
+                r = t.isend(frames[j], c)
                 sreqs.append(r)
                 peers.append(c)
                 self.pending.append(r)

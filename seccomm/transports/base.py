@@ -66,16 +66,6 @@ class Transport:
     def irecv(self, buf, peer: int):
         raise NotImplementedError
 
-    def irecv_parts(self, parts: list, peer: int):
-        """A receive of one message from ``peer`` into ``parts`` (host uint8 buffers, filled in
-        order) without a buffer of its own to copy out of: :meth:`irecv` of their concatenation,
-        with the same bytes on the wire (:meth:`wait_recv` returns the bytes received).  Returns
-        the request, or ``None`` when this transport does not (the caller then receives into one
-        buffer and copies), and on a :attr:`paired` transport for the op's first message (it
-        carries the record: :meth:`record_due`).  Default ``None`` (a wrapper's too: it sees
-        every frame)."""
-        return None
-
     def wait_recv(self, req, timeout: float, peer: int, op_label: str) -> int:
         """Wait (at most ``timeout`` seconds) for a receive; return the bytes received."""
         raise NotImplementedError
@@ -137,9 +127,23 @@ class Transport:
         return None
 
     def send_record(self) -> None:
-        """Paired: this rank sends the peer no frame in this op (a bcast leaf): its record goes
-        now, alone, before its first wait (two ranks that each wait for the other, each naming
-        the other as the root, then both read the disagreement at once).  Default: nothing."""
+        """Paired: if this op's record has not gone to the peer yet, it goes now, alone: before
+        the op's first clear frame (``none``: its payload alone, no room behind it), and when
+        this rank sends the peer no frame in this op (a bcast leaf), before its first wait (two
+        ranks that each wait for the other, each naming the other as the root, then both read
+        the disagreement at once).  Default: nothing."""
+
+    def expect_record(self, peer: int):
+        """Paired: if the op's first message from ``peer`` is still to come, the receive about to
+        be posted is for a clear frame, which the peer's record precedes alone
+        (:meth:`send_record`): a receive for the record is posted now, ahead of the frame's, and
+        its request returned (the caller keeps it with the op's), for :meth:`wait_record`.
+        Default: ``None`` (nothing due)."""
+        return None
+
+    def wait_record(self, timeout: float, peer: int, op_label: str) -> None:
+        """Paired: wait for the record :meth:`expect_record` posted a receive for, and check it
+        as :meth:`take_record` does (raises on a disagreement).  Default: nothing."""
 
     def discard(self, buf, peer: int) -> None:
         """A wrapper dropped ``buf`` on its way to ``peer`` (the attacker harness): what this
@@ -312,14 +316,17 @@ class TransportWrapper(Transport):
     def pair_link(self, peer):
         return None  # (the wrapper's isend and irecv see every frame)
 
-    def irecv_parts(self, parts, peer):
-        return None  # (as pair_link)
-
     def discard(self, buf, peer):
         return self.inner.discard(buf, peer)
 
     def send_record(self):
         return self.inner.send_record()
+
+    def expect_record(self, peer):
+        return self.inner.expect_record(peer)
+
+    def wait_record(self, timeout, peer, op_label):
+        return self.inner.wait_record(timeout, peer, op_label)
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)

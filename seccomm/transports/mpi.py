@@ -120,6 +120,7 @@ class MPITransport(Transport):
         self._agree_tr = self._agree_want = None  # its trailer, and the trailer the peer must send
         self._pair_out = self._pair_in = False  # the op's first send / first receive is to come
         self._pair_first = None  # (request, destination) of a staged first receive
+        self._pair_rec = None  # the receive of the peer's record alone before a clear frame
         self._pair_sends: list = []  # this op's sends of the record alone
         self._stages: dict = {}  # "send"/"recv" -> grow-only staging buffer of first messages
         self._rrec = np.zeros(64, np.uint8)  # a record received alone
@@ -166,16 +167,6 @@ class MPITransport(Transport):
         if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
-
-    def irecv_parts(self, parts, peer):
-        if self._pair_in:
-            return None
-        MPI = self._MPI  # one byte datatype over the parts at their addresses, from MPI_BOTTOM
-        dt = self._byte.Create_hindexed([len(p) for p in parts], [MPI.Get_address(p) for p in parts]).Commit()
-        try:
-            return self.comm.Irecv([MPI.BOTTOM, 1, dt], peer, self.tag)
-        finally:
-            dt.Free()  # (MPI frees it once the receive is done with it: MPI 4.1, section 5.1.10)
 
     def discard(self, buf, peer):
         self._pair_out = False  # (paired: the record the op's first message carried is gone with it)
@@ -408,7 +399,7 @@ class MPITransport(Transport):
             i = RECORD_BYTES * (self._peer + 1) - TRAILER_BYTES
             self._agree_want = None if expect is None else expect[i : i + TRAILER_BYTES]
             self._pair_out = self._pair_in = True
-            self._pair_first = None
+            self._pair_first = self._pair_rec = None
             if self._fb is None:  # the fallback channel: one standing receive per communicator
                 fb = np.zeros(64, np.uint8)
                 self._fb = (self.comm.Irecv([fb, self._byte], self._peer, self.tag + 2), fb)
@@ -496,6 +487,19 @@ class MPITransport(Transport):
         if self._pair_out:
             self._pair_alone()
 
+    def expect_record(self, peer):
+        if not self._pair_in:
+            return None
+        self._pair_in = False
+        req = self._pair_rec = self.comm.Irecv([self._rrec, self._byte], peer, self.tag)
+        return req
+
+    def wait_record(self, timeout, peer, op_label):
+        req, self._pair_rec = self._pair_rec, None
+        if req is not None:
+            got = self.wait_recv(req, timeout, peer, op_label)
+            self.take_record(memoryview(self._rrec), got, peer, op_label)
+
     def _pair_alone(self) -> None:
         """Paired: this rank's whole record to the peer, alone (an op without a frame to it)."""
         self._pair_out = False
@@ -514,6 +518,8 @@ class MPITransport(Transport):
             self.take_record(memoryview(self._rrec), got, peer, op_label)
         elif self._pair_first is not None:  # (posted by the op, never waited for)
             self.wait_recv(self._pair_first[0], timeout, peer, op_label)
+        elif self._pair_rec is not None:  # (the same: a record alone before a clear frame)
+            self.wait_record(timeout, peer, op_label)
         sends, self._pair_sends = self._pair_sends, []
         if sends:
             self.wait_sends(sends, timeout, [peer] * len(sends), op_label)
@@ -522,7 +528,7 @@ class MPITransport(Transport):
     def agree_settle(self, limit):
         if self.paired:  # the op failed: the peer may need this rank's record to tell why
             self._pair_out = self._pair_in = False
-            self._pair_first = None
+            self._pair_first = self._pair_rec = None
             self._fallback_send()
         if self._agree_check is None:
             return None
