@@ -33,7 +33,7 @@ from cryptography.exceptions import InvalidTag
 from .errors import AuthenticationError
 from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext
 from .policy import EncryptPolicy
-from .suites import SUITES, CipherSuite
+from .suites import RECORD_ROOM, SUITES, CipherSuite
 
 
 @dataclass(frozen=True)
@@ -77,13 +77,28 @@ class Send:
     that a later step waits for, while the peer is still in the op: never the op's last sends,
     which MPICH may complete only once the peer calls MPI again (a rank that did its part would
     then be blamed: docs/design.md, "Completion").  Should a lent send still be out at the op's
-    end, the op waits for it (the pieces may be the caller's memory)."""
+    end, the op waits for it (the pieces may be the caller's memory).
 
-    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes", "lend")
+    ``behind`` (paired transports; both ranks' steps must agree, as recursive doubling's one
+    swap on two ranks does): the op's record, where it is due, rides behind this step's first
+    clear frame in the same message (the transport stages the two), not alone before it."""
 
-    def __init__(self, dst, step=0, group=False, origin=-1, pieces=None, frames=None, ws="send", lend=False):
+    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes", "lend", "behind")
+
+    def __init__(
+        self,
+        dst,
+        step=0,
+        group=False,
+        origin=-1,
+        pieces=None,
+        frames=None,
+        ws="send",
+        lend=False,
+        behind=False,
+    ):
         self.dst, self.step, self.group, self.origin = dst, step, group, origin
-        self.pieces, self.frames, self.ws, self.lend = pieces, frames, ws, lend
+        self.pieces, self.frames, self.ws, self.lend, self.behind = pieces, frames, ws, lend, behind
         self.sizes = None if pieces is None else [len(p) for p in pieces]  # chunk bytes
 
 
@@ -98,19 +113,31 @@ class Recv:
 
     ``direct`` (without ``consume``): the frames are not forwarded, so clear frames (``none``:
     the payload alone, nothing to verify) are received straight into ``outs[j]``, not into slots.
+    ``behind``: the peer's :class:`Send` of this step has it (its record comes in the first
+    frame's message, where due).
     """
 
     __slots__ = (
         *("src", "elems", "outs", "step", "group", "origin", "consume", "ws", "slots", "sizes"),
-        *("direct", "landed", "clear"),
+        *("direct", "landed", "clear", "behind"),
     )
 
     def __init__(
-        self, src, elems, outs, step=0, group=False, origin=-1, consume=None, ws="recv", direct=False
+        self,
+        src,
+        elems,
+        outs,
+        step=0,
+        group=False,
+        origin=-1,
+        consume=None,
+        ws="recv",
+        direct=False,
+        behind=False,
     ):
         self.src, self.elems, self.outs, self.step = src, elems, outs, step
         self.group, self.origin, self.consume, self.ws = group, origin, consume, ws
-        self.direct = direct and consume is None
+        self.direct, self.behind = direct and consume is None, behind
         self.slots = None  # filled by exchange (frames to forward)
         self.sizes = None  # chunk bytes, set by the first exchange (it knows the element size)
         self.landed = False  # this op's frames were received in place (set by exchange)
@@ -284,7 +311,8 @@ class OpRun:
         key = self._protect(group, sender, send.dst)
         suite = key.suite
         if suite.clear:
-            self.t.send_record()
+            if not send.behind:
+                self.t.send_record()
             if send.lend and self.receives_direct:
                 self.lent = True
                 yield from pieces
@@ -364,7 +392,8 @@ class OpRun:
         step allows it (``direct``, host engine), else into the slots' bodies; the op's record
         first where it is due."""
         t, src = self.t, recv.src
-        self._expect_record(src)
+        if not recv.behind:
+            self._expect_record(src)
         recv.landed = recv.direct and self.receives_direct
         if recv.landed:
             return [t.irecv(out, src) for out in recv.outs]
@@ -472,31 +501,40 @@ class OpRun:
 
     def _clear_swap(self, peer, step, piece, elems, out, consume, lend):
         """:meth:`swap_step` of clear frames: the payload alone, sent from ``piece`` where it is
-        lent (else from a copy in a slot), received into a slot's body and consumed from there."""
+        lent (else from a copy in a slot's body), received into a slot's body and consumed from
+        there.  On a paired transport (two ranks: recursive doubling's one swap, the op's last
+        send) it is never lent, and the op's record rides behind the copy in the slot's room, as
+        behind a sealed frame (``Send.behind``: the peer's step does the same)."""
         t, nbytes = self.t, elems * self.itemsize
-        lend = lend and self.receives_direct
+        paired = t.paired
+        lend = lend and self.receives_direct and not paired
         # (kept: cached slots keep their buffer alive if it grows; clear frames need no key)
-        body = self._clear_frame(self.ws.slots("recv", [nbytes])[0])
-        sbody = None if lend else self._clear_frame(self.ws.slots("send", [nbytes])[0])
+        rslot = self.ws.slots("recv", [nbytes])[0]
+        body, rwire = rslot.body, rslot.wire[: nbytes + RECORD_ROOM]
+        if not lend:
+            sslot = self.ws.slots("send", [nbytes])[0]
+            sbody, swire = sslot.body, sslot.wire[: nbytes + RECORD_ROOM]
+            strailer = swire[nbytes:]
 
         def run_step():
             if self.sends:
                 self._settle()
-            t.send_record()  # (paired: the op's record alone, before its first clear frame)
             if lend:
+                t.send_record()  # (not paired: a no-op)
                 sent = piece
                 self.lent = True
             else:
-                sent = sbody
-                _copy_out(sent, piece)
+                _copy_out(sbody, piece)
+                sent = swire if paired and t.put_record(strailer) else sbody
             sreq = t.isend(sent, peer)
             self.pending.append(sreq)
             self.sends.append((sreq, peer))
-            self._expect_record(peer)
-            rreq = t.irecv(body, peer)
+            first = paired and t.record_due()
+            rreq = t.irecv(rwire if first else body, peer)
             self.pending.append(rreq)
-            self._record_first(peer)
             got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
+            if first:
+                got = t.take_record(rwire, got, peer, self.op_label)
             if got != nbytes:
                 self._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
             consume(0, body)

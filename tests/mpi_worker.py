@@ -1027,19 +1027,22 @@ def paired(comm, rec):
         sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
         _mismatch_alike(comm, rec, label, "root", lambda: sc.bcast(np.zeros(64, np.float32), root=roots[r]))
         _close_together(comm, sc)
-    for suite in ("aes-256-gcm", "none"):
+    # (none: 64 elements go in recursive doubling's one swap, the record behind the copied frame;
+    # 2**19 in the ring, whose first clear frame goes from the caller's array, the record alone)
+    for suite, n in (("aes-256-gcm", 64), ("none", 64), ("none", 1 << 19)):
         for how in ("altered", "replayed"):
-            label = f"paired {suite}: a record {how} by rank 0"
+            label = f"paired {suite} n={n}: a record {how} by rank 0"
             rec.start(label)
             sc = SecureComm(comm, suite, psk=PSK, timeout=20)
-            x = np.full(64, r + 1.0, np.float32)
+            x = np.full(n, r + 1.0, np.float32)
             y = np.empty_like(x)
             sc.allreduce(x, y)
-            if r == 0 and suite == "none":  # (a clear frame: the record goes alone before it)
-                t, kept = sc.transport, []
+            if r == 0:
+                t, kept, put, used = sc.transport, [], sc.transport.put_record, []
 
-                def alone(t=t, kept=kept, how=how):
+                def alone(t=t, kept=kept, how=how, used=used):
                     t._pair_out = False
+                    used.append("alone")
                     msg = np.array(t._agree_rec, np.uint8)  # (a copy: this rank's own stays)
                     if how == "altered":
                         msg[8 + 3] ^= 1  # (the record's algorithm byte)
@@ -1050,13 +1053,10 @@ def paired(comm, rec):
                     t._pair_sends.append(t.comm.Isend([msg, t._byte], t._peer, t.tag))
                     kept.append(msg)  # (referenced until the send is done)
 
-                t._pair_alone = alone
-            elif r == 0:
-                put, kept = sc.transport.put_record, []
-
-                def forged(trailer, put=put, kept=kept, how=how):
+                def forged(trailer, put=put, kept=kept, how=how, used=used):
                     if not put(trailer):
                         return False
+                    used.append("behind")
                     if how == "altered":
                         trailer[3] ^= 1  # (the record's algorithm byte)
                     elif kept:
@@ -1065,13 +1065,16 @@ def paired(comm, rec):
                         kept.append(bytes(trailer))
                     return True
 
-                sc.transport.put_record = forged
+                t._pair_alone, t.put_record = alone, forged
             got = None
             try:
                 for _ in range(2):  # (a replay needs an op to replay from)
                     sc.allreduce(x, y)
             except SecCommError as e:
                 got = e
+            if r == 0:  # the record went where this case means it to go, each call
+                want = "alone" if suite == "none" and n > 64 else "behind"
+                rec(f"{label}: the record went {want}: {used}", used and set(used) == {want})
             if suite == "none" and how == "replayed":
                 ok = got is None and np.all(y == 3)
             elif suite == "none":  # an altered record that nothing authenticates: a disagreement

@@ -25,7 +25,7 @@ MIN_CASES = {
     "wire": 4,
     "wire_policy": 350,  # 714 at 2 ranks, 1630 at 3
     "op_replay": 36,  # 84 at 2 ranks, 112 at 3
-    "paired": 48,
+    "paired": 80,
     "clear_frames": 100,  # 112 a rank at 2 and 3 ranks
     "setup_downgrade": 7,
     "setup_replay": 4,

@@ -971,6 +971,40 @@ def test_device_engine_ranks_neither_lend_nor_receive_in_place(host_backend, pai
     assert ok(world.run(body)) == [(True, 0, 0), (True, 2, 2)]
 
 
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_device_engine_rank_and_a_cpu_rank_swap_clear_frames(host_backend, paired):
+    """recursive doubling's one swap of ``none`` frames between a device-engine rank and a
+    CPU-engine rank, three repeated calls (the plan's prepared swap) and sizes of 1 to 4096
+    elements: both get the sum; paired, the op's record rides behind each rank's frame (the CPU
+    rank's in its slot's room, the device rank's staged by the transport), never alone."""
+    world = World(2, paired=paired)
+    trs = world.transports(timeout=3)
+
+    def body(r):
+        kw = {"device_backend": host_backend} if r == 0 else {}
+        sc = SecureComm(trs[r], "none", psk=PSK, timeout=5, algorithm="recursive_doubling", **kw)
+        alone = []
+        if paired:
+            send_record = trs[r].send_record
+
+            def watched():
+                alone.append(trs[r]._pair_out)
+                send_record()
+
+            trs[r].send_record = watched
+        good = []
+        for n in (1, 7, 4096):
+            x, y = np.arange(n, dtype=np.float32) + r, np.zeros(n, np.float32)
+            for _ in range(3):
+                y[:] = np.nan
+                sc.allreduce(x, y)
+                good.append(bool(np.array_equal(y, 2 * np.arange(n, dtype=np.float32) + 1)))
+        sc.close()
+        return all(good), any(alone)
+
+    assert ok(world.run(body)) == [(True, False), (True, False)]
+
+
 def test_close_keeps_the_last_sends_referenced():
     """close() after an op: the op's last sends (never waited for in it) are handed over to the
     requests kept referenced while MPI may still read their frames."""

@@ -218,7 +218,8 @@ class DeviceOpRun(OpRun):
         )
         self._crypt(True, suite, key, send.ws, slots, pieces)
         if key is None:  # clear frames: the payload alone; the op's record before them (paired)
-            self.t.send_record()
+            if not send.behind:  # (else the transport stages it behind the first)
+                self.t.send_record()
             return [self._clear_frame(s) for s in slots]
         return [s.frame for s in slots]
 
@@ -379,7 +380,10 @@ class DeviceOpRun(OpRun):
         return True
 
     def swap_step(self, peer, step, piece, elems, out, consume, lend=False):
-        send, recv = Send(peer, step, pieces=[piece]), Recv(peer, [elems], [out], step, consume=consume)
+        # (paired, clear frames: the record behind the frame, as the CPU engine's swap sends it)
+        behind = self.t.paired
+        send = Send(peer, step, pieces=[piece], behind=behind)
+        recv = Recv(peer, [elems], [out], step, consume=consume, behind=behind)
         return functools.partial(self.exchange, send, recv)
 
     def relay(self, parent, children, pieces_or_outs, elems, origin):
