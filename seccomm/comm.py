@@ -493,6 +493,8 @@ class SecureComm:
             self._broken = f"{run.op_label} failed ({type(err).__name__})"
             if isinstance(err, (AuthenticationError, FrameError)):
                 self._transport.abort(err.peer)  # ranks waiting on this one raise now, not at the deadline
+            elif isinstance(err, ArgumentMismatchError):  # every rank reads it from the records,
+                self._transport.fail()  # unless one was altered on the wire (under none): told now
             self._transport.cancel(run.pending)
             self._stale = run.pending  # keep buffers referenced while MPI may still touch them
             if err is not e:

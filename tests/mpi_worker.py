@@ -1066,26 +1066,69 @@ def paired(comm, rec):
                     return True
 
                 t._pair_alone, t.put_record = alone, forged
-            got = None
+            got, t0 = None, time.monotonic()
             try:
                 for _ in range(2):  # (a replay needs an op to replay from)
                     sc.allreduce(x, y)
             except SecCommError as e:
                 got = e
+            secs = time.monotonic() - t0
             if r == 0:  # the record went where this case means it to go, each call
                 want = "alone" if suite == "none" and n > 64 else "behind"
                 rec(f"{label}: the record went {want}: {used}", used and set(used) == {want})
             if suite == "none" and how == "replayed":
                 ok = got is None and np.all(y == 3)
-            elif suite == "none":  # an altered record that nothing authenticates: a disagreement
+            elif suite == "none":  # an altered record that nothing authenticates: a disagreement,
+                # seen by rank 1 alone; rank 0 is told at once (never waits out its deadline)
                 mismatch = isinstance(got, seccomm.ArgumentMismatchError)
-                ok = mismatch if r == 1 else not isinstance(got, AuthenticationError)
+                told = got is None or isinstance(got, seccomm.PeerAbortError) and got.peer == 1
+                ok = (mismatch if r == 1 else told) and secs < 5
             elif r == 1:
                 ok = isinstance(got, AuthenticationError) and got.peer == 0 and "allreduce" in str(got)
             else:  # needing nothing more of rank 1 than its verified frame: finishes, or is told
                 ok = got is None or isinstance(got, seccomm.PeerAbortError)
-            rec(f"{label}: rank {r}: {type(got).__name__}: {got}", ok)
+            rec(f"{label}: rank {r}: {type(got).__name__}: {got} ({secs:.1f} s)", ok)
             _close_together(comm, sc)
+    # a record sent alone one byte short, one long, 24 long (under none nothing authenticates it,
+    # so its length is all that tells): FrameError naming rank 0 on rank 1 at once, never a
+    # record read from the wrong bytes; rank 0 is told at once, or had finished its part
+    cases = [("allreduce", 1 << 19), ("allreduce", 0), ("bcast", 64), ("alltoall", 2 << 18)]
+    for (coll, n), delta in [(c, d) for c in cases for d in (-1, 1, 24)]:
+        label = f"paired none {coll} n={n}: rank 0's record alone {40 + delta} bytes"
+        rec.start(label)
+        sc = SecureComm(comm, "none", psk=PSK, timeout=20)
+        if r == 0:
+            t, kept = sc.transport, []
+
+            def wrong(t=t, kept=kept, delta=delta):
+                t._pair_out = False
+                rec40 = np.array(t._agree_rec, np.uint8)
+                pad = np.zeros(max(delta, 0), np.uint8)
+                msg = rec40[:delta].copy() if delta < 0 else np.concatenate([rec40, pad])
+                kept.append(msg)  # (referenced until the send is done)
+                t._pair_sends.append(t.comm.Isend([msg, t._byte], t._peer, t.tag))
+
+            t._pair_alone = wrong
+        x = np.full(n, r + 1.0, np.float32)
+        y = np.zeros_like(x)
+        got, t0 = None, time.monotonic()
+        try:
+            if coll == "bcast":
+                sc.bcast(x, root=1)  # (rank 0, the leaf, sends its record alone)
+            elif coll == "alltoall":
+                sc.alltoall(x, y)
+            else:
+                sc.allreduce(x, y)
+        except SecCommError as e:
+            got = e
+        secs = time.monotonic() - t0
+        if r == 1:
+            said = f"has {40 + delta} bytes" in str(got)
+            ok = isinstance(got, seccomm.FrameError) and got.peer == 0 and said
+        else:
+            ok = got is None or isinstance(got, seccomm.PeerAbortError) and got.peer == 1
+        rec(f"{label}: rank {r}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and secs < 5)
+        _close_together(comm, sc)
 
 
 @scenario

@@ -217,7 +217,14 @@ class ThreadTransport(Transport):
     def wait_record(self, timeout, peer, op_label):
         req, self._record = self._record, None
         if req is not None:
-            self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            self._record_alone(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+
+    def _record_alone(self, buf, got, peer, op_label):
+        if got != 40:  # (a record alone is whole: RECORD_BYTES)
+            self._pair[2] = None
+            msg = f"{op_label}: argument record of {got} bytes from rank {peer}"
+            raise FrameError(msg, peer=peer, op=op_label)
+        self.take_record(buf, got, peer, op_label)
 
     def put_record(self, trailer):
         if not self._pair_out:
@@ -302,7 +309,7 @@ class ThreadTransport(Transport):
             if self._pair_in:  # none came: the record alone
                 self._pair_in = False
                 req = self.irecv(np.empty(64, np.uint8), peer)
-                self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+                self._record_alone(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
             elif self._first is not None:
                 self.wait_recv(self._first[0], timeout, peer, op_label)
             elif self._record is not None:

@@ -497,8 +497,17 @@ class MPITransport(Transport):
     def wait_record(self, timeout, peer, op_label):
         req, self._pair_rec = self._pair_rec, None
         if req is not None:
-            got = self.wait_recv(req, timeout, peer, op_label)
-            self.take_record(memoryview(self._rrec), got, peer, op_label)
+            self._record_alone(self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+
+    def _record_alone(self, got, peer, op_label) -> None:
+        """The peer's whole record, received alone into ``_rrec`` (``got`` bytes): exactly
+        :data:`~seccomm.agreement.RECORD_BYTES` (else ``FrameError`` naming ``peer``: a message
+        of another length is not a record, whatever its last bytes), then checked as
+        :meth:`take_record` checks one behind a frame."""
+        if got != RECORD_BYTES:
+            self._agree_check = None
+            raise record_size_error(op_label, peer, got, RECORD_BYTES)
+        self.take_record(memoryview(self._rrec), got, peer, op_label)
 
     def _pair_alone(self) -> None:
         """Paired: this rank's whole record to the peer, alone (an op without a frame to it)."""
@@ -514,8 +523,7 @@ class MPITransport(Transport):
         if self._pair_in:
             self._pair_in = False
             req = self.comm.Irecv([self._rrec, B], peer, self.tag)
-            got = self.wait_recv(req, timeout, peer, op_label)
-            self.take_record(memoryview(self._rrec), got, peer, op_label)
+            self._record_alone(self.wait_recv(req, timeout, peer, op_label), peer, op_label)
         elif self._pair_first is not None:  # (posted by the op, never waited for)
             self.wait_recv(self._pair_first[0], timeout, peer, op_label)
         elif self._pair_rec is not None:  # (the same: a record alone before a clear frame)
