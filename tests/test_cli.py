@@ -458,3 +458,26 @@ def test_bench_without_the_check_says_not_applicable(tmp_path):
     assert "# Out of bounds values : N/A (not checked: --check 0)" in out.stdout
     assert all(r["wrong"] is None for r in json.loads(j.read_text())["rows"])
     assert all(r["wrong"] == "" for r in csv.DictReader(c.open()))
+
+
+def test_the_summary_line_gives_a_ciphers_overhead_against_none_too():
+    """Where native MPI is slower than seccomm's own plaintext path at the largest size (MPICH
+    at 64 MiB on two ranks, README), the closing line gives the cipher's cost against ``none``
+    beside its ratio to native (here 0.84x vs native, 1.31x vs none), never the first alone."""
+    from seccomm.bench.table import summary_line
+
+    def row(v, size, us, over, bw):
+        return {"collective": "allreduce", "variant": v, "size_bytes": size, "time_us": {"median": us},
+                "overhead_x": over, "busbw_gbps": bw}  # fmt: skip
+
+    rows = [row("native", 4096, 8.0, 1.0, 0.5), row("native", 1 << 26, 43889.8, 1.0, 1.529)]
+    rows += [row("none", 4096, 16.0, 2.0, 0.25), row("none", 1 << 26, 28228.0, 0.64, 2.377)]
+    rows += [row("aes-256-gcm", 4096, 24.0, 3.0, 0.2), row("aes-256-gcm", 1 << 26, 36878.3, 0.84, 1.820)]
+    aes = summary_line(rows, "allreduce", "aes-256-gcm")
+    assert aes.endswith("overhead at 67108864 B: 0.84x vs native, 1.31x vs none"), aes
+    assert "1.010 GB/s" in aes  # (the mean busbw over the sizes)
+    assert summary_line(rows, "allreduce", "none").endswith("0.64x vs native")
+    assert summary_line(rows, "allreduce", "native").endswith("1.00x vs native")
+    assert summary_line(rows, "allgather", "none") is None
+    alone = [r for r in rows if r["variant"] != "none"]  # (no none run: no second ratio)
+    assert summary_line(alone, "allreduce", "aes-256-gcm").endswith("0.84x vs native")
