@@ -414,7 +414,11 @@ def _diagnose(a) -> int:
     if not rows:
         raise UsageError(f"{a.diagnose}: no allreduce row with more than one rank to diagnose")
     verdicts = diagnose.verdicts([r for r in rows if r["size_bytes"] >= 65536] or rows)
-    print(f"# diagnosis of {a.diagnose}: parts of each row's measured time; {diagnose.calibration_line(cal)}")
+    print(
+        f"# diagnosis of {a.diagnose}: the calibrated model's parts of each row's measured time; waiting "
+        f"= measured - model, what the model does not explain (negative where the model is slower than "
+        f"the measurement); {diagnose.calibration_line(cal)}"
+    )
     print("\n".join(diagnose.table(rows)))
     print("# what limits scaling (rows >= 64 KiB):")
     print("\n".join(f"# {v['line']}" for v in verdicts))
