@@ -49,7 +49,8 @@ def byte_ticks(lo: float, hi: float, most: int = 7) -> list[int]:
 
 def _log_axes(ax, xlabel: str, ylabel: str, bytes_x: bool, times: bool = False) -> None:
     """Log-log axes: x in bytes (``bytes_x``) or plain counts at powers of 2; y labelled in plain
-    numbers (with an ``x`` suffix for ``times``), at 1, 2 and 5 of each decade."""
+    numbers (with an ``x`` suffix for ``times``), at 1, 2 and 5 of each decade (every 1..9 where
+    the y axis spans less than a decade)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     ax.set_xscale("log", base=2)
@@ -61,7 +62,12 @@ def _log_axes(ax, xlabel: str, ylabel: str, bytes_x: bool, times: bool = False) 
     ax.xaxis.set_minor_formatter(NullFormatter())
     unit = "x" if times else ""
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}{unit}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _p: f"{v:g}{unit}" if f"{v:e}"[0] in "25" else ""))
+
+    def minor(v, _p):  # 2 and 5 of each decade; every tick where the axis spans under a decade
+        lo, hi = sorted(ax.get_ylim())
+        return f"{v:.3g}{unit}" if f"{v:e}"[0] in "25" or 0 < lo and hi < 10 * lo else ""
+
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
