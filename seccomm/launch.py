@@ -250,11 +250,53 @@ def _stop(proc, pumps, sig) -> None:
             pass
 
 
+#: where MPICH keeps the shared memory of a node's ranks (a file each, unlinked by MPI_Finalize)
+SHM_DIR, SHM_GLOB = Path("/dev/shm"), "mpich_shm_*"
+
+
+def _shm_files() -> set:
+    try:
+        return set(SHM_DIR.glob(SHM_GLOB))
+    except OSError:
+        return set()
+
+
+def _mapped() -> set:
+    """Every file some process of this machine maps or holds open (that this process can see)."""
+    seen = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError), open(proc / "maps") as maps:
+            seen.update(f[5].strip() for f in (line.split(maxsplit=5) for line in maps) if len(f) == 6)
+        with contextlib.suppress(OSError):
+            seen.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
+    return seen
+
+
+def drop_orphan_shm(before: set) -> list:
+    """Ranks stopped by a signal never reach ``MPI_Finalize``, which unlinks MPICH's shared-memory
+    file: remove each such file that appeared since ``before`` (:func:`_shm_files` at the
+    launch), is this user's, and no process maps or holds open any more.  Returns the paths
+    removed."""
+    gone, mapped = [], None
+    for f in sorted(_shm_files() - before):
+        with contextlib.suppress(OSError):
+            if f.stat().st_uid != os.getuid():
+                continue
+            mapped = _mapped() if mapped is None else mapped
+            if str(f) not in mapped:
+                f.unlink()
+                gone.append(f)
+    return gone
+
+
 def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: str = "seccomm") -> int:
     """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks (:func:`python_argv`: this
     process's seccomm, whatever the current directory) and return their exit status.
     Ctrl-C, SIGTERM and SIGHUP stop every rank: one line on standard error (``prog``: interrupted),
-    exit status 128 + the signal; these signals then stay ignored (the caller is ending).
+    exit status 128 + the signal; these signals then stay ignored (the caller is ending); MPICH's
+    shared-memory files the stopped ranks leave are removed (:func:`drop_orphan_shm`).
     ``LaunchError`` when no ``mpiexec`` is found or the job secret set is unusable (before
     anything starts)."""
     mpiexec = find_mpiexec()
@@ -271,6 +313,7 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
     cmd = [mpiexec, "-n", str(nranks), *python_argv("seccomm", *argv)]
     old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     proc = pumps = None
+    shm = _shm_files()
     try:
         proc = subprocess.Popen(
             cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -290,6 +333,7 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
         sig = e.signum if isinstance(e, _Stopped) else signal.SIGINT
         if proc is not None:
             _stop(proc, pumps, sig)
+            drop_orphan_shm(shm)
         name = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
         print(f"\n{prog}: {name}; all ranks stopped", file=sys.stderr, flush=True)
         return 128 + sig

@@ -139,7 +139,18 @@ def run_cmd(
     ``capture_output`` and ``text`` are always on).  Past ``timeout`` seconds, or when the test is
     interrupted (pytest-timeout), the whole process tree is killed (``kill_tree``); on timeout the
     test fails naming the command, what was running (``what``: a string, or a callable giving it
-    once the tree is dead) and the output's tail."""
+    once the tree is dead) and the output's tail.  MPICH's shared-memory files of ranks that were
+    killed (here, or by a fault a test injects) are removed (``launch.drop_orphan_shm``)."""
+    from seccomm.launch import _shm_files, drop_orphan_shm
+
+    shm = _shm_files()
+    try:
+        return _run_cmd(cmd, timeout, what, **kw)
+    finally:
+        drop_orphan_shm(shm)
+
+
+def _run_cmd(cmd, timeout, what, **kw) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw, start_new_session=True
     )

@@ -260,3 +260,28 @@ def test_train_and_attack_warn_when_oversubscribed(monkeypatch, capsys):
     check_cores(2, False, "seccomm bench")
     check_cores(3, True, "seccomm attack")
     assert "seccomm attack: warning: oversubscribed, 3 ranks on 2 core(s)" in capsys.readouterr().err
+
+
+def test_orphan_mpich_shared_memory_is_removed_and_nothing_else(tmp_path, monkeypatch):
+    """Ranks stopped by a signal never unlink MPICH's shared-memory file (``/dev/shm/mpich_shm_*``,
+    2 MB each, seen after every Ctrl-C of ``seccomm bench`` before): after stopping them,
+    ``relaunch`` removes the files that appeared since the launch and that no process maps or
+    holds open; a file from before the launch, one still mapped, one still open and any other
+    name stay."""
+    import mmap
+
+    monkeypatch.setattr(launch, "SHM_DIR", tmp_path)
+    old = tmp_path / "mpich_shm_old_0"
+    old.write_bytes(b"\0" * 4096)
+    before = launch._shm_files()
+    names = ("mpich_shm_a_0", "mpich_shm_b_0", "mpich_shm_c_0", "x")
+    orphan, mapped, held, other = (tmp_path / n for n in names)
+    for f in (orphan, mapped, held, other):
+        f.write_bytes(b"\0" * 4096)
+    with open(mapped, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 4096)  # (mapped after the file is closed, as MPICH's segment)
+    with open(held, "rb"):
+        gone = launch.drop_orphan_shm(before)
+    m.close()
+    assert gone == [orphan] and not orphan.exists()
+    assert old.exists() and mapped.exists() and held.exists() and other.exists()
