@@ -207,6 +207,7 @@ def _calibrate(a) -> int:
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
+        print(f"# calibration written to {a.out} (use it with --calibration {a.out})")
     else:
         print(text)
     return 0
