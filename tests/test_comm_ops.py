@@ -276,6 +276,29 @@ def _disagreeing(what):
     return body
 
 
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_clear_frame_of_another_collective_is_a_disagreement(paired):
+    """``none`` (nothing authenticates a frame): rank 0 calls a ring allreduce, rank 1 an
+    alltoall whose frame to rank 0 has the very size of the reduce-scatter's: both raise
+    ArgumentMismatchError.  Paired, rank 0 reads rank 1's record (alone, just before the frame)
+    before it looks at the frame, so its output holds nothing of it.  (Over more ranks, or a
+    transport that is not paired, the records are checked once all are in, which may be after
+    a clear frame was reduced: the op fails all the same.)"""
+
+    def body(sc):
+        x, y = np.full(2048, sc.rank + 1.0, np.float32), np.full(2048, np.nan, np.float32)
+        try:
+            sc.allreduce(x, y) if sc.rank == 0 else sc.alltoall(x, y)
+        except SecCommError as e:
+            return e, bool(np.isnan(y).all())
+        return None, False
+
+    res = world_run(2, body, suite="none", algorithm="ring", chunk_bytes=4096, paired=paired)
+    for e, untouched in res:
+        assert isinstance(e, ArgumentMismatchError) and "collective" in e.arguments, res
+    assert res[0][1] or not paired, "rank 0's output was written"
+
+
 @pytest.mark.parametrize(
     "what, shown",
     [

@@ -402,6 +402,40 @@ def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
     assert ends and not any(ends), ends
 
 
+@pytest.mark.parametrize(
+    "p, paired, in_place, sends, recvs",
+    [
+        (2, False, False, [0, 0], [0, 0]),  # the one swap is the op's last send: copied
+        (2, True, False, [0, 0], [0, 0]),  # (and its record rides behind the copy)
+        (4, False, False, [1] * 4, [0] * 4),  # the first of two swaps goes from the input
+        (4, False, True, [0] * 4, [0] * 4),  # in place: the input is the output, never lent
+        (3, False, False, [1, 0, 0], [1, 0, 0]),  # GIVE lent; GET lands in place; RETURN copied
+        (3, False, True, [1, 0, 0], [1, 0, 0]),  # (GET waits for GIVE's send before writing)
+    ],
+)
+def test_recursive_doubling_lends_clear_frames_exactly_where_a_later_step_waits(
+    p, paired, in_place, sends, recvs
+):
+    """``none`` under recursive doubling, three calls: per rank, how many frames go out from, and
+    land in, the caller's arrays (``Send.lend``, ``Recv.direct``), and every result right."""
+
+    def body(sc):
+        n = 16
+        x = data("float32", n, sc.rank)
+        want = sum(data("float32", n, r) for r in range(sc.size))
+        good, y = True, x if in_place else np.zeros(n, np.float32)
+        for _ in range(3):  # (the same arrays: the later calls run the plan)
+            y[:] = np.nan
+            x[:] = data("float32", n, sc.rank)  # (in place, after: x is y)
+            sc.allreduce(x, y)
+            good &= bool(np.array_equal(y, want))
+        io = sc._transport.io
+        return good, _inside(io, "send", [x, y]) // 3, _inside(io, "recv", [x, y]) // 3
+
+    res = ok(world_run(p, body, suite="none", algorithm="recursive_doubling", paired=paired))
+    assert res == [(True, s, r) for s, r in zip(sends, recvs)], res
+
+
 def test_a_short_none_frame_that_lands_in_place_names_its_sender():
     """rank 1 sends its fourth frame (the allgather's second chunk, which rank 0 receives in
     place) one byte short: rank 0 raises AuthenticationError naming rank 1."""
@@ -423,6 +457,58 @@ def test_a_short_none_frame_that_lands_in_place_names_its_sender():
     err = res[0]
     assert isinstance(err, AuthenticationError) and err.peer == 1, res
     assert "truncated or padded" in str(err)
+
+
+@pytest.mark.parametrize(
+    "name, alg, n, step, chunk, chunks",
+    [
+        ("allreduce", "recursive_doubling", 16, 1, 0, 1),  # the swap's copied frame, consumed from its slot
+        ("allreduce", "ring", 4096, 0, 1, 2),  # the reduce-scatter's second frame, reduced from its slot
+        ("bcast", None, 4096, None, 1, 4),  # a relayed group frame (no step: GROUP_STEP)
+        ("allgather", None, 2048, None, 1, 2),  # a group frame that lands in place
+        ("alltoall", None, 4096, 0, 1, 2),  # a direction frame that lands in place
+    ],
+)
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_clear_frame_of_the_wrong_length_is_refused_naming_its_place(
+    name, alg, n, step, chunk, chunks, delta
+):
+    """``none`` frames (the payload alone): rank 1's second frame (the first in recursive doubling)
+    one byte short raises AuthenticationError on rank 0 naming rank 1, the op, step, chunk and
+    chunk count, suite ``none`` and both lengths; one byte long, the receive itself fails
+    (FrameError naming rank 1, as MPI's truncation)."""
+    which = 1 if alg == "recursive_doubling" else 2
+
+    class Edit(TransportWrapper):
+        sent = 0
+
+        def isend(self, buf, peer):
+            self.sent += 1
+            if self.sent == which:
+                b = bytes(buf)
+                buf = self.kept = np.frombuffer(b[:-1] if delta < 0 else b + b"\0", np.uint8).copy()
+            return self.inner.isend(buf, peer)
+
+    def body(sc):
+        x = data("float32", n, sc.rank)
+        if name == "allreduce":
+            sc.allreduce(x, np.zeros(n, np.float32))
+        elif name == "bcast":
+            sc.bcast(x, root=1)
+        elif name == "allgather":
+            sc.allgather(x, np.zeros(2 * n, np.float32))
+        else:
+            sc.alltoall(x, np.zeros(n, np.float32))
+
+    kw = {"algorithm": alg} if alg else {}
+    res = world_run(2, body, suite="none", chunk_bytes=4096, wrap=lambda r, t: Edit(t) if r else t, **kw)
+    err, size = res[0], 4 * (16 if alg == "recursive_doubling" else 1024)
+    if delta > 0:
+        assert isinstance(err, FrameError) and err.peer == 1 and f"{name} #1" in str(err), res
+        return
+    assert isinstance(err, AuthenticationError) and err.peer == 1, res
+    assert (err.op, err.step, err.chunk, err.chunks, err.suite) == (name, step, chunk, chunks, "none"), err
+    assert f"frame has {size - 1} bytes, expected {size} (truncated or padded)" in str(err), err
 
 
 @pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305"])
