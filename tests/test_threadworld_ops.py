@@ -467,6 +467,7 @@ def test_a_short_none_frame_that_lands_in_place_names_its_sender():
         ("bcast", None, 4096, None, 1, 4),  # a relayed group frame (no step: GROUP_STEP)
         ("allgather", None, 2048, None, 1, 2),  # a group frame that lands in place
         ("alltoall", None, 4096, 0, 1, 2),  # a direction frame that lands in place
+        ("inter-node", "ring", 4096, 0, 1, 2),  # aes-256-gcm, one node: every hop in the clear
     ],
 )
 @pytest.mark.parametrize("delta", [-1, 1])
@@ -491,7 +492,7 @@ def test_a_clear_frame_of_the_wrong_length_is_refused_naming_its_place(
 
     def body(sc):
         x = data("float32", n, sc.rank)
-        if name == "allreduce":
+        if name in ("allreduce", "inter-node"):
             sc.allreduce(x, np.zeros(n, np.float32))
         elif name == "bcast":
             sc.bcast(x, root=1)
@@ -501,13 +502,17 @@ def test_a_clear_frame_of_the_wrong_length_is_refused_naming_its_place(
             sc.alltoall(x, np.zeros(n, np.float32))
 
     kw = {"algorithm": alg} if alg else {}
-    res = world_run(2, body, suite="none", chunk_bytes=4096, wrap=lambda r, t: Edit(t) if r else t, **kw)
+    if name == "inter-node":  # (the error names the hop's suite, none, not the communicator's)
+        kw.update(suite="aes-256-gcm", encrypt="inter-node")
+    kw.setdefault("suite", "none")
+    res = world_run(2, body, chunk_bytes=4096, wrap=lambda r, t: Edit(t) if r else t, **kw)
     err, size = res[0], 4 * (16 if alg == "recursive_doubling" else 1024)
+    op = "allreduce" if name == "inter-node" else name
     if delta > 0:
-        assert isinstance(err, FrameError) and err.peer == 1 and f"{name} #1" in str(err), res
+        assert isinstance(err, FrameError) and err.peer == 1 and f"{op} #1" in str(err), res
         return
     assert isinstance(err, AuthenticationError) and err.peer == 1, res
-    assert (err.op, err.step, err.chunk, err.chunks, err.suite) == (name, step, chunk, chunks, "none"), err
+    assert (err.op, err.step, err.chunk, err.chunks, err.suite) == (op, step, chunk, chunks, "none"), err
     assert f"frame has {size - 1} bytes, expected {size} (truncated or padded)" in str(err), err
 
 
@@ -689,10 +694,14 @@ def test_a_frame_sent_to_one_peer_delivered_to_another_is_refused(name, p):
     assert receivers_refuse(res, name=name)
 
 
-@pytest.mark.parametrize("alg", ["ring", "recursive_doubling"])
-def test_a_first_message_too_short_for_its_record_names_the_sender(alg):
+@pytest.mark.parametrize(
+    "alg, suite",
+    [("ring", "aes-256-gcm"), ("recursive_doubling", "aes-256-gcm"), ("recursive_doubling", "none")],
+)
+def test_a_first_message_too_short_for_its_record_names_the_sender(alg, suite):
     """Paired: rank 0's first message of the op is 8 bytes (its frame and record dropped, 8 bytes
-    sent instead): rank 1 raises FrameError naming rank 0 and the op, before opening anything."""
+    sent instead): rank 1 raises FrameError naming rank 0 and the op, before opening anything.
+    ``none``: recursive doubling's one swap carries the record behind its copied frame too."""
 
     class Short(TransportWrapper):
         sent = 0
@@ -710,7 +719,9 @@ def test_a_first_message_too_short_for_its_record_names_the_sender(alg):
         except SecCommError as e:
             return e
 
-    res = world_run(2, body, wrap=lambda r, t: Short(t) if r == 0 else t, algorithm=alg, paired=True)
+    res = world_run(
+        2, body, wrap=lambda r, t: Short(t) if r == 0 else t, algorithm=alg, paired=True, suite=suite
+    )
     err = res[1]
     assert isinstance(err, FrameError) and err.peer == 0 and "allreduce #1" in str(err), res
     assert "argument record of 8 bytes from rank 0" in str(err), err
