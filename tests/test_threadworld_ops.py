@@ -859,3 +859,20 @@ def test_bench_check_counts_elements_whose_bits_differ(dname):
     if dname in ("float16", "bfloat16", "float32", "float64"):
         zero = np.zeros(4, ref.dtype)
         assert COLLECTIVES["alltoall"].wrong(-zero, zero) == 4
+
+
+def test_inter_node_recursive_doubling_sends_clear_hops_as_payload_alone():
+    """``encrypt="inter-node"`` on two hosts of two ranks, recursive doubling of 16 float32: the
+    swap with the rank on the same host is a clear frame (64 bytes, the payload alone), the swap
+    across hosts a sealed one (64 + 16 tag bytes): the hop decides, not the group key's policy."""
+
+    def body(sc):
+        x = data("float32", 16, sc.rank)
+        y = np.zeros(16, np.float32)
+        sc.allreduce(x, y)
+        good = bool(np.array_equal(y, sum(data("float32", 16, r) for r in range(4))))
+        frames = [n for k, _, n in sc._transport.io if k == "send" and n != 40]  # (records aside)
+        return good, sorted(frames)
+
+    res = ok(world_run(4, body, hosts=[0, 0, 1, 1], encrypt="inter-node", algorithm="recursive_doubling"))
+    assert res == [(True, [64, 80])] * 4, res
