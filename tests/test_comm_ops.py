@@ -1081,6 +1081,32 @@ def test_an_error_of_its_own_keeps_the_ops_requests_referenced(error):
     assert all(len(stale) >= 1 for stale in res), res
 
 
+@pytest.mark.parametrize(
+    "alg, paired", [("recursive_doubling", False), ("recursive_doubling", True), ("ring", True)]
+)
+def test_a_failed_clear_op_keeps_every_request_it_posted(alg, paired):
+    """``none`` (clear frames: recursive doubling's swap; paired, the ring's record received
+    alone before its first frame): a wait that fails leaves every request the op posted
+    referenced by the SecureComm, none of them a placeholder."""
+
+    class Boom(TransportWrapper):
+        def wait_recv(self, req, timeout, peer, op_label):
+            raise FrameError("this rank fails here", peer=peer)
+
+    def body(sc):
+        try:
+            n = 4096 if alg == "ring" else 1024  # (recursive doubling: one frame each way, the swap)
+            sc.allreduce(np.ones(n, np.float32), np.zeros(n, np.float32))
+        except FrameError:
+            return list(sc._stale or [])
+
+    res = world_run(
+        2, body, wrap=lambda r, t: Boom(t), algorithm=alg, suite="none", chunk_bytes=4096, paired=paired
+    )
+    want = 3 if alg == "ring" else 2  # (the record's receive, or none; a frame each way)
+    assert all(len(stale) >= want and None not in stale for stale in res), res
+
+
 def test_suite_none_sends_its_argument_records_untagged():
     """Nothing is authenticated under suite none: its records carry a zero tag; others a tag."""
 

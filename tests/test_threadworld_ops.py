@@ -467,7 +467,10 @@ def test_a_short_none_frame_that_lands_in_place_names_its_sender():
         ("bcast", None, 4096, None, 1, 4),  # a relayed group frame (no step: GROUP_STEP)
         ("allgather", None, 2048, None, 1, 2),  # a group frame that lands in place
         ("alltoall", None, 4096, 0, 1, 2),  # a direction frame that lands in place
-        ("inter-node", "ring", 4096, 0, 1, 2),  # aes-256-gcm, one node: every hop in the clear
+        # aes-256-gcm under encrypt="inter-node" on one node: every hop in the clear
+        ("inter-node allreduce", "ring", 4096, 0, 1, 2),
+        ("inter-node allreduce", "recursive_doubling", 16, 1, 0, 1),
+        ("inter-node bcast", None, 4096, None, 1, 4),
     ],
 )
 @pytest.mark.parametrize("delta", [-1, 1])
@@ -490,24 +493,25 @@ def test_a_clear_frame_of_the_wrong_length_is_refused_naming_its_place(
                 buf = self.kept = np.frombuffer(b[:-1] if delta < 0 else b + b"\0", np.uint8).copy()
             return self.inner.isend(buf, peer)
 
+    op = name.split()[-1]
+
     def body(sc):
         x = data("float32", n, sc.rank)
-        if name in ("allreduce", "inter-node"):
+        if op == "allreduce":
             sc.allreduce(x, np.zeros(n, np.float32))
-        elif name == "bcast":
+        elif op == "bcast":
             sc.bcast(x, root=1)
-        elif name == "allgather":
+        elif op == "allgather":
             sc.allgather(x, np.zeros(2 * n, np.float32))
         else:
             sc.alltoall(x, np.zeros(n, np.float32))
 
     kw = {"algorithm": alg} if alg else {}
-    if name == "inter-node":  # (the error names the hop's suite, none, not the communicator's)
+    if name.startswith("inter-node"):  # (the error names the hop's suite, none, not the comm's)
         kw.update(suite="aes-256-gcm", encrypt="inter-node")
     kw.setdefault("suite", "none")
     res = world_run(2, body, chunk_bytes=4096, wrap=lambda r, t: Edit(t) if r else t, **kw)
     err, size = res[0], 4 * (16 if alg == "recursive_doubling" else 1024)
-    op = "allreduce" if name == "inter-node" else name
     if delta > 0:
         assert isinstance(err, FrameError) and err.peer == 1 and f"{op} #1" in str(err), res
         return
