@@ -1041,6 +1041,23 @@ def test_close_keeps_the_last_sends_referenced():
     assert ok(world_run(2, body)) == [True, True]
 
 
+@pytest.mark.parametrize("suite", ["none", "aes-256-gcm"])
+def test_repeated_calls_leave_their_last_sends_to_the_next_op(suite):
+    """A repeated call (its plan's run restarted) defers its last sends as the first call does:
+    each op ends with its last sends handed to the SecureComm (``_unsent``), never waited for in
+    the op (MPICH may complete them only once the receiver calls MPI again)."""
+
+    def body(sc):
+        x, y = np.ones(64, np.float32), np.zeros(64, np.float32)
+        left = []
+        for _ in range(3):
+            sc.allreduce(x, y)
+            left.append(bool(sc._unsent and sc._unsent[0]))
+        return left
+
+    assert ok(world_run(2, body, suite=suite)) == [[True] * 3] * 2
+
+
 def test_a_transport_that_does_not_defer_has_every_send_waited_for_in_the_op():
     """defer_last_sends False (torch.distributed, NCCL): the op waits for its last sends itself."""
     from seccomm.transports import TransportWrapper
