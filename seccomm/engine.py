@@ -519,8 +519,7 @@ class OpRun:
         def run_step():
             if self.sends:
                 self._settle()
-            if lend:
-                t.send_record()  # (not paired: a no-op)
+            if lend:  # (never paired: no record to send first)
                 sent = piece
                 self.lent = True
             else:
