@@ -159,7 +159,8 @@ class TorchTransport(Transport):
         except RuntimeError as e:
             if "imed out" in str(e) or "imeout" in str(e):
                 raise _timeout(op_label, peer, timeout) from None
-            raise FrameError(f"{op_label}: transport error with rank {peer}: {e}", peer=peer) from None
+            msg = f"{op_label}: transport error with rank {peer}: {e}"
+            raise FrameError(msg, peer=peer, op=op_label) from None
 
     def _work(self, req):
         if isinstance(req, _P2P):
