@@ -478,6 +478,8 @@ class SecureComm:
         try:
             t.agree_start(a.mine, a.table, check, self.timeout, run.op_label, a.expect)
             _quiet(steps)
+            if run.receipts or run.given:
+                run.finish()
             t.agree_finish(self.timeout, run.op_label)
             if run.sends:
                 if t.defer_last_sends and not run.lent:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
-from .errors import AuthenticationError
+from .errors import AuthenticationError, FrameError
 from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext
 from .policy import EncryptPolicy
 from .suites import RECORD_ROOM, SUITES, CipherSuite
@@ -182,6 +182,10 @@ class OpRun:
         self.lent = False  # a frame from a lending Send's pieces is out, not yet waited for
         self._first = None  # the receive of the op's first message (paired transports)
         self._first_record = False  # the op's record, received alone before a clear first frame
+        after = ctx.transport.receipt_after
+        self.receipt_after = (1 << 62) if after is None else after  # (hops of more frames: receipts)
+        self.receipts: list = []  # (request, buffer, peer): receipts this rank waits for
+        self.given: list = []  # (request, peer): receipts this rank sent
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
@@ -194,6 +198,8 @@ class OpRun:
         self.lent = False
         self._first = None
         self._first_record = False
+        self.receipts = []
+        self.given = []
 
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
@@ -362,6 +368,48 @@ class OpRun:
         self.pending += reqs
         self.sends += [(r, peer) for r in reqs]
 
+    # -- receipts: a hop of many frames is acknowledged (docs/design.md, "Completion") ---------
+    def _await_receipt(self, peer: int) -> None:
+        """After sending a hop of more than ``receipt_after`` frames to ``peer``: post the
+        receive of its receipt (waited for by :meth:`finish`)."""
+        buf = np.empty(16, np.uint8)  # (room to tell a longer receipt from a short one)
+        req = self.t.irecv_receipt(buf, peer)
+        self.pending.append(req)
+        self.receipts.append((req, buf, peer))
+
+    def _give_receipt(self, peer: int) -> None:
+        """Once every frame of a hop of more than ``receipt_after`` frames from ``peer`` is in:
+        the receipt, the op's sequence number (8 bytes, big-endian)."""
+        msg = np.frombuffer(self.frame.seq.to_bytes(8, "big"), np.uint8).copy()
+        req = self.t.isend_receipt(msg, peer)
+        self.pending.append(req)
+        self.given.append((req, peer, msg))
+
+    def finish(self) -> None:
+        """At the op's end (:meth:`SecureComm._op <seccomm.comm.SecureComm._op>`): wait for the
+        receipts of this rank's hops of many frames, so that it returns only once their
+        receivers have every frame (a rank that returns and stops calling MPI would otherwise
+        leave them waiting on its queued sends), and for its own receipts to be handed to MPI
+        (small: they complete without their receiver).  A receipt that does not come within the
+        deadline blames its receiver, as any wait; one of another length or another op's number
+        raises :class:`~seccomm.errors.FrameError` naming it."""
+        t, timeout, label = self.t, self.timeout, self.op_label
+        want = self.frame.seq.to_bytes(8, "big")
+        for req, buf, peer in self.receipts:
+            got = t.wait_recv(req, timeout, peer, label)
+            if got != 8 or buf[:8].tobytes() != want:
+                raise FrameError(
+                    f"{label}: the receipt from rank {peer} is not this op's ({got} bytes)",
+                    peer=peer,
+                    op=self.collective,
+                    seq=self.frame.seq,
+                )
+        self.receipts = []
+        if self.given:
+            reqs, peers, _ = zip(*self.given)
+            t.wait_sends(reqs, timeout, peers, label)
+            self.given = []
+
     # -- one step ----------------------------------------------------------------------------
     def exchange(self, send: Send | None = None, recv: Recv | None = None) -> None:
         """Run one step: post receives, seal+send, then open+consume in chunk order."""
@@ -384,8 +432,12 @@ class OpRun:
             frames = send.frames if send.frames is not None else self.sealed_frames(send)
             sreqs = [t.isend(f, send.dst) for f in frames]
             self._sent(sreqs, send.dst)
+            if len(sreqs) > self.receipt_after:
+                self._await_receipt(send.dst)
         if recv is not None:
             self._drain(recv, rreqs, key)
+            if len(rreqs) > self.receipt_after:
+                self._give_receipt(recv.src)
 
     def _recv_clear(self, recv) -> list:
         """Receive requests for ``recv``'s clear frames: straight into ``recv.outs`` where the
@@ -555,6 +607,7 @@ class OpRun:
             for f in self.sealed_frames(Send(ANY_RANK, group=True, origin=origin, pieces=pieces_or_outs)):
                 for c in children:
                     self._sent([t.isend(f, c)], c)
+            self._relay_receipts(None, children, n)
             return
         if not children:  # a leaf: it sends nothing this op (paired: its record goes alone, now)
             t.send_record()
@@ -584,3 +637,13 @@ class OpRun:
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             tmp = self.ws.scratch(len(slot.body)) if key.suite.confidential else out
             _copy_out(out, self._open(slot, key, tmp, parent, GROUP_STEP, j, n))
+        self._relay_receipts(parent, children, n)
+
+    def _relay_receipts(self, parent, children, n) -> None:
+        """A relay of more than ``receipt_after`` frames: the receipt to ``parent`` (every frame
+        is in), and the receives of the ``children``'s."""
+        if n > self.receipt_after:
+            if parent is not None:
+                self._give_receipt(parent)
+            for c in children:
+                self._await_receipt(c)

@@ -438,7 +438,14 @@ COMPLETION = [
     # last sends (the op would wait for them): the root's, and the allgather's of an allreduce
     ("bcast 64 MiB none, 64 KiB frames", "bcast", 64 << 20, 64 << 10, "none"),
     ("allreduce 16 MiB none, 64 KiB frames", "allreduce", 16 << 20, 64 << 10, "none"),
+    # more frames per hop than MPICH delivers from a rank that stopped calling MPI (about 64):
+    # the receivers' receipts hold every sender in the op until they are in
+    ("allgather 16 MiB, 64 KiB frames", "allgather", 16 << 20, 64 << 10, "aes-256-gcm"),
+    ("alltoall 16 MiB none, 64 KiB frames", "alltoall", 16 << 20, 64 << 10, "none"),
+    ("reduce_scatter 16 MiB, 64 KiB frames", "reduce_scatter", 16 << 20, 64 << 10, "aes-256-gcm"),
 ]
+#: who stops calling MPI after the op: every rank but the root, or the root alone
+PAUSERS = {"the others pause": lambda r: r != 0, "rank 0 pauses": lambda r: r == 0}
 
 
 def completion(comm, rec, psk):
@@ -448,7 +455,8 @@ def completion(comm, rec, psk):
     op, once every rank is back, runs as usual.  Before, MPICH held the root's last large sends
     until the receivers made progress again, and the root blamed them after the deadline."""
     p, r = comm.size, comm.rank
-    for label, name, nbytes, chunk, suite in COMPLETION:
+    cases = [(f"{c[0]}, {who}", *c[1:], pauses) for c in COMPLETION for who, pauses in PAUSERS.items()]
+    for label, name, nbytes, chunk, suite, pauses in cases:
         timeout, pause = 4.0, 5.0  # the others pause longer than the deadline
         sc = SecureComm(comm, suite, psk=psk, timeout=timeout, chunk_bytes=chunk)
         n = nbytes // 4 // p * p
@@ -461,11 +469,21 @@ def completion(comm, rec, psk):
             out = np.empty_like(x)
             call = lambda: sc.allreduce(x, out)  # noqa: E731
             want = (np.arange(n, dtype=np.float32) % 251) * p + p * (p - 1) / 2
-        else:
+        elif name == "allgather":
             mine = x[: n // p]
             out = np.empty(n // p * p, np.float32)
             call = lambda: sc.allgather(mine, out)  # noqa: E731
             want = np.concatenate([x[: n // p] - r + q for q in range(p)])
+        elif name == "alltoall":  # block q of the result: rank q's block r
+            out = np.empty_like(x)
+            call = lambda: sc.alltoall(x, out)  # noqa: E731
+            b = n // p
+            want = np.concatenate([x[r * b : (r + 1) * b] - r + q for q in range(p)])
+        else:
+            out = np.empty(n // p, np.float32)
+            call = lambda: sc.reduce_scatter(x, out)  # noqa: E731
+            b = n // p
+            want = ((np.arange(n, dtype=np.float32) % 251) * p + p * (p - 1) / 2)[r * b : (r + 1) * b]
         comm.Barrier()
         t0 = time.monotonic()
         err = None
@@ -474,7 +492,7 @@ def completion(comm, rec, psk):
         except Exception as e:  # noqa: BLE001 - the case's result
             err = e
         secs = time.monotonic() - t0
-        if r != 0:
+        if pauses(r):
             time.sleep(pause)  # no MPI call for longer than the deadline
         ok = err is None and bool(np.array_equal(out, want)) and secs < timeout
         got = f"{type(err).__name__}: {err}" if err else "ok"

@@ -8,8 +8,8 @@ import pytest
 from conftest import cached_launches
 
 SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads", "agreement"]
-#: world size -> its scenarios ("completion" pauses ranks past a deadline: 2 ranks are enough)
-PLAN = {2: [*SCENARIOS, "completion"], 3: SCENARIOS}
+#: world size -> its scenarios ("completion" pauses ranks past a deadline: 3 ranks for a relay)
+PLAN = {2: [*SCENARIOS, "completion"], 3: [*SCENARIOS, "completion"]}
 #: minimum cases a scenario must have checked per rank (guards against a silent no-op)
 MIN_CASES = {
     "layouts": 55,
@@ -17,7 +17,7 @@ MIN_CASES = {
     "readonly_send": 96,
     "refusal": 18,
     "threads": 87,
-    "completion": 6,
+    "completion": 24,
     "agreement": 29,
 }
 

@@ -137,6 +137,12 @@ class Held(TransportWrapper):
         self._post("recv")
         return self._hold(self.inner.irecv(buf, peer))
 
+    def isend_receipt(self, buf, peer):
+        return self._hold(self.inner.isend_receipt(buf, peer))
+
+    def irecv_receipt(self, buf, peer):
+        return self._hold(self.inner.irecv_receipt(buf, peer))
+
     def wait_recv(self, req, timeout, peer, op_label):
         got = self.inner.wait_recv(req.inner, timeout, peer, op_label)
         self.done.add(self._index[id(req)])
@@ -308,3 +314,121 @@ def test_a_failed_chunk_waits_for_the_crypto_jobs_still_running():
     assert started == finished >= 1, (started, finished)  # 1 or 2: the worker freed by chunk 0 may
     # take chunk 2 before the cancellation, or not
     assert any(f.cancelled() for f in futures)
+
+
+# -- receipts: a hop of many frames ends only once its receiver has it (docs/design.md) ----------
+class Receipts(TransportWrapper):
+    """Logs into ``log`` (shared by the ranks, under ``lock``) ("in", receiver, sender) as each
+    frame's wait completes (after ``slow`` seconds: a receiver that takes its time); ``edit``:
+    this rank's receipts are replaced by ``edit(bytes)`` (``None``: not sent at all)."""
+
+    def __init__(self, inner, log, lock, slow=0.0, edit=None):
+        super().__init__(inner)
+        self.log, self.lock, self.slow, self.edit = log, lock, slow, edit
+        self.receipt_reqs: set = set()
+
+    def irecv_receipt(self, buf, peer):
+        req = self.inner.irecv_receipt(buf, peer)
+        self.receipt_reqs.add(id(req))
+        return req
+
+    def isend_receipt(self, buf, peer):
+        if self.edit is None:
+            return self.inner.isend_receipt(buf, peer)
+        from threadworld import _Sent
+
+        new = self.edit(bytes(buf))
+        if new is None:  # dropped: as sent, for the rank that sent it
+            return _Sent(buf, bytes(buf), peer)
+        return self.send_receipt_own(np.frombuffer(new, np.uint8).copy(), peer)
+
+    def send_receipt_own(self, buf, peer):
+        self._own.append(buf)
+        return self.inner.isend_receipt(buf, peer)
+
+    def wait_recv(self, req, timeout, peer, op_label):
+        got = self.inner.wait_recv(req, timeout, peer, op_label)
+        if id(req) not in self.receipt_reqs:
+            time.sleep(self.slow)
+            with self.lock:
+                self.log.append(("in", self.rank, peer))
+        return got
+
+
+#: (collective, world size, settings): every hop of more than 8 frames (n = 200 float32, 8 per
+#: chunk at chunk_bytes=32: a ring block of 100 is 13 chunks, of 67 on 3 ranks 9; bcast's 25;
+#: alltoall's blocks of 50 at 4 per chunk, 13)
+RECEIPT_CASES = [
+    ("allreduce", 2, dict(algorithm="ring")),
+    ("allreduce", 3, dict(algorithm="ring")),
+    ("bcast", 3, dict(bcast_chain_bytes=0)),  # a chain 1 -> 2 -> 0: rank 2 relays
+    ("bcast", 3, dict()),  # the binomial tree: the root sends to both
+    ("allgather", 3, dict()),
+    ("alltoall", 2, dict(chunk_bytes=16)),
+]
+
+
+def _receipt_run(p, name, kw, slow=0.0, edit=None, ops=1):
+    log, lock = [], threading.Lock()
+
+    def wrap(r, t):
+        return Receipts(t, log, lock, slow, edit.get(r) if edit else None)
+
+    def body(sc):
+        outs = []
+        for k in range(ops):
+            try:
+                outs.append(run_op(sc, name, k))
+            except SecCommError as e:
+                return e, sc
+            with lock:
+                log.append(("returned", sc.rank))
+        return outs, sc
+
+    return world_run(p, body, wrap=wrap, **{"chunk_bytes": 32, **kw}), log
+
+
+@pytest.mark.parametrize("name, p, kw", RECEIPT_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in RECEIPT_CASES])
+def test_a_rank_returns_only_once_its_receivers_have_every_frame(name, p, kw):
+    """Issue 17's completion, the other side: a sender of a hop of many frames returns only once
+    the receiver has them all (its receipt), even when the receiver takes its time: a rank
+    that then stops calling MPI cannot leave a receiver waiting on its queued sends.  Every
+    receipt a rank sends, its peer waits for, and a hop of few frames has none."""
+    res, log = _receipt_run(p, name, kw, slow=0.01)
+    assert all(isinstance(out, list) for out, _ in res), res
+    senders = {(recv, send) for kind, *who in log if kind == "in" for recv, send in [who]}
+    for recv, send in senders:
+        last_in = max(i for i, e in enumerate(log) if e == ("in", recv, send))
+        assert log.index(("returned", send)) > last_in, (recv, send, log)
+    trs = [sc.transport.inner for _, sc in res]
+    for a in range(p):
+        for b in range(p):
+            if a != b:
+                sent = sum(1 for peer, _ in trs[a].receipts_sent if peer == b)
+                assert sent == trs[b].receipts_posted[a], (a, b)
+    assert sum(len(t.receipts_sent) for t in trs) >= len(senders)
+    few, _ = _receipt_run(p, name, {**kw, "chunk_bytes": 1024})
+    assert not any(sc.transport.inner.receipts_sent for _, sc in few)
+
+
+@pytest.mark.parametrize(
+    "what, edit, error",
+    [
+        ("dropped", lambda b: None, "TransportTimeout"),
+        ("another op's", lambda b: (int.from_bytes(b, "big") - 1).to_bytes(8, "big"), "FrameError"),
+        ("cut", lambda b: b[:7], "FrameError"),
+        ("padded", lambda b: b + b"\0", "FrameError"),
+    ],
+)
+def test_a_receipt_that_is_missing_or_not_this_ops_blames_its_receiver(what, edit, error):
+    """A receipt that does not come makes its sender raise TransportTimeout naming the rank
+    that owed it; one of another op's number or another length, FrameError naming it and the
+    op.  The receiver itself had every frame: it returns with the right result."""
+    res, _ = _receipt_run(2, "allreduce", dict(algorithm="ring", timeout=0.5), edit={1: edit})
+    err = res[0][0]
+    assert type(err).__name__ == error, res
+    assert err.peer == 1 and "allreduce" in str(err.op), (err.peer, err.op)
+    if error == "FrameError":
+        assert err.seq == 1 and "the receipt from rank 1 is not this op's" in str(err), str(err)
+    out = res[1][0]
+    assert isinstance(out, list) and len(out) == 1 and np.all(out[0] == 2.0), res[1]

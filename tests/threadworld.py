@@ -12,7 +12,8 @@ Messages an operation left unreceived (after an error) stay queued: build a new 
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
 A send buffer must stay as it was until its send completed (MPI may read it until then): the
-send's wait raises ``AssertionError`` when it changed.
+send's wait raises ``AssertionError`` when it changed.  Receipts (hops of more than
+``World.receipt_after`` frames, as the MPI transport's) travel on a channel of their own.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from seccomm.transports import Transport, host_bytes
 class World:
     """Shared state of the ranks: collective contributions by call index, mailboxes per pair."""
 
-    def __init__(self, size: int, hosts=None, paired: bool = False):
+    def __init__(self, size: int, hosts=None, paired: bool = False, receipt_after: int | None = 8):
         self.size = size
         self.paired = paired and size == 2  # (as the MPI transport on two ranks)
+        self.receipt_after = receipt_after  # (as the MPI transport's: hops of more frames)
         self.hosts = list(hosts) if hosts is not None else [7] * size
         self.cv = threading.Condition()
         self.colls: dict[int, list] = {}
@@ -62,10 +64,10 @@ class World:
 
 
 class _Recv:
-    __slots__ = ("buf", "index", "peer")
+    __slots__ = ("buf", "index", "peer", "box")
 
-    def __init__(self, buf, index, peer):
-        self.buf, self.index, self.peer = buf, index, peer
+    def __init__(self, buf, index, peer, box):
+        self.buf, self.index, self.peer, self.box = buf, index, peer, box
 
 
 def _check_wait(timeout, op_label) -> None:
@@ -112,6 +114,9 @@ class ThreadTransport(Transport):
         self._fb_sent = False
         self.calls = 0
         self.posted: dict[int, int] = defaultdict(int)
+        self.receipt_after = world.receipt_after
+        self.receipts_posted: dict[int, int] = defaultdict(int)
+        self.receipts_sent: list = []  # (peer, bytes) of every receipt this rank sent
         self.io: list = []  # ("send" or "recv", address, bytes) of every frame buffer handed over
 
     def host_key(self):
@@ -172,12 +177,28 @@ class ThreadTransport(Transport):
     def irecv(self, buf, peer):
         self._check_peer(peer)
         self.io.append(("recv", *_where(buf)))
-        req = _Recv(buf, self.posted[peer], peer)
+        req = _Recv(buf, self.posted[peer], peer, (peer, self.rank))
         self.posted[peer] += 1
         if self._pair_in:  # (staged: wait_recv takes the record off)
             self._pair_in = False
             req.buf = np.empty(len(host_bytes(buf)) + 32, np.uint8)
             self._first = (req, buf)
+        return req
+
+    # -- receipts (a channel of their own, as the MPI transport's tag) -------------------------
+    def isend_receipt(self, buf, peer):
+        self._check_peer(peer)
+        w, data = self.world, bytes(host_bytes(buf))
+        self.receipts_sent.append((peer, data))
+        with w.cv:
+            w.mail[(self.rank, peer, "receipt")].append(data)
+            w.cv.notify_all()
+        return _Sent(buf, data, peer)
+
+    def irecv_receipt(self, buf, peer):
+        self._check_peer(peer)
+        req = _Recv(buf, self.receipts_posted[peer], peer, (peer, self.rank, "receipt"))
+        self.receipts_posted[peer] += 1
         return req
 
     # -- paired ----------------------------------------------------------------------------
@@ -367,7 +388,7 @@ class ThreadTransport(Transport):
             got = self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
             np.frombuffer(dest, np.uint8)[:got] = req.buf[:got]
             return got
-        w, box = self.world, self.world.mail[(peer, self.rank)]
+        w, box = self.world, self.world.mail[req.box]
         watch = self._agreeing is not None and self._agreeing[3] is not None
         fb = self._pair is not None and self._pair[2] is not None  # paired: watch the fallback box
         with w.cv:
@@ -406,7 +427,7 @@ class ThreadTransport(Transport):
             data = box[req.index]
         dest = np.frombuffer(req.buf, np.uint8)
         if len(data) > dest.size:
-            raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer)
+            raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer, op=op_label)
         dest[: len(data)] = np.frombuffer(data, np.uint8)
         return len(data)
 

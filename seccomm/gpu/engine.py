@@ -376,7 +376,14 @@ class DeviceOpRun(OpRun):
                 frames_next = [o.frame for o in oslots]
             else:
                 frames_next = []
-            t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
+            if len(rreqs) > self.receipt_after:
+                self._give_receipt(prv)
+            if s < p - 2:  # (the last hop's sends: left to the op's end, as exchange leaves them)
+                t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
+            else:
+                self.sends += [(q, nxt) for q in sreqs]
+            if len(sreqs) > self.receipt_after:
+                self._await_receipt(nxt)
         return True
 
     def swap_step(self, peer, step, piece, elems, out, consume, lend=False):
@@ -413,4 +420,6 @@ class DeviceOpRun(OpRun):
                 peers.append(c)
                 self.pending.append(r)
         self._open_into("recv", slots, True, origin, parent, GROUP_STEP, elems, pieces_or_outs)
-        t.wait_sends(sreqs, timeout, peers, op_label)
+        # the op's last sends: left to the op's end, as the host engine's (receipts where due)
+        self.sends += list(zip(sreqs, peers))
+        self._relay_receipts(parent, children, len(slots))

@@ -36,6 +36,22 @@ class Transport:
     size: int
     small_bytes_default = 64 << 10
     defer_last_sends = False
+    #: a hop of more than this many frames is acknowledged: its receiver sends the sender a
+    #: receipt (:meth:`isend_receipt`) once every frame of the hop is in, and the sender's op
+    #: ends only once its receipts are in, so no rank returns while a receiver still depends on
+    #: its progress (MPI: :attr:`MPITransport.receipt_after`; docs/design.md "Completion").
+    #: ``None``: never (sends that complete without the receiver, waited for at the op's end)
+    receipt_after: int | None = None
+
+    def isend_receipt(self, buf, peer: int):
+        """Send a receipt (``buf``: uint8) to ``peer`` on the receipts' own channel."""
+        raise NotImplementedError
+
+    def irecv_receipt(self, buf, peer: int):
+        """Post the receive of a receipt from ``peer`` into ``buf`` (waited for with
+        :meth:`wait_recv`)."""
+        raise NotImplementedError
+
     #: the op's argument record rides in its first message to the peer (two ranks over MPI,
     #: :meth:`agree_start`): an engine that keeps room after its frames asks :meth:`put_record`
     #: and :meth:`record_due`, and hands the first message it received to :meth:`take_record`;
@@ -271,6 +287,16 @@ class TransportWrapper(Transport):
     @property
     def defer_last_sends(self):
         return self.inner.defer_last_sends
+
+    @property
+    def receipt_after(self):
+        return self.inner.receipt_after
+
+    def isend_receipt(self, buf, peer):
+        return self.inner.isend_receipt(buf, peer)
+
+    def irecv_receipt(self, buf, peer):
+        return self.inner.irecv_receipt(buf, peer)
 
     def send_own(self, buf, peer):
         """``isend`` of a buffer this wrapper made; it stays referenced for the wrapper's life."""

@@ -97,6 +97,11 @@ class MPITransport(Transport):
     """
 
     defer_last_sends = True  # MPICH completes a large send only while its receiver progresses
+    #: MPICH 5.0 (the ``mpich`` wheel, shared memory) delivers at most about 64 messages from a
+    #: rank that stopped calling MPI; the rest wait in the sender's queue until it calls MPI
+    #: again (measured: 64 sends of 1 KiB or 64 KiB arrive, 65 do not, whatever the size up to
+    #: 4 MiB; docs/design.md "Completion").  A hop of more frames than this is acknowledged.
+    receipt_after = 8
 
     def __init__(self, comm, timeout: float = 60.0, tag: int = 7):
         from mpi4py import MPI
@@ -167,6 +172,12 @@ class MPITransport(Transport):
         if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
+
+    def isend_receipt(self, buf, peer):
+        return self.comm.Isend([buf, self._byte], peer, self.tag + 3)
+
+    def irecv_receipt(self, buf, peer):
+        return self.comm.Irecv([buf, self._byte], peer, self.tag + 3)
 
     def discard(self, buf, peer):
         self._pair_out = False  # (paired: the record the op's first message carried is gone with it)
@@ -831,6 +842,7 @@ def _mpi_error(e, peer, op_label) -> FrameError:
         f"abandoned the transfer (it failed or closed), or the ranks disagree "
         f"on this call's sizes",
         peer=peer,
+        op=op_label,
     )
 
 
