@@ -64,6 +64,15 @@ class OpContext:
 #: the keyed ``none`` suite: hops left in the clear by the encrypt policy (a clear frame is its
 #: payload alone: :mod:`seccomm.suites`)
 CLEAR = SUITES["none"].keyed(None)
+#: ``Send.lend`` of pieces that stay unchanged until the op's end but may be its last sends:
+#: lent only where the hop is acknowledged (:meth:`OpRun.acked`), since then the op ends only
+#: once the receiver has the frames
+ACKED = "acked"
+#: a clear hop of at least this many payload bytes is acknowledged (on a transport with
+#: receipts), so that it may go from the caller's memory even as the op's last sends: a copy
+#: of it costs more than a receipt and the record sent alone (at 256-512 KiB the two were
+#: within this machine's noise: docs/performance.md 1l)
+ACK_CLEAR_BYTES = 1 << 20
 
 
 class Send:
@@ -73,17 +82,23 @@ class Send:
     ``lend``: the pieces stay unchanged until this step's sends complete (nothing this step
     receives or reduces is written over them, and a later step of the op waits for this step's
     sends before anything writes over them), so clear frames (``none``: the payload alone) go
-    on the wire straight from them, without a copy into a slot.  Collectives lend only sends
-    that a later step waits for, while the peer is still in the op: never the op's last sends,
-    which MPICH may complete only once the peer calls MPI again (a rank that did its part would
-    then be blamed: docs/design.md, "Completion").  Should a lent send still be out at the op's
-    end, the op waits for it (the pieces may be the caller's memory).
+    on the wire straight from them, without a copy into a slot.  ``True``: a later step waits
+    for these sends while the peer is still in the op.  :data:`ACKED`: the pieces stay
+    unchanged until the op's end, and these may be its last sends, which MPICH may complete
+    only once the peer calls MPI again (waiting for them would blame a rank that did its part:
+    docs/design.md, "Completion"): lent only where the hop is acknowledged
+    (:meth:`OpRun.acked`), the op then ending once the peer has them.  Should a lent send of an
+    unacknowledged hop still be out at the op's end, the op waits for it.  ``clear`` (forwarded
+    ``frames`` only): whether they are clear frames, ``sizes`` then their payload bytes.
 
     ``behind`` (paired transports; both ranks' steps must agree, as recursive doubling's one
     swap on two ranks does): the op's record, where it is due, rides behind this step's first
     clear frame in the same message (the transport stages the two), not alone before it."""
 
-    __slots__ = ("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes", "lend", "behind")
+    __slots__ = (
+        *("dst", "step", "group", "origin", "pieces", "frames", "ws", "sizes", "lend", "behind"),
+        *("clear", "acked"),
+    )
 
     def __init__(
         self,
@@ -100,6 +115,8 @@ class Send:
         self.dst, self.step, self.group, self.origin = dst, step, group, origin
         self.pieces, self.frames, self.ws, self.lend, self.behind = pieces, frames, ws, lend, behind
         self.sizes = None if pieces is None else [len(p) for p in pieces]  # chunk bytes
+        self.clear = None  # (forwarded frames: set by the caller)
+        self.acked = False  # this op's hop is acknowledged (set by exchange)
 
 
 class Recv:
@@ -184,6 +201,7 @@ class OpRun:
         self._first_record = False  # the op's record, received alone before a clear first frame
         after = ctx.transport.receipt_after
         self.receipt_after = (1 << 62) if after is None else after  # (hops of more frames: receipts)
+        self.ack_clear = (1 << 62) if after is None else ACK_CLEAR_BYTES  # (clear hops of more bytes)
         self.receipts: list = []  # (request, buffer, peer): receipts this rank waits for
         self.given: list = []  # (request, peer): receipts this rank sent
 
@@ -266,6 +284,13 @@ class OpRun:
             return [self._clear_frame(s) for s in recv.slots]
         return [s.frame for s in recv.slots]
 
+    def forward(self, dst: int, recv: Recv) -> Send:
+        """A :class:`Send` to ``dst`` of the frames ``recv``'s last exchange received
+        (:meth:`frames_of`), with their payload sizes and clear-ness (:meth:`acked` asks them)."""
+        send = Send(dst, frames=self.frames_of(recv))
+        send.sizes, send.clear = recv.sizes, recv.clear
+        return send
+
     # -- the op's first message on a paired transport -----------------------------------------
     def _wire_out(self, slot):
         """What to send of the sealed ``slot``: its frame, or frame and record (the op's first)."""
@@ -319,8 +344,9 @@ class OpRun:
         if suite.clear:
             if not send.behind:
                 self.t.send_record()
-            if send.lend and self.receives_direct:
-                self.lent = True
+            lend = send.lend
+            if lend and self.receives_direct and (lend is True or send.acked):
+                self.lent = self.lent or not send.acked  # (acknowledged: the op ends once they are in)
                 yield from pieces
                 return
             for body, piece in zip(self.ws.slots(send.ws, send.sizes), pieces):
@@ -369,6 +395,13 @@ class OpRun:
         self.sends += [(r, peer) for r in reqs]
 
     # -- receipts: a hop of many frames is acknowledged (docs/design.md, "Completion") ---------
+    def acked(self, frames: int, nbytes: int, clear: bool) -> bool:
+        """Whether a hop of ``frames`` frames of ``nbytes`` payload bytes in all (``clear``: not
+        sealed) is acknowledged: more than ``receipt_after`` frames, or a clear hop of at least
+        :data:`ACK_CLEAR_BYTES` (never on a transport without receipts).  Both ends of a hop
+        know all three, so both ask this and agree."""
+        return frames > self.receipt_after or (clear and nbytes >= self.ack_clear)
+
     def _await_receipt(self, peer: int) -> None:
         """After sending a hop of more than ``receipt_after`` frames to ``peer``: post the
         receive of its receipt (waited for by :meth:`finish`)."""
@@ -429,14 +462,21 @@ class OpRun:
                 rreqs = self._recv_posts(recv.slots, recv.src)
             self.pending += rreqs
         if send is not None:
-            frames = send.frames if send.frames is not None else self.sealed_frames(send)
+            if send.frames is not None:
+                frames = send.frames
+                send.acked = self.acked(len(frames), sum(send.sizes), send.clear)
+            else:
+                sender = send.origin if send.group else self.rank
+                clear = self._protect(send.group, sender, send.dst).suite.clear  # (as the receiver asks)
+                send.acked = self.acked(len(send.sizes), sum(send.sizes), clear)
+                frames = self.sealed_frames(send)
             sreqs = [t.isend(f, send.dst) for f in frames]
             self._sent(sreqs, send.dst)
-            if len(sreqs) > self.receipt_after:
+            if send.acked:
                 self._await_receipt(send.dst)
         if recv is not None:
             self._drain(recv, rreqs, key)
-            if len(rreqs) > self.receipt_after:
+            if self.acked(len(rreqs), sum(recv.sizes), recv.clear):
                 self._give_receipt(recv.src)
 
     def _recv_clear(self, recv) -> list:
@@ -554,12 +594,17 @@ class OpRun:
     def _clear_swap(self, peer, step, piece, elems, out, consume, lend):
         """:meth:`swap_step` of clear frames: the payload alone, sent from ``piece`` where it is
         lent (else from a copy in a slot's body), received into a slot's body and consumed from
-        there.  On a paired transport (two ranks: recursive doubling's one swap, the op's last
-        send) it is never lent, and the op's record rides behind the copy in the slot's room, as
-        behind a sealed frame (``Send.behind``: the peer's step does the same)."""
+        there.  ``lend``: as :class:`Send`'s.  An acknowledged swap (:meth:`acked`: large
+        enough) ends once both receipts are in.  On a paired transport (two ranks: recursive
+        doubling's one swap, the op's last send) the op's record rides behind the frame in the
+        slot's room, as behind a sealed frame, where the swap is not acknowledged (then it is a
+        copy), and goes alone before it where it is (``Send.behind``: the peer's step asks
+        :meth:`acked` too, and does the same)."""
         t, nbytes = self.t, elems * self.itemsize
         paired = t.paired
-        lend = lend and self.receives_direct and not paired
+        ack = self.acked(1, nbytes, True)
+        lend = bool(lend) and self.receives_direct and (ack or (lend is True and not paired))
+        behind, alone = paired and not ack, paired and ack
         # (kept: cached slots keep their buffer alive if it grows; clear frames need no key)
         rslot = self.ws.slots("recv", [nbytes])[0]
         body, rwire = rslot.body, rslot.wire[: nbytes + RECORD_ROOM]
@@ -571,24 +616,34 @@ class OpRun:
         def run_step():
             if self.sends:
                 self._settle()
-            if lend:  # (never paired: no record to send first)
+            if alone:  # (the record alone, first)
+                t.send_record()
+            if lend:
                 sent = piece
-                self.lent = True
+                self.lent = self.lent or not ack  # (acknowledged: the op ends once it is in)
             else:
                 _copy_out(sbody, piece)
-                sent = swire if paired and t.put_record(strailer) else sbody
+                sent = swire if behind and t.put_record(strailer) else sbody
             sreq = t.isend(sent, peer)
             self.pending.append(sreq)
             self.sends.append((sreq, peer))
-            first = paired and t.record_due()
+            if ack:
+                self._await_receipt(peer)
+            if alone:
+                self._expect_record(peer)
+            first = behind and t.record_due()
             rreq = t.irecv(rwire if first else body, peer)
             self.pending.append(rreq)
+            if alone:
+                self._record_first(peer)
             got = t.wait_recv(rreq, self.timeout, peer, self.op_label)
             if first:
                 got = t.take_record(rwire, got, peer, self.op_label)
             if got != nbytes:
                 self._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
             consume(0, body)
+            if ack:
+                self._give_receipt(peer)
 
         return run_step
 

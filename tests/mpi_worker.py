@@ -1176,8 +1176,9 @@ class _Watch(TransportWrapper):
 @scenario
 def clear_frames(comm, rec):
     """clear frames (``none``): the payload alone, no tag; sent straight from the caller's arrays
-    where nothing the op writes overlaps them and a later step of the op waits for them (never
-    the op's last sends), received straight into them where they are not forwarded or reduced.
+    where nothing the op writes overlaps them and a later step of the op waits for them (the
+    op's last sends only where their hop is acknowledged: more than 8 frames, or 1 MiB), received
+    straight into them where they are not forwarded or reduced.
     Allreduce (ring, recursive doubling; in place and avg too), allgather, alltoall, bcast,
     reduce_scatter, each against its reference; the frames watched (sizes, and
     how many went from or into the caller's memory: on two ranks exactly); a frame one byte short
@@ -1216,9 +1217,15 @@ def clear_frames(comm, rec):
                             rec(label, lent == len(w.sent) - ag and landed == ag and big == most)
                         elif p == 2:  # one swap, the op's last: nothing lent; reduced from slots
                             rec(label, lent == landed == 0 and big == most)
-                        else:  # (3 ranks, recursive doubling: only rank 0 sends from the input
-                            # before a later step: it gives it to rank 1, then gets the result)
-                            rec(label, (lent > 0) == (alg == "ring" or comm.rank == 0) and big == most)
+                        else:  # (3 ranks, recursive doubling: rank 0 sends from the input
+                            # before a later step: it gives it to rank 1, then gets the result;
+                            # ranks 1 and 2 send their last from the caller's arrays where the
+                            # hop is acknowledged: more than 8 frames; rank 1 returns the result,
+                            # which avg divides after: not lent then)
+                            acked = -(-n * x.itemsize // chunk) > 8
+                            acked = acked and not (comm.rank == 1 and op == "avg")
+                            lends = alg == "ring" or comm.rank == 0 or acked
+                            rec(label, (lent > 0) == lends and big == most)
                         x2 = x.copy()
                         label = f"clear_frames {suite} {alg} in place {dname} n={n} op={op}"
                         rec.run(label, lambda x2=x2, op=op: sc.allreduce(x2, x2, op=op))

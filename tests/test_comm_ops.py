@@ -994,12 +994,15 @@ def test_device_engine_ranks_neither_lend_nor_receive_in_place(host_backend, pai
     assert ok(world.run(body)) == [(True, 0, 0), (True, 2, 2)]
 
 
+@pytest.mark.parametrize("sizes", [(1, 7, 4096), (1 << 18, (1 << 18) + 3)])
 @pytest.mark.parametrize("paired", [False, True])
-def test_a_device_engine_rank_and_a_cpu_rank_swap_clear_frames(host_backend, paired):
+def test_a_device_engine_rank_and_a_cpu_rank_swap_clear_frames(host_backend, paired, sizes):
     """recursive doubling's one swap of ``none`` frames between a device-engine rank and a
     CPU-engine rank, three repeated calls (the plan's prepared swap) and sizes of 1 to 4096
     elements: both get the sum; paired, the op's record rides behind each rank's frame (the CPU
-    rank's in its slot's room, the device rank's staged by the transport), never alone."""
+    rank's in its slot's room, the device rank's staged by the transport), never alone.  From
+    1 MiB on the swap is acknowledged (the CPU rank lends its input): the record goes alone
+    before the frame on both ranks, and each sends one receipt a call."""
     world = World(2, paired=paired)
     trs = world.transports(timeout=3)
 
@@ -1016,16 +1019,18 @@ def test_a_device_engine_rank_and_a_cpu_rank_swap_clear_frames(host_backend, pai
 
             trs[r].send_record = watched
         good = []
-        for n in (1, 7, 4096):
+        for n in sizes:
             x, y = np.arange(n, dtype=np.float32) + r, np.zeros(n, np.float32)
             for _ in range(3):
                 y[:] = np.nan
                 sc.allreduce(x, y)
                 good.append(bool(np.array_equal(y, 2 * np.arange(n, dtype=np.float32) + 1)))
         sc.close()
-        return all(good), any(alone)
+        return all(good), any(alone), len(trs[r].receipts_sent)
 
-    assert ok(world.run(body)) == [(True, False), (True, False)]
+    big = sizes[0] >= 1 << 18
+    want = (True, paired and big, 3 * len(sizes) if big else 0)
+    assert ok(world.run(body)) == [want, want]
 
 
 def test_close_keeps_the_last_sends_referenced():

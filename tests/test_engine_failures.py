@@ -15,10 +15,13 @@ import weakref
 
 import numpy as np
 import pytest
+from threadworld import World
 
-from seccomm import AuthenticationError, SecCommError
+from seccomm import AuthenticationError, SecCommError, SecureComm
+from seccomm.engine import ACK_CLEAR_BYTES
 from seccomm.transports import TransportWrapper
 from test_threadworld_ops import (
+    PSK,
     Swap,
     attacked,
     data,
@@ -432,3 +435,52 @@ def test_a_receipt_that_is_missing_or_not_this_ops_blames_its_receiver(what, edi
         assert err.seq == 1 and "the receipt from rank 1 is not this op's" in str(err), str(err)
     out = res[1][0]
     assert isinstance(out, list) and len(out) == 1 and np.all(out[0] == 2.0), res[1]
+
+
+@pytest.mark.parametrize("p, paired", [(2, False), (2, True), (3, False), (4, False)])
+@pytest.mark.parametrize("suite, hosts", [("none", None), ("aes-256-gcm", None), ("aes-256-gcm", "two")])
+def test_both_ends_of_every_hop_agree_on_its_receipt(p, paired, suite, hosts):
+    """Every collective and algorithm, hops around both thresholds (8 frames of 128 KiB; 1 MiB
+    of clear payload, engine.ACK_CLEAR_BYTES) and far below, ``none``, aes-256-gcm and
+    encrypt="inter-node" over two hosts (some hops clear): every result right, and on every
+    pair as many receipts sent as waited for (a receipt one end expects and the other does not
+    send would stall it, or be taken for the next op's)."""
+    hosts = None if hosts is None else [5] * (p // 2) + [6] * (p - p // 2)
+    world = World(p, hosts=hosts, paired=paired)
+    trs = world.transports(timeout=3)
+    kw = {"encrypt": "inter-node"} if hosts else {}
+    per = ACK_CLEAR_BYTES // 8 // 4  # float32 elements a chunk: 8 chunks are the clear threshold
+
+    def body(r):
+        good = []
+        for alg in ("ring", "recursive_doubling"):
+            sc = SecureComm(
+                trs[r], suite, psk=PSK, timeout=5, crypto_threads=1, chunk_bytes=4 * per, algorithm=alg, **kw
+            )
+            for n in (1000, 8 * per * p - p, 8 * per * p, 9 * per * p, 8 * per * 2):
+                x = data("float32", n, r)
+                m = n // p * p
+                y, g = np.zeros(n, np.float32), np.zeros(n, np.float32)
+                sc.allreduce(x, y)
+                good.append(bool(np.allclose(y, sum(data("float32", n, q) for q in range(p)), rtol=1e-5)))
+                counts = sc.block_counts(n)
+                sc.allgather(x[: counts[r]].copy(), g)
+                want = np.concatenate([data("float32", n, q)[: counts[q]] for q in range(p)])
+                good.append(bool(np.array_equal(g, want)))
+                z = np.zeros(counts[r], np.float32)
+                sc.reduce_scatter(x, z)
+                a = np.zeros(m, np.float32)
+                sc.alltoall(x[:m].copy(), a)
+                b = x.copy() if r == 0 else np.zeros(n, np.float32)
+                sc.bcast(b, root=0)
+                good.append(bool(np.array_equal(b, data("float32", n, 0))))
+            sc.close()
+        return all(good)
+
+    assert ok(world.run(body)) == [True] * p
+    for a in range(p):
+        for b in range(p):
+            if a != b:
+                sent = sum(1 for peer, _ in trs[a].receipts_sent if peer == b)
+                assert sent == trs[b].receipts_posted[a], (a, b, sent, trs[b].receipts_posted[a])
+    assert any(t.receipts_sent for t in trs)

@@ -10,6 +10,8 @@ seconds.  Small ``chunk_bytes`` make every hop many frames.
 
 from __future__ import annotations
 
+import time
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -314,7 +316,8 @@ def test_clear_frames_go_from_and_land_in_the_callers_memory(suite, p, paired, h
     equal the reference, and exactly these clear frames (suite ``none``, or hops in the clear
     under ``encrypt="inter-node"``) go straight from the caller's arrays: the reduce-scatter's
     first step (from the input) and, on more than two ranks, the allgather's first (this rank's
-    block; on two ranks these are the op's last sends, never lent); and exactly the allgather's
+    block; on two ranks these are the op's last sends, lent only where their hop is acknowledged,
+    from 1 MiB: these are smaller); and exactly the allgather's
     last step lands straight in them (it is not forwarded); never a protected frame, and never
     one from or into the caller's memory that the op writes or forwards."""
     per = 1024  # float32 elements a chunk (chunk_bytes 4096)
@@ -360,10 +363,11 @@ def test_clear_frames_go_from_and_land_in_the_callers_memory(suite, p, paired, h
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
     """Every collective and algorithm under ``none`` (chunked, avg and in place too): clear frames
-    go from the caller's memory only where a later step of the op waits for them, so no op ends
-    with such a send still out (the op would have to wait for it, and MPICH may complete it only
-    once the peer calls MPI again: a rank that did its part would be blamed, docs/design.md
-    "Completion"); some frames are lent all the same."""
+    go from the caller's memory only where a later step of the op waits for them or their hop
+    is acknowledged (the op then ends once the receiver has them), so no op ends with an
+    unacknowledged lent send still out (the op would have to wait for it, and MPICH may
+    complete it only once the peer calls MPI again: a rank that did its part would be blamed,
+    docs/design.md "Completion"); some frames are lent all the same."""
     from seccomm.comm import SecureComm as SC
 
     ends, op = [], SC._op
@@ -400,6 +404,84 @@ def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
         lent += sum(ok(world_run(p, run_all, suite="none", algorithm=alg, chunk_bytes=4096, paired=p == 2)))
     assert lent > 0
     assert ends and not any(ends), ends
+
+
+@pytest.mark.parametrize("paired", [False, True])
+@pytest.mark.parametrize(
+    "alg, n, in_place, lent, receipts",
+    [
+        # recursive doubling's one swap of 1 MiB: acknowledged, so it goes from the input
+        ("recursive_doubling", 1 << 18, (False, False), (1, 1), (1, 1)),
+        ("recursive_doubling", (1 << 18) - 1, (False, False), (0, 0), (0, 0)),  # 4 bytes less: copied
+        # in place on one rank: it copies, the other lends; both acknowledge (the rule is the hop's)
+        ("recursive_doubling", 1 << 18, (True, False), (0, 1), (1, 1)),
+        # ring: the reduce-scatter's hop (lent: the allgather follows) and the allgather's, the
+        # op's last (lent: acknowledged), 1 MiB each; both acknowledged
+        ("ring", 1 << 19, (False, False), (2, 2), (2, 2)),
+        ("ring", (1 << 19) - 2, (False, False), (1, 1), (0, 0)),
+    ],
+)
+def test_an_acknowledged_clear_hop_lends_the_ops_last_sends(paired, alg, n, in_place, lent, receipts):
+    """``none`` allreduce on two ranks, three calls: a clear hop of at least 1 MiB
+    (engine.ACK_CLEAR_BYTES) is acknowledged, so the op's last sends go from the caller's memory
+    too, and every message a rank sent in the op is with its receiver when the op returns on it;
+    below 1 MiB, copied and no receipt.  Per rank and call: frames sent from the caller's
+    arrays, receipts sent; every result right.  Paired: the record goes alone before an
+    acknowledged swap (rides behind a copied one)."""
+    world = World(2, paired=paired)
+    trs = world.transports(timeout=3)
+
+    def body(r):
+        sc = SecureComm(trs[r], "none", psk=PSK, timeout=5, crypto_threads=1, algorithm=alg)
+        t, rows = trs[r], []
+        x = data("float32", n, r)
+        y = x if in_place[r] else np.zeros(n, np.float32)
+        want = data("float32", n, 0) + data("float32", n, 1)
+        for _ in range(3):
+            x[:] = data("float32", n, r)
+            t.sent, t.receipts_sent, t.io = [], [], []
+            sc.allreduce(x, y)
+            delivered = all(q.where in world.delivered for q in t.sent)
+            rows.append((bool(np.array_equal(y, want)), delivered or not receipts[r]))
+            rows.append((_inside(t.io, "send", [x, y]), len(t.receipts_sent)))
+            x[:] = -1  # (the caller's arrays change at once: the frames were delivered)
+        sc.close()
+        return rows
+
+    res = ok(world.run(body))
+    for r in range(2):
+        assert res[r] == [(True, True), (lent[r], receipts[r])] * 3, (r, res[r])
+
+
+@pytest.mark.parametrize("p", [3, 5])
+@pytest.mark.parametrize("op", ["avg", "sum"])
+def test_an_acknowledged_result_returned_is_not_written_before_its_receiver_has_it(p, op):
+    """Recursive doubling on a non-power of two under ``none``, hops of more than 8 frames
+    (acknowledged): the rank that returns the result to its folded partner sends it from its
+    output, but not under avg, whose division writes that output after the step (the partner,
+    slow to take the message, would get the result divided twice; the world checks that a send
+    buffer is unchanged until its message is taken).  Every rank gets the reference."""
+
+    class Slow(TransportWrapper):
+        def wait_recv(self, req, timeout, peer, op_label):
+            time.sleep(0.002)
+            return self.inner.wait_recv(req, timeout, peer, op_label)
+
+    n = 9 * 1024 + 3  # 10 frames of 4 KiB
+
+    def body(sc):
+        y = np.zeros(n, np.float32)
+        sc.allreduce(data("float32", n, sc.rank), y, op=op)
+        return y
+
+    res = ok(
+        world_run(
+            p, body, wrap=lambda r, t: Slow(t), suite="none", algorithm="recursive_doubling", chunk_bytes=4096
+        )
+    )
+    want = sum(data("float32", n, r).astype(np.float64) for r in range(p)) / (p if op == "avg" else 1)
+    for y in res:
+        assert np.allclose(y, want, rtol=1e-5), (op, y[:3], want[:3])
 
 
 @pytest.mark.parametrize(

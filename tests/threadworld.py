@@ -11,9 +11,11 @@ breach raises ``AssertionError`` inside the op.
 Messages an operation left unreceived (after an error) stay queued: build a new world after one.
 A rank that stops an op (``abort``/``fail``, as ``SecureComm`` calls them) makes every wait on it
 raise ``PeerAbortError`` naming it at once, as the MPI transport's authenticated notices do.
-A send buffer must stay as it was until its send completed (MPI may read it until then): the
-send's wait raises ``AssertionError`` when it changed.  Receipts (hops of more than
-``World.receipt_after`` frames, as the MPI transport's) travel on a channel of their own.
+A send buffer must stay as it was until its send completed or its receiver has the message
+(MPI may read it until then): the send's wait, or the receiver's taking of the message,
+raises ``AssertionError`` when it changed before.
+Receipts (hops of more than ``World.receipt_after`` frames, and clear hops of 1 MiB or more,
+as the MPI transport's) travel on a channel of their own.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class World:
         self.colls: dict[int, list] = {}
         self.mail: dict[tuple[int, int], list[bytes]] = defaultdict(list)
         self.stopped: dict[int, int] = {}  # rank that stopped an op -> the rank it blamed
+        self.delivered: set = set()  # (mailbox, index) of the messages a receiver has taken
+        self.sends: dict = {}  # (mailbox, index) -> the _Sent of a message not taken yet
 
     def transports(self, timeout: float = 5.0) -> list["ThreadTransport"]:
         return [ThreadTransport(self, r, timeout) for r in range(self.size)]
@@ -80,12 +84,13 @@ def _check_wait(timeout, op_label) -> None:
 
 
 class _Sent:
-    """A posted send: the buffer and the bytes it held when posted."""
+    """A posted send: the buffer and the bytes it held when posted; ``where``: (mailbox, index)
+    of its message."""
 
-    __slots__ = ("buf", "data", "peer")
+    __slots__ = ("buf", "data", "peer", "where")
 
-    def __init__(self, buf, data, peer):
-        self.buf, self.data, self.peer = buf, data, peer
+    def __init__(self, buf, data, peer, where=None):
+        self.buf, self.data, self.peer, self.where = buf, data, peer, where
 
 
 def _where(buf) -> tuple:
@@ -117,6 +122,7 @@ class ThreadTransport(Transport):
         self.receipt_after = world.receipt_after
         self.receipts_posted: dict[int, int] = defaultdict(int)
         self.receipts_sent: list = []  # (peer, bytes) of every receipt this rank sent
+        self.sent: list = []  # every frame send (_Sent) this rank posted
         self.io: list = []  # ("send" or "recv", address, bytes) of every frame buffer handed over
 
     def host_key(self):
@@ -170,9 +176,13 @@ class ThreadTransport(Transport):
             self._pair_out = False
             wire = data + bytes(self._pair[0][8:])
         with w.cv:
-            w.mail[(self.rank, peer)].append(wire)
+            box = w.mail[(self.rank, peer)]
+            box.append(wire)
             w.cv.notify_all()
-        return _Sent(buf, data, peer)
+            req = _Sent(buf, data, peer, ((self.rank, peer), len(box) - 1))
+            w.sends[req.where] = req
+        self.sent.append(req)
+        return req
 
     def irecv(self, buf, peer):
         self._check_peer(peer)
@@ -425,6 +435,12 @@ class ThreadTransport(Transport):
                     blamed=w.stopped[peer],
                 )
             data = box[req.index]
+            w.delivered.add((req.box, req.index))
+            sent = w.sends.pop((req.box, req.index), None)
+        if sent is not None and bytes(host_bytes(sent.buf)) != sent.data:  # (MPI reads it until now)
+            raise AssertionError(
+                f"{op_label}: a send buffer changed before rank {self.rank} took its message"
+            )
         dest = np.frombuffer(req.buf, np.uint8)
         if len(data) > dest.size:
             raise FrameError(f"{op_label}: message from rank {peer} truncated", peer=peer, op=op_label)
@@ -438,6 +454,10 @@ class ThreadTransport(Transport):
         ):
             raise AssertionError(f"rank {self.rank}: wait_sends of {reqs!r} to peers {peers!r}")
         for req in reqs:
+            with self.world.cv:  # (completed: the buffer is the sender's again)
+                self.world.sends.pop(req.where, None)
+            if req.where in self.world.delivered:  # (the receiver has it: MPI reads it no more)
+                continue
             if isinstance(req, _Sent) and bytes(host_bytes(req.buf)) != req.data:
                 raise AssertionError(
                     f"{op_label}: a send buffer to rank {req.peer} changed before its send completed"

@@ -10,7 +10,7 @@ import functools
 import numpy as np
 
 from ..dtypes import as_bytes, flat
-from ..engine import Recv, Send
+from ..engine import ACKED, Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
 from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
@@ -66,9 +66,10 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
             steps.append(exchange_step(run, None, recv))
         elif s == 0:
             pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
-            # (own: never written by this op, so lent to clear frames where a later step waits
-            # for them: not on two ranks, where these are the op's last sends)
-            first = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1", lend=p > 2)
+            # (own: never written by this op, so lent to clear frames: on two ranks these are
+            # the op's last sends, lent only where the hop is acknowledged)
+            lend = True if p > 2 else ACKED
+            first = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1", lend=lend)
             steps.append(exchange_step(run, first, recv))
         else:  # origin sb's group frames, forwarded as they arrived (nothing is sealed here)
             steps.append(functools.partial(_forward, run, nxt, prev, recv))
@@ -77,7 +78,7 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
 
 
 def _forward(run, nxt, prev, recv):
-    run.exchange(Send(dst=nxt, frames=run.frames_of(prev)), recv)
+    run.exchange(run.forward(nxt, prev), recv)
 
 
 def _prepare(run, sendbuf, recvbuf):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import as_bytes, flat
-from ..engine import Recv, Send
+from ..engine import ACKED, Recv, Send
 from . import Call, Collective, Counts, register
 from .common import check_pair, chunk_views
 from .cost import Cost, Step
@@ -48,9 +48,9 @@ def pairwise(run, send: np.ndarray, recv: np.ndarray) -> None:
         pieces, _ = chunk_views(send_u8, dst * m, m, ce, isz)
         outs, elems = chunk_views(recv_u8, src * m, m, ce, isz)
         run.exchange(
-            # (send and recv never overlap: clear frames go from one, but for the op's last
-            # sends, which the op would have to wait for, and land in the other)
-            Send(dst=dst, step=s - 1, pieces=pieces, lend=s < p - 1),
+            # (send and recv never overlap: clear frames go from one, the op's last sends only
+            # where their hop is acknowledged, and land in the other)
+            Send(dst=dst, step=s - 1, pieces=pieces, lend=True if s < p - 1 else ACKED),
             Recv(src=src, step=s - 1, elems=elems, outs=outs, direct=True),
         )
 

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 
 from ..dtypes import as_bytes, check_op, flat, typed
-from ..engine import Recv, Send
+from ..engine import ACKED, Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
 from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
@@ -79,9 +79,11 @@ def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks, mor
             exchange_step(
                 run,
                 # (pieces: ``send``'s block or the accumulator the step before filled, neither
-                # written again before this step's sends are waited for: lent to clear frames,
-                # but for the op's last sends, which the op would have to wait for)
-                Send(dst=nxt, step=s, pieces=pieces, lend=more or s < p - 2) if pieces else None,
+                # written again before this step's sends are waited for or the op ends: lent to
+                # clear frames, the op's last sends only where their hop is acknowledged)
+                Send(dst=nxt, step=s, pieces=pieces, lend=True if more or s < p - 2 else ACKED)
+                if pieces
+                else None,
                 Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,
             )
         )

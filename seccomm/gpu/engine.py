@@ -387,8 +387,9 @@ class DeviceOpRun(OpRun):
         return True
 
     def swap_step(self, peer, step, piece, elems, out, consume, lend=False):
-        # (paired, clear frames: the record behind the frame, as the CPU engine's swap sends it)
-        behind = self.t.paired
+        # (paired, clear frames: the record behind the frame, as the CPU engine's swap sends it,
+        # unless the swap is acknowledged: then alone before it)
+        behind = self.t.paired and not self.acked(1, elems * self.itemsize, True)
         send = Send(peer, step, pieces=[piece], behind=behind)
         recv = Recv(peer, [elems], [out], step, consume=consume, behind=behind)
         return functools.partial(self.exchange, send, recv)
