@@ -436,8 +436,11 @@ class ThreadTransport(Transport):
                 )
             data = box[req.index]
             w.delivered.add((req.box, req.index))
+            # (under the lock: a send not waited for yet may not change; once its sender waited
+            # for it, which takes the lock, the buffer is the sender's again)
             sent = w.sends.pop((req.box, req.index), None)
-        if sent is not None and bytes(host_bytes(sent.buf)) != sent.data:  # (MPI reads it until now)
+            changed = sent is not None and bytes(host_bytes(sent.buf)) != sent.data
+        if changed:  # (MPI may read it until now)
             raise AssertionError(
                 f"{op_label}: a send buffer changed before rank {self.rank} took its message"
             )
