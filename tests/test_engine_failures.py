@@ -484,3 +484,17 @@ def test_both_ends_of_every_hop_agree_on_its_receipt(p, paired, suite, hosts):
                 sent = sum(1 for peer, _ in trs[a].receipts_sent if peer == b)
                 assert sent == trs[b].receipts_posted[a], (a, b, sent, trs[b].receipts_posted[a])
     assert any(t.receipts_sent for t in trs)
+
+
+@pytest.mark.parametrize("name, p, kw", [("allreduce", 2, dict(algorithm="ring")), ("bcast", 3, dict())])
+def test_a_hop_of_exactly_8_frames_has_no_receipt_and_of_9_has_one(name, p, kw):
+    """The frame threshold is strict (more than ``receipt_after`` = 8): n = 200 float32, a ring
+    block of 100 on two ranks and bcast's 200 in 8 frames (chunk 52 and 100 bytes: 13 and 25
+    elements a chunk) send no receipt; at one element fewer a chunk (9 frames), receipts."""
+    per = {"allreduce": 13, "bcast": 25}[name]
+    counts = []
+    for chunk in (4 * per, 4 * (per - 1)):
+        res, _ = _receipt_run(p, name, {**kw, "chunk_bytes": chunk})
+        assert all(isinstance(out, list) for out, _ in res), res
+        counts.append(sum(len(sc.transport.inner.receipts_sent) for _, sc in res))
+    assert counts[0] == 0 and counts[1] > 0, counts
