@@ -403,16 +403,16 @@ class OpRun:
         return frames > self.receipt_after or (clear and nbytes >= self.ack_clear)
 
     def _await_receipt(self, peer: int) -> None:
-        """After sending a hop of more than ``receipt_after`` frames to ``peer``: post the
-        receive of its receipt (waited for by :meth:`finish`)."""
+        """After sending an acknowledged hop (:meth:`acked`) to ``peer``: post the receive of its
+        receipt (waited for by :meth:`finish`)."""
         buf = np.empty(16, np.uint8)  # (room to tell a longer receipt from a short one)
         req = self.t.irecv_receipt(buf, peer)
         self.pending.append(req)
         self.receipts.append((req, buf, peer))
 
     def _give_receipt(self, peer: int) -> None:
-        """Once every frame of a hop of more than ``receipt_after`` frames from ``peer`` is in:
-        the receipt, the op's sequence number (8 bytes, big-endian)."""
+        """Once every frame of an acknowledged hop (:meth:`acked`) from ``peer`` is in: the
+        receipt, the op's sequence number (8 bytes, big-endian)."""
         msg = np.frombuffer(self.frame.seq.to_bytes(8, "big"), np.uint8).copy()
         req = self.t.isend_receipt(msg, peer)
         self.pending.append(req)
@@ -420,7 +420,7 @@ class OpRun:
 
     def finish(self) -> None:
         """At the op's end (:meth:`SecureComm._op <seccomm.comm.SecureComm._op>`): wait for the
-        receipts of this rank's hops of many frames, so that it returns only once their
+        receipts of this rank's acknowledged hops, so that it returns only once their
         receivers have every frame (a rank that returns and stops calling MPI would otherwise
         leave them waiting on its queued sends), and for its own receipts to be handed to MPI
         (small: they complete without their receiver).  A receipt that does not come within the
@@ -466,9 +466,15 @@ class OpRun:
                 frames = send.frames
                 send.acked = self.acked(len(frames), sum(send.sizes), send.clear)
             else:
-                sender = send.origin if send.group else self.rank
-                clear = self._protect(send.group, sender, send.dst).suite.clear  # (as the receiver asks)
-                send.acked = self.acked(len(send.sizes), sum(send.sizes), clear)
+                nbytes = sum(send.sizes)
+                # (the hop's clear-ness as the receiver asks it; only where the bytes could matter)
+                clear = (
+                    nbytes >= self.ack_clear
+                    and self._protect(
+                        send.group, send.origin if send.group else self.rank, send.dst
+                    ).suite.clear
+                )
+                send.acked = self.acked(len(send.sizes), nbytes, clear)
                 frames = self.sealed_frames(send)
             sreqs = [t.isend(f, send.dst) for f in frames]
             self._sent(sreqs, send.dst)
