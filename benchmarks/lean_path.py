@@ -7,6 +7,9 @@ Allreduce of float32 (sum) at 4 KiB to 1 MiB: native ``MPI_Allreduce``, seccomm 
 variants rotated every iteration; prints the median of the slowest rank (µs) and the ratios to
 native.
 
+``--python-path``: also run each suite with the compiled two-rank swap off (seccomm.express:
+its plans made with ``SECCOMM_EXPRESS=0``), side by side with it on.
+
 ``--against CHECKOUT``: also run the ``seccomm`` package of another checkout (a git worktree of
 an older commit), loaded in the same processes under the name ``seccomm_base``, so both are
 measured side by side in one run (docs/performance.md, section 1h).  Each version gets two
@@ -54,6 +57,11 @@ def main():
     ap.add_argument("--sizes", default="4K,16K,64K,256K,1M", help="message sizes in bytes (K, M)")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per size (default by size)")
     ap.add_argument("--floor", action="store_true", help="also time floor_call (2 ranks only)")
+    ap.add_argument(
+        "--python-path",
+        action="store_true",
+        help="also time each suite's Python path (SECCOMM_EXPRESS=0 while its plans are made)",
+    )
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     tmp = tempfile.mkdtemp(prefix="seccomm-lean-")
@@ -66,6 +74,8 @@ def main():
             order = ["", " base", " base", ""] if args.against else [""]
             for v in order:
                 comms.setdefault(s + v, []).append(versions[v].SecureComm(comm, s, psk=PSK))
+            if args.python_path:  # (its plans are made in run_size's warm-up, with the path off)
+                comms[s + " py"] = [seccomm.SecureComm(comm, s, psk=PSK)]
         sizes = [parse_size(b) for b in args.sizes.split(",")]
         rows = [run_size(comm, b, comms, args.iters, args.floor) for b in sizes]
         if comm.rank == 0:
@@ -138,8 +148,10 @@ def run_size(comm, nbytes, comms, iters, floor=False):
     iters = iters or (3000 if nbytes <= 65536 else 400)
     ts = {c: np.zeros(iters) for c in calls}
     for k, i in calls:
+        os.environ["SECCOMM_EXPRESS"] = "0" if k.endswith(" py") else "1"  # (read as a plan is made)
         for _ in range(50):
             fs[k][i]()
+    os.environ.pop("SECCOMM_EXPRESS")
     for it in range(iters):
         r = it % len(calls)
         for k, i in calls[r:] + calls[:r]:

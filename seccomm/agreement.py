@@ -118,6 +118,15 @@ class Agreement:
         else:
             self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
 
+    def pair_masks(self, peer: int):
+        """For a compiled record (:mod:`seccomm.express`): ``(labelled, own, rel)``: the HMAC
+        object with the label in (copied per record), ``mask(own rank)`` and ``mask(own) XOR
+        mask(peer)`` as 16 bytes each, so that the record's tag is ``HMAC[:16] XOR own`` and the
+        peer's ``tag XOR rel`` (as :meth:`record_tail`); under suite ``none`` ``(None, zeros,
+        zeros)``: the tag is zero."""
+        own, rel = self._own.to_bytes(TAG_BYTES, "big"), self._rel[peer].to_bytes(TAG_BYTES, "big")
+        return self._labelled, own, rel
+
     @property
     def expect(self) -> bytes:
         """The table an agreeing world sends back for this rank's current record (``size`` rows

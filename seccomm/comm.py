@@ -466,6 +466,33 @@ class SecureComm:
         a = self._agreement
         return lambda: a.check(run.op_label)
 
+    def _express(self, plan: _Plan, op_index: int) -> bool:
+        """Run the op numbered ``self._seq`` (index ``op_index`` in the epoch) of a plan whose
+        steps offer a compiled swap (:mod:`seccomm.express`; built once per epoch); False where
+        none applies (the caller runs the steps).  The usual case ends in the swap; any other
+        runs the rest of the op in ``_op`` (:meth:`OpRun.express_rest`), which raises as the
+        Python path does."""
+        x, seq, epoch = plan.express, self._seq, self.epoch
+        if x[2] != epoch:
+            x[1], x[2] = x[0](epoch, self._agreement, plan.tail), epoch
+        sw = x[1]
+        if sw is None:
+            return False
+        try:
+            got = sw.start(seq, op_index, epoch)
+        except Exception as e:  # (before anything was posted: raised in _op, which tells the peer)
+            got = e
+        else:
+            if got >= 0 and not sw.finish(got):
+                if not sw.sent():  # (its last send, waited for at the next op's start)
+                    link, label = sw.python[0], f"{plan.run.collective} #{seq}"
+                    self._unsent = ((link.adopt(sw.requests()[0], sw),), (link.peer,), label)
+                return True
+        run = plan.run
+        run.restart(epoch, seq, op_index)
+        self._op(run, lambda: run.express_rest(sw, got), plan.tail, plan.check)
+        return True
+
     def _op(self, run: OpRun, steps, tail: bytes, check) -> None:
         """Run the op: its argument record (``tail``: :meth:`_tail`; ``check()`` checks the
         table, :mod:`seccomm.agreement`) sent before its first frame, ``steps()`` (its algorithm on
@@ -543,6 +570,8 @@ class SecureComm:
                     and plan.layout == _layout(sendbuf, recvbuf)
                 ):
                     run, op_index = plan.run, self._next_op(plan.bound)  # (first: it may rotate)
+                    if plan.express is not None and self._express(plan, op_index):
+                        return
                     run.restart(self.epoch, self._seq, op_index)
                     self._op(run, plan.steps, plan.tail, plan.check)
                     return
@@ -567,9 +596,11 @@ class SecureComm:
                     self._plans.clear()
                 prepare = coll.prepare.get(alg)  # the repeats: prepared once (host buffers only)
                 again = steps if prepare is None else prepare(run, *call.args)
+                fast = getattr(again, "express", None)  # (a compiled swap: seccomm.express)
                 self._plans[key] = _Plan(
-                    sendbuf, recvbuf, _layout(sendbuf, recvbuf), bound, tail, run, again, self._checker(run)
-                )
+                    sendbuf, recvbuf, _layout(sendbuf, recvbuf), bound, tail, run, again, self._checker(run),
+                    None if fast is None else [fast, None, None],
+                )  # fmt: skip
             self._op(run, steps, tail, self._checker(run))
         finally:
             self._busy.release()
@@ -589,6 +620,7 @@ class _Plan(NamedTuple):
     steps: object  # steps(): the algorithm on run, prepared for these arrays where it can be
     # (the checked call's arguments are in it: views of the two arrays)
     check: object  # check(): the agreement's check of run's op (SecureComm._checker)
+    express: list | None  # [factory, compiled swap, its epoch] (SecureComm._express), or None
 
 
 @np.errstate(over="ignore", invalid="ignore")  # (as a decorator: half the cost of a with block)

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
+from . import express
 from .errors import AuthenticationError, FrameError
-from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext
+from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext, Workspace
 from .policy import EncryptPolicy
-from .suites import RECORD_ROOM, SUITES, CipherSuite
+from .suites import RECORD_ROOM, SUITES, AEADKey, CipherSuite
 
 
 @dataclass(frozen=True)
@@ -549,7 +550,7 @@ class OpRun:
                     f.exception()  # let running jobs finish before buffers are reused
 
     # -- one chunk each way (the small-message fast path) ------------------------------------
-    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume, lend=False):
+    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume, lend=False, summed=None):
         """``step()``: exchange one chunk with ``peer`` under direction keys (recursive
         doubling's small messages): the same frames as :meth:`exchange`, with the least work per
         call.  ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace
@@ -558,11 +559,14 @@ class OpRun:
         A prepared step (a repeated call's plan keeps it): its keys and slots are kept while the
         epoch stays (cached slots keep their buffer alive if it grows), and a transport that
         offers a :meth:`pair link <seccomm.transports.base.Transport.pair_link>` to ``peer``
-        moves its frames."""
+        moves its frames.  ``summed``: ``(cur, res, theirs_first)`` where ``consume`` writes
+        ``res = cur + theirs`` (the sum of recursive doubling's one swap on two ranks): the step
+        then offers ``step.express(epoch, agreement, tail)``, the op's compiled swap
+        (:mod:`seccomm.express`) or ``None`` where it does not apply."""
         t, frame, rank, ws = self.t, self.frame, self.rank, self.ws
         nbytes, link, kept = elems * self.itemsize, t.pair_link(peer), [-1]
         if self._protect(False, rank, peer).suite.clear:
-            return self._clear_swap(peer, step, piece, elems, out, consume, lend)
+            return self._clear_swap(peer, step, piece, elems, out, consume, lend, summed)
 
         def run_step():
             if self.sends:
@@ -595,9 +599,92 @@ class OpRun:
                 self._check_len(got, len(rslot.frame), 0, 1, peer, step)
             consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
 
+        if summed is not None and getattr(link, "express", None) is not None and express.enabled():
+            run_step.express = lambda epoch, agreement, tail: self._express(
+                link, peer, step, piece, elems, out, consume, summed, epoch, agreement, tail
+            )
         return run_step
 
-    def _clear_swap(self, peer, step, piece, elems, out, consume, lend):
+    def _express(self, link, peer, step, piece, elems, out, consume, summed, epoch, agreement, tail):
+        """:meth:`swap_step`'s (or :meth:`_clear_swap`'s) compiled swap under ``epoch``'s keys
+        (:mod:`seccomm.express`), in slots of its own (their nonce and header written here once;
+        the op's number, per op, by the swap), or ``None`` where it does not apply (a hop under
+        GMAC, a dtype it does not sum).  Its ``python`` attribute keeps what
+        :meth:`express_rest` needs: the link, the peer and ``landed(got)``, the step's own
+        checks of a message of ``got`` bytes in its receive slot, then the sum."""
+        cur, res, theirs_first = summed
+        red = express.SUM_CODES.get(res.dtype)
+        self.frame.epoch = epoch
+        skey, rkey = self._protect(False, self.rank, peer), self._protect(False, peer, self.rank)
+        clear = skey.suite.clear
+        if red is None or rkey.suite.clear != clear or not (clear or type(skey) is type(rkey) is AEADKey):
+            return None
+        mac, own, rel = agreement.pair_masks(peer)
+        nbytes, ws, t = elems * self.itemsize, Workspace(), self.t
+        sslot, rslot = ws.slots("send", [nbytes])[0], ws.slots("recv", [nbytes])[0]
+        if clear:  # (the payload alone, its record behind it: _clear_swap's frames)
+            swire, rwire, sframe, rframe = (
+                sslot.wire[: nbytes + RECORD_ROOM],
+                rslot.wire[: nbytes + RECORD_ROOM],
+                sslot.body,
+                rslot.body,
+            )
+            out, seal, open_ = rslot.body, None, None
+
+            def landed(got):
+                got = t.take_record(rwire, got, peer, self.op_label)
+                if got != nbytes:
+                    self._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
+                consume(0, rframe)
+        else:
+            frame = self.frame
+            frame.fill(sslot, KEY_DIRECTION, skey.suite.suite_id, step, 0, 1, self.rank, peer, elems)
+            frame.fill(rslot, KEY_DIRECTION, rkey.suite.suite_id, step, 0, 1, peer, self.rank, elems)
+            swire, rwire, sframe, rframe = sslot.wire, rslot.wire, sslot.frame, rslot.frame
+            seal, open_ = skey.aead.encrypt_into, rkey.aead.decrypt_into
+
+            def landed(got):
+                got = t.take_record(rwire, got, peer, self.op_label)
+                if got != len(rframe):
+                    self._check_len(got, len(rframe), 0, 1, peer, step)
+                consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
+
+        comm, tag, spins = link.express
+        sw = express.swap(
+            comm=comm, peer=peer, tag=tag, spins=spins, red=red, theirs_first=int(theirs_first),
+            snonce=sslot.nonce, shdr=sslot.header, piece=piece, sframe=sframe, swire=swire,
+            rnonce=rslot.nonce, rhdr=rslot.header, rframe=rframe, rwire=rwire, out=out,
+            cur=cur, res=res, seal=seal, open=open_, mac=mac, tail=tail, own=own, rel=rel,
+        )  # fmt: skip
+        sw.python = (link, peer, landed)
+        return sw
+
+    def express_rest(self, sw, got) -> None:
+        """The rest of an op whose compiled swap ``sw`` (:meth:`_express`) did not end in the
+        usual case: ``got`` is what its ``start`` returned (the bytes received, or
+        :data:`~seccomm.express.PENDING`, :data:`~seccomm.express.MPIERR`, or the exception it
+        raised before it posted anything).  Runs inside ``SecureComm._op`` after its record and
+        agreement start: the swap's requests become this run's, then the Python path's own code
+        waits (deadline, notices), checks and raises as in :meth:`swap_step`."""
+        link, peer, landed = sw.python
+        link.first_done()  # (the record went out behind the frame; the first receive is posted for both)
+        if isinstance(got, BaseException):
+            raise got
+        sh, rh = sw.requests()
+        sreq = link.adopt(sh, sw)
+        self.pending.append(sreq)
+        self.sends.append((sreq, peer))
+        if got == express.MPIERR:
+            raise link.error(sw.mpi_error, self.op_label)
+        if got == express.PENDING:
+            rreq = link.adopt(rh, sw)
+            self.pending.append(rreq)
+            got = link.wait(rreq, self.timeout, self.op_label)
+            if not sw.finish(got):
+                return
+        landed(got)
+
+    def _clear_swap(self, peer, step, piece, elems, out, consume, lend, summed=None):
         """:meth:`swap_step` of clear frames: the payload alone, sent from ``piece`` where it is
         lent (else from a copy in a slot's body), received into a slot's body and consumed from
         there.  ``lend``: as :class:`Send`'s.  An acknowledged swap (:meth:`acked`: large
@@ -605,7 +692,8 @@ class OpRun:
         doubling's one swap, the op's last send) the op's record rides behind the frame in the
         slot's room, as behind a sealed frame, where the swap is not acknowledged (then it is a
         copy), and goes alone before it where it is (``Send.behind``: the peer's step asks
-        :meth:`acked` too, and does the same)."""
+        :meth:`acked` too, and does the same).  ``summed``: as :meth:`swap_step`'s (a swap with
+        its record behind the frame may be compiled)."""
         t, nbytes = self.t, elems * self.itemsize
         paired = t.paired
         ack = self.acked(1, nbytes, True)
@@ -651,6 +739,11 @@ class OpRun:
             if ack:
                 self._give_receipt(peer)
 
+        link = t.pair_link(peer)
+        if summed is not None and behind and getattr(link, "express", None) is not None and express.enabled():
+            run_step.express = lambda epoch, agreement, tail: self._express(
+                link, peer, step, piece, elems, None, consume, summed, epoch, agreement, tail
+            )
         return run_step
 
     # -- tree relay (broadcast) --------------------------------------------------------------

@@ -100,11 +100,18 @@ class SuiteKey:
         """
         raise NotImplementedError
 
+    @property
+    def aead(self):
+        """The ``cryptography`` AEAD object this key seals and opens with (``AESGCM``,
+        ``ChaCha20Poly1305``; ``None`` for ``none``): :mod:`seccomm.express` calls its
+        ``encrypt_into`` and ``decrypt_into`` as :class:`AEADKey` does."""
+        return self._aead
+
     def __repr__(self):
         return f"<SuiteKey {self.suite.name}>"
 
 
-class _AEADKey(SuiteKey):
+class AEADKey(SuiteKey):
     """AES-256-GCM or ChaCha20-Poly1305: ``body || tag`` = AEAD(nonce, payload, AAD header)."""
 
     __slots__ = ()
@@ -187,14 +194,14 @@ class CipherSuite:
 
 
 class AESGCMSuite(CipherSuite):
-    key_class, aead_class = _AEADKey, AESGCM
+    key_class, aead_class = AEADKey, AESGCM
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         return _gcm_limit(chunk_bytes, aad_bytes)
 
 
 class ChaChaSuite(CipherSuite):
-    key_class, aead_class = _AEADKey, ChaCha20Poly1305
+    key_class, aead_class = AEADKey, ChaCha20Poly1305
 
     def usage_limit(self, chunk_bytes, aad_bytes):
         # draft-irtf-cfrg-aead-limits §5.2: no confidentiality limit below 2^96 nonces; the cap

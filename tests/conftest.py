@@ -36,6 +36,7 @@ PLAN = {
         "wire_policy",
         "op_replay",
         "paired",
+        "express",
         "clear_frames",
         "setup_downgrade",
         "setup_replay",

@@ -12,6 +12,7 @@ raised ends the launch early: the scenarios after it are reported as not run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,6 +25,8 @@ from mpi4py import MPI
 
 import argument_cases
 import seccomm
+import seccomm.engine
+import seccomm.express
 import wire_cases
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
 from seccomm.transports import TamperTransport, TransportWrapper
@@ -600,6 +603,23 @@ def tamper_into_callers_buffer(comm, rec, suite, coll, threads):
     _close_together(comm, sc)
 
 
+@contextlib.contextmanager
+def python_path(on=True):
+    """Plans made inside take the Python path, not the compiled swap (``SECCOMM_EXPRESS=0``:
+    :mod:`seccomm.express`), where ``on``."""
+    old = os.environ.get("SECCOMM_EXPRESS")
+    if on:
+        os.environ["SECCOMM_EXPRESS"] = "0"
+    try:
+        yield
+    finally:
+        if on:
+            if old is None:
+                del os.environ["SECCOMM_EXPRESS"]
+            else:
+                os.environ["SECCOMM_EXPRESS"] = old
+
+
 def _close_together(comm, sc):
     sc.close()
     comm.Barrier()
@@ -977,6 +997,149 @@ def _mismatch_alike(comm, rec, label, arg, call):
     rec(f"{label}: {type(got).__name__}: {got} ({secs:.1f} s)", ok and len(set(msgs)) == 1 and secs < 5)
 
 
+def _express_used(sc) -> bool:
+    """Whether a plan of ``sc`` runs the compiled swap (seccomm.express)."""
+    return any(p.express is not None and p.express[1] is not None for p in sc._plans.values())
+
+
+def _express_done(sc, what="done") -> int:
+    """Ops of ``sc``'s plans' compiled swaps (their current epoch's) that finished in it (``done``:
+    record, open and sum), or that waited for the peer in the Python path (``waits``)."""
+    return sum(getattr(p.express[1], what) for p in sc._plans.values() if p.express and p.express[1])
+
+
+@scenario
+def express(comm, rec):
+    """issue 15 item 3: the compiled swap of a repeated two-rank allreduce (seccomm.express).
+    On both ranks, on one (the other in the Python path: its frames and records are the
+    compiled ones' and the reverse, so each opens what the other sealed) or on neither: every
+    result bitwise native MPI's over repeated calls (in place too, NaN and inf included, keys
+    rotated every few ops), the compiled swap used exactly where it applies (sum of float32,
+    float64, int32, int64, uint8 under an AEAD).  Then the cases it hands back: a peer that
+    comes late (the wait), a frame altered on the wire (AuthenticationError naming its sender,
+    the result never written), a peer that stops (TransportTimeout naming it), and 1 MiB
+    frames whose last send is left for the next op."""
+    if comm.size != 2:
+        return
+    r, built = comm.rank, seccomm.express.built()  # (not built: the Python path on both ranks, checked
+    for mode in ("both", "rank 0", "rank 1", "neither"):  # alike; tests/test_express.py says so)
+        mine = built and (mode == "both" or mode == f"rank {r}")
+        for suite, enc in [(s, "all") for s in SUITES] + [("aes-256-gcm", "inter-node")]:
+            with python_path(not mine):  # (inter-node: one node, every hop in the clear, the
+                sc = SecureComm(  # records authenticated)
+                    comm, suite, psk=PSK, timeout=20, rotate_after_frames=40, encrypt=enc
+                )
+                for dname in ("float32", "float64", "int32", "int64", "uint8", "float16"):
+                    for n in (1, 1000, 1 << 17):
+                        for inplace in (False, True):
+                            x0 = make_data(comm, dname, n)
+                            x = x0.copy()
+                            y = x if inplace else np.empty_like(x)
+                            ok, ref = True, np.empty_like(x)
+                            for i in range(6):
+                                x[:] = x0 + np.asarray(i, x0.dtype)
+                                if dname in FLOATS and n > 1:
+                                    x[i] = (np.nan, np.inf, -np.inf)[i % 3] if i % 2 else x[i]
+                                comm.Allreduce(x, ref) if native_has(dname) else ref.fill(0)
+                                sc.allreduce(x, y)
+                                if native_has(dname):
+                                    ok &= np.array_equal(y, ref, equal_nan=True)
+                                ok &= identical_on_all(comm, y)
+                            # (a clear hop of 1 MiB or more is acknowledged: its record goes
+                            # alone, in the Python path)
+                            clear = suite == "none" or enc == "inter-node"
+                            big = clear and x.nbytes >= seccomm.engine.ACK_CLEAR_BYTES
+                            want = mine and suite != "aes-256-gmac" and dname != "float16" and not big
+                            label = f"express {mode} {suite} {enc} {dname} n={n} in place={inplace}"
+                            rec(f"{label}: bitwise native", ok)
+                            used = _express_used(sc)
+                            done = _express_done(sc)  # (5 repeats; keys rotate every few)
+                            rec(f"{label}: compiled swap used: {used}, {done} ops", used == want)
+                            rec(f"{label}: ended in the compiled swap", not want or done >= 1)
+                            sc._plans.clear()
+                rec(f"express {mode} {suite} {enc}: keys rotated (epoch {sc.epoch})", sc.epoch >= 3)
+                _close_together(comm, sc)
+    x = np.full(1000, r + 1.0, np.float32)
+    y = np.empty_like(x)
+    # a late peer: the receive is not in within the compiled swap's spin
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
+    for i in range(6):
+        if r == 1 and i in (2, 3):
+            time.sleep(0.5)
+        y.fill(0)
+        sc.allreduce(x, y)
+        rec(f"express: a late peer, call {i}: rank {r} right", np.all(y == 3))
+    done, waits = _express_done(sc), _express_done(sc, "waits")  # (call 0 makes the plan)
+    rec(
+        f"express: a late peer: {done} of 5 calls finished in the compiled swap on rank {r}",
+        done == 5 * built,
+    )
+    if r == 0:  # (calls 2 and 3 waited in the Python path, 0.5 s being past the swap's spin; on a
+        # busy machine others may too)
+        rec(f"express: a late peer: rank 0 waited in the Python path in {waits} calls", waits >= 2 * built)
+    rec(f"express: a late peer: compiled swap used on rank {r}", _express_used(sc) == built)
+    _close_together(comm, sc)
+    # a frame altered on the wire: rank 0 (Python path, wrapped) flips a bit of its third frame;
+    # rank 1 (compiled swap) raises naming rank 0, its result untouched
+    for where in (0, -1):
+        label = f"express: rank 0's third frame altered at byte {where}"
+        rec.start(label)
+        flip = lambda i, peer, nbytes, where=where: where if i == 2 else None  # noqa: E731
+        wrap = (lambda t: TamperTransport(t, flip)) if r == 0 else None
+        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=5, wrap_transport=wrap)
+        got, y = None, np.zeros_like(x)
+        try:
+            for _ in range(3):
+                y.fill(-7)
+                sc.allreduce(x, y)
+        except SecCommError as e:
+            got = e
+        if r == 1:
+            ok = isinstance(got, AuthenticationError) and got.peer == 0 and got.op == "allreduce"
+            used = _express_used(sc) == built
+            rec(f"{label}: rank 1: {type(got).__name__}: {got}", ok and np.all(y == -7) and used)
+        else:
+            rec(f"{label}: rank 0: {type(got).__name__}", got is None or isinstance(got, SecCommError))
+        _close_together(comm, sc)
+    # a peer that stops: rank 1 skips the third call and waits past rank 0's deadline
+    label = "express: rank 1 skips a call"
+    rec.start(label)
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=2)
+    got, t0 = None, 0.0
+    try:
+        for i in range(3):
+            if r == 1 and i == 2:
+                time.sleep(4)
+                break
+            t0 = time.monotonic()
+            sc.allreduce(x, y)
+    except SecCommError as e:
+        got = e
+    secs = time.monotonic() - t0
+    if r == 0:
+        # (past its deadline rank 0 gives rank 1 a grace to tell it something: it ends when rank
+        # 1 wakes, as in the Python path)
+        ok = isinstance(got, seccomm.TransportTimeout) and got.peer == 1 and 1.5 < secs < 8
+        rec(f"{label}: rank 0: {type(got).__name__}: {got} ({secs:.1f} s)", ok)
+    sc.close()
+    comm.Barrier()
+    # 1 MiB frames: the send may still be out when the op returns (left for the next op)
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
+    xb = make_data(comm, "float32", 1 << 18)
+    yb, ref = np.empty_like(xb), np.empty_like(xb)
+    comm.Allreduce(xb, ref)
+    ok, left = True, 0
+    for _ in range(20):
+        yb.fill(0)
+        sc.allreduce(xb, yb)
+        ok &= np.array_equal(yb, ref)
+        left += sc._unsent is not None
+    used = _express_used(sc) == built
+    label = f"express: 1 MiB, 20 calls ({left} left their send for the next op)"
+    rec(f"{label}: bitwise native, compiled swap used on rank {r}", ok and used)
+    _close_together(comm, sc)
+
+
 @scenario
 def paired(comm, rec):
     """issue 15: on two ranks an op's argument record rides in its first message to the peer.
@@ -1036,7 +1199,8 @@ def paired(comm, rec):
             sc = SecureComm(comm, suite, psk=PSK, timeout=20)
             x = np.full(n, r + 1.0, np.float32)
             y = np.empty_like(x)
-            sc.allreduce(x, y)
+            with python_path(r == 0):  # (rank 0 alters its record in the Python path; rank 1 reads
+                sc.allreduce(x, y)  # it in the compiled one where that applies: seccomm.express)
             if r == 0:
                 t, kept, put, used = sc.transport, [], sc.transport.put_record, []
 

@@ -26,6 +26,7 @@ MIN_CASES = {
     "wire_policy": 350,  # 714 at 2 ranks, 1630 at 3
     "op_replay": 36,  # 84 at 2 ranks, 112 at 3
     "paired": 80,
+    "express": 2000,  # 4384 at 2 ranks
     "clear_frames": 100,  # 112 a rank at 2 and 3 ranks
     "setup_downgrade": 7,
     "setup_replay": 4,

@@ -116,6 +116,8 @@ class Report:
         else:
             self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) {loop}")
         self.line(f"# job secret: {secret_source}")
+        if m.get("pair_path"):  # (a repeated small allreduce on two ranks: seccomm.express)
+            self.line(f"# two-rank small allreduce: {m['pair_path']}")
         local = sc.node_ids.count(sc.node_ids[sc.rank]) if sc else self.comm.Get_size()
         over = oversubscription(local, node_cores())
         if over:

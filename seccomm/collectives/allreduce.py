@@ -194,8 +194,9 @@ def _rd_prepare(run, send, recv, ufunc, avg):
         lend = (True if i < len(schedule) - 1 else ACKED) if apart and cur is send else False
         if kind == TAKE:
             steps.append(exchange_step(run, None, Recv(peer, elems, outs, step, consume=consume)))
-        elif single:  # small message: one frame each way
-            steps.append(run.swap_step(peer, step, mine[0], elems[0], outs[0], consume, lend))
+        elif single:  # small message: one frame each way (on two ranks, its sum may be compiled)
+            summed = (cur, recv, theirs_first) if p == 2 and ufunc is np.add and not avg else None
+            steps.append(run.swap_step(peer, step, mine[0], elems[0], outs[0], consume, lend, summed))
         else:
             both = Send(peer, step, pieces=mine, lend=lend), Recv(peer, elems, outs, step, consume=consume)
             steps.append(exchange_step(run, *both))

@@ -386,7 +386,7 @@ class DeviceOpRun(OpRun):
                 self._await_receipt(nxt)
         return True
 
-    def swap_step(self, peer, step, piece, elems, out, consume, lend=False):
+    def swap_step(self, peer, step, piece, elems, out, consume, lend=False, summed=None):
         # (paired, clear frames: the record behind the frame, as the CPU engine's swap sends it,
         # unless the swap is acknowledged: then alone before it)
         behind = self.t.paired and not self.acked(1, elems * self.itemsize, True)

@@ -139,7 +139,9 @@ class Transport:
         """An object that moves host frames to and from ``peer`` with the least work per call
         (``send(frame)``, ``recv(frame)``, ``wait(rreq, timeout, op_label) -> bytes``: as
         :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
-        engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame)."""
+        engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame).  A link
+        with an ``express`` attribute that is not ``None`` offers the compiled two-rank swap
+        (:mod:`seccomm.express`; MPI only)."""
         return None
 
     def send_record(self) -> None:

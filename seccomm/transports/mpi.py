@@ -850,14 +850,54 @@ def _mpi_error(e, peer, op_label) -> FrameError:
 _DRAIN_BYTES = 4096
 
 
-class _PairLink:
-    """:meth:`MPITransport.pair_link`: host frames to and from one peer, straight to mpi4py."""
+_Adopted = None
 
-    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte")
+
+def _adopted(MPI):
+    """mpi4py's ``Request`` with a reference to what posted it (:meth:`_PairLink.adopt`), made
+    on first use (this module imports mpi4py only when a transport is made)."""
+    global _Adopted
+    if _Adopted is None:
+
+        class Adopted(MPI.Request):
+            __slots__ = ("keep",)
+
+        _Adopted = Adopted
+    return _Adopted
+
+
+class _PairLink:
+    """:meth:`MPITransport.pair_link`: host frames to and from one peer, straight to mpi4py.
+    ``express``: ``(communicator handle, tag, spins)`` for the compiled swap
+    (:mod:`seccomm.express`: the same communicator and tag; ``spins`` tests of its receive
+    before it hands the wait back, as :meth:`MPITransport.wait_recv` spins before it yields),
+    on two ranks."""
+
+    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte", "express")
 
     def __init__(self, t: MPITransport, peer: int):
         self.t, self.isend, self.irecv, self.peer, self.tag = t, t.comm.Isend, t.comm.Irecv, peer, t.tag
         self.byte = t._byte
+        self.express = (t.comm.handle, t.tag, _BACKOFF.spins) if t.paired else None
+
+    def adopt(self, handle: int, keep):
+        """An MPI request the compiled swap ``keep`` posted (its handle), as an mpi4py request
+        that keeps ``keep`` (and so the buffer MPI reads or writes) alive, as mpi4py's own
+        requests keep their buffers."""
+        MPI = self.t._MPI
+        req = _adopted(MPI)(MPI.Request.fromhandle(handle))
+        req.keep = keep
+        return req
+
+    def error(self, code: int, op_label: str) -> FrameError:
+        """The error of an MPI call of the compiled swap that returned ``code``."""
+        return _mpi_error(self.t._MPI.Exception(code), self.peer, op_label)
+
+    def first_done(self) -> None:
+        """The op's first message went to the peer with its record behind the frame, and the
+        first receive is posted for frame and record (as :meth:`MPITransport.put_record` and
+        :meth:`MPITransport.record_due` record it)."""
+        self.t._pair_out = self.t._pair_in = False
 
     def send(self, frame):
         """:meth:`MPITransport.isend` of a host ``frame`` to the peer."""

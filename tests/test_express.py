@@ -1,0 +1,192 @@
+"""The compiled two-rank swap (seccomm.express, seccomm/_pairswap.c), in-process.
+
+A swap on ``MPI.COMM_SELF`` that sends to itself: what it puts on the wire is checked byte for
+byte against ``cryptography`` (the frame: AES-GCM or ChaCha20-Poly1305 of the payload under the
+nonce and AAD header the framing layer writes for that op) and against
+:meth:`Agreement.record_tail` (the record behind it), for many op numbers, epochs, dtypes and
+sizes; what it received is then altered in place to check each code ``finish`` returns (the
+result untouched).  On real ranks: tests/mpi_worker.py ``express`` (results, the cases it hands
+back to the Python path, and a peer in the other path)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seccomm
+from seccomm import express
+from seccomm.agreement import Agreement
+from seccomm.comm import _names
+from seccomm.dtypes import CODES
+from seccomm.framing import AAD, KEY_DIRECTION, FrameContext, Workspace, nonce_bytes
+from seccomm.suites import RECORD_ROOM
+
+KEY = bytes.fromhex("8c1f5e0a93d24b7e61a05fc3d8e2917b4a6f03c5e9b1d7280f4c6a3e5b9d1c07")
+TAIL = bytes.fromhex("01020100ffffffff0000000000000400")  # allreduce, float32, sum, alg 0, no root, count
+
+
+def test_status_is_one_line():
+    s = express.status()
+    assert "\n" not in s and ("compiled pair path" in s)
+
+
+def test_not_built_falls_back_and_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "seccomm._pairswap", None)  # (import fails: ImportError)
+    monkeypatch.delattr(seccomm, "_pairswap", raising=False)
+    monkeypatch.setattr(express, "_pairswap", None)
+    monkeypatch.setattr(express, "_WHY", "")
+    assert not express.built() and not express.enabled()
+    assert (
+        express.status().startswith("compiled pair path not built (ModuleNotFoundError")
+        and "Python path" in express.status()
+    )
+
+
+def test_off_by_environment(monkeypatch):
+    monkeypatch.setenv("SECCOMM_EXPRESS", "0")
+    assert not express.enabled()
+    if express.built():
+        assert express.status() == "compiled pair path off (SECCOMM_EXPRESS=0): Python path"
+
+
+built = pytest.mark.skipif(not express.built(), reason=f"{express.status()}")
+
+
+def _self_swap(aead, dtype, n, clear=False, agreement=None, **change):
+    """A swap on COMM_SELF to itself (peer 0), frames sealed and opened under one key, the
+    record's tag that of ``agreement`` (an Agreement of rank 0 with world size 2: its HMAC
+    object and own mask) or zero, the mask it expects back zero (so the record it expects is its
+    own).  ``change``: arguments to pass instead.  Returns (swap, parts)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_SELF.Dup()
+    x = (np.arange(n) % 97 + 1).astype(dtype)
+    res, nbytes = np.empty_like(x), x.nbytes
+    ws = Workspace()
+    s, r = ws.slots("send", [nbytes])[0], ws.slots("recv", [nbytes])[0]
+    frame = FrameContext(1, 1, CODES[np.dtype(dtype).name], b"j" * 16, b"c" * 16, 0, 0, 0, n, "sum")
+    for slot in (s, r):
+        frame.fill(slot, KEY_DIRECTION, 1, 1, 0, 1, 0, 1, n)
+    out = np.empty(nbytes, np.uint8)
+    mac, own, _ = agreement.pair_masks(1) if agreement else (None, bytes(16), None)
+    if clear:
+        wires = s.wire[: nbytes + RECORD_ROOM], r.wire[: nbytes + RECORD_ROOM]
+        frames, out, seal, open_ = (s.body, r.body), r.body, None, None
+    else:
+        wires, frames = (s.wire, r.wire), (s.frame, r.frame)
+        seal, open_ = aead.encrypt_into, aead.decrypt_into
+    kw = dict(
+        comm=comm.handle, peer=0, tag=7, spins=100000, red=express.SUM_CODES[np.dtype(dtype)], theirs_first=0,
+        snonce=s.nonce, shdr=s.header, piece=x.view(np.uint8), sframe=frames[0], swire=wires[0],
+        rnonce=r.nonce, rhdr=r.header, rframe=frames[1], rwire=wires[1], out=out, cur=x, res=res,
+        seal=seal, open=open_, mac=mac, tail=TAIL, own=own, rel=bytes(16),
+    )  # fmt: skip
+    kw.update(change)
+    try:
+        sw = express.swap(**kw)
+    except Exception:
+        comm.Free()
+        raise
+    return sw, dict(comm=comm, x=x, res=res, s=s, r=r, wires=wires)
+
+
+@built
+@settings(max_examples=40, deadline=None)
+@given(
+    seq=st.integers(1, 2**64 - 1),
+    op_index=st.integers(0, 2**32 - 1),
+    epoch=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from(["float32", "float64", "int32", "int64", "uint8"]),
+    n=st.sampled_from([1, 3, 1000, 4099]),
+    suite=st.sampled_from(["aes-256-gcm", "chacha20-poly1305", "none"]),
+)
+def test_the_wire_is_the_python_paths(seq, op_index, epoch, dtype, n, suite):
+    aead = AESGCM(KEY) if suite == "aes-256-gcm" else ChaCha20Poly1305(KEY)
+    agreement = Agreement(0, 2, None if suite == "none" else KEY, _names, {}, {})
+    sw, p = _self_swap(aead, dtype, n, clear=suite == "none", agreement=agreement)
+    try:
+        got = sw.start(seq, op_index, epoch)
+        assert got == len(p["wires"][0])
+        s = p["s"]
+        nonce, hdr = bytes(s.nonce), bytes(s.header)
+        assert nonce == nonce_bytes(op_index, 1, 0, 0)
+        fields = AAD.unpack(hdr)
+        assert fields[9:11] == (epoch, seq)  # (the header's epoch and op number: the rest as filled)
+        wire = bytes(p["wires"][1])
+        body = p["x"].tobytes()
+        frame = body if suite == "none" else aead.encrypt(nonce, body, hdr)
+        agreement.record_tail(seq, TAIL)  # (the Python path's record of this op)
+        mine = agreement.mine.tobytes()[8:]
+        assert wire == frame + mine  # frame, then the record after its op number
+        assert sw.finish(got) == 0
+        assert np.array_equal(p["res"], p["x"] + p["x"])
+        assert sw.sent()
+    finally:
+        sw.requests()
+        p["comm"].Free()
+
+
+@built
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "none"])
+def test_finish_codes_leave_the_result_alone(suite):
+    sw, p = _self_swap(AESGCM(KEY), "float32", 1000, clear=suite == "none")
+    try:
+        got = sw.start(5, 4, 0)
+        wire = np.frombuffer(p["wires"][1], np.uint8)
+        p["res"].fill(-1)
+        for cut in (got - 1, got + 1, 0, 31):
+            assert sw.finish(cut) == 1  # LENGTH
+        wire[-1] ^= 1  # the record's last tag byte
+        assert sw.finish(got) == 2  # RECORD
+        wire[-1] ^= 1
+        if suite != "none":
+            for i in (0, got - 33):  # the first body byte, the frame's last tag byte
+                wire[i] ^= 1
+                assert sw.finish(got) == 3  # TAG
+                wire[i] ^= 1
+        assert np.all(p["res"] == -1) and sw.done == 0
+        assert sw.finish(got) == 0 and np.array_equal(p["res"], p["x"] * 2) and sw.done == 1
+    finally:
+        sw.requests()
+        p["comm"].Free()
+
+
+@built
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(piece=np.zeros(8, np.uint8)), "do not match"),
+        (dict(res=np.zeros(3, np.float32)), "do not match"),
+        (dict(open=None), "do not match"),  # (a sealed hop that would not open)
+        (dict(red=9), "reduction"),
+        (dict(tail=bytes(15)), "tail: 15 bytes"),
+        (dict(snonce=bytearray(11)), "nonce of 12 bytes"),
+    ],
+)
+def test_bad_arguments_are_refused(change, match):
+    with pytest.raises(ValueError, match=match):
+        _self_swap(AESGCM(KEY), "float32", 16, **change)
+
+
+@built
+def test_a_mac_must_be_an_hmac():
+    with pytest.raises(TypeError, match="HMAC object or None"):
+        _self_swap(AESGCM(KEY), "float32", 16, mac=b"key")
+
+
+@built
+def test_the_record_expected_back_is_the_peers():
+    """The record expected back is this rank's tag XOR ``rel`` (mask(own) XOR mask(peer)): with
+    a nonzero ``rel``, its own record sent to itself is another rank's, and does not pass."""
+    agreement = Agreement(0, 2, KEY, _names, {}, {})
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10, agreement=agreement, rel=agreement.pair_masks(1)[2])
+    try:
+        assert sw.finish(sw.start(1, 0, 0)) == 2  # RECORD
+    finally:
+        sw.requests()
+        p["comm"].Free()
