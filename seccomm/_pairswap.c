@@ -48,17 +48,44 @@ typedef struct {
     PyObject *seal_args[4], *open_args[4]; /* (nonce, data, aad, out) memoryviews */
     unsigned char tail[16], own[16], rel[16], want[32];
     MPI_Request sreq, rreq;
-    int mpi_error;
+    int mpi_error, ready; /* ready: initialised (every method refuses before) */
     Py_ssize_t done, waits; /* ops that finished here (finish() OK); starts that returned PENDING */
     PyObject *python; /* what the Python path needs of the step when it takes over (seccomm.engine) */
 } Swap;
 
 static Py_buffer *bufs(Swap *s) { return &s->snonce; }
 
-static void Swap_dealloc(Swap *s)
+static int Swap_traverse(Swap *s, visitproc visit, void *arg)
 {
     Py_buffer *b = bufs(s);
     for (int i = 0; i < s->have; i++)
+        Py_VISIT(b[i].obj);
+    Py_VISIT(s->seal);
+    Py_VISIT(s->open);
+    Py_VISIT(s->mac);
+    Py_VISIT(s->python);
+    for (int i = 0; i < 4; i++) {
+        Py_VISIT(s->seal_args[i]);
+        Py_VISIT(s->open_args[i]);
+    }
+    return 0;
+}
+
+/* (a cycle through the swap passes through `python`: what the Python path keeps of the step) */
+static int Swap_clear(Swap *s)
+{
+    Py_CLEAR(s->python);
+    return 0;
+}
+
+static void Swap_dealloc(Swap *s)
+{
+    PyObject_GC_UnTrack(s);
+    Py_buffer *b = bufs(s);
+    /* a request still live (never the case through seccomm: its requests are adopted or
+     * complete) may still read or write the buffers: keep them rather than free them under MPI */
+    int live = s->ready && (s->sreq != MPI_REQUEST_NULL || s->rreq != MPI_REQUEST_NULL);
+    for (int i = 0; i < s->have && !live; i++)
         PyBuffer_Release(&b[i]);
     Py_XDECREF(s->seal);
     Py_XDECREF(s->open);
@@ -158,7 +185,15 @@ static int Swap_init(Swap *s, PyObject *args, PyObject *kw)
     Py_INCREF(mac);
     s->seal = seal, s->open = open, s->mac = mac;
     s->sreq = s->rreq = MPI_REQUEST_NULL;
+    s->ready = 1;
     return 0;
+}
+
+static int not_ready(Swap *s)
+{
+    if (!s->ready)
+        PyErr_SetString(PyExc_RuntimeError, "Swap is not initialised");
+    return !s->ready;
 }
 
 static void put_be(unsigned char *p, uint64_t v, int n)
@@ -214,10 +249,13 @@ static int record(Swap *s, uint64_t seq, unsigned char *mine)
  * -MPIERR-1 on an MPI error (mpi_error) */
 static PyObject *Swap_start(Swap *s, PyObject *args)
 {
-    unsigned long long seq;
-    unsigned int op_index, epoch;
-    if (!PyArg_ParseTuple(args, "KII", &seq, &op_index, &epoch))
+    unsigned long long seq, op_index, epoch;
+    if (not_ready(s) || !PyArg_ParseTuple(args, "KKK", &seq, &op_index, &epoch))
         return NULL;
+    if (op_index > 0xFFFFFFFFull || epoch > 0xFFFFFFFFull) { /* (32-bit fields of nonce and AAD) */
+        PyErr_SetString(PyExc_OverflowError, "op index and epoch are 32-bit");
+        return NULL;
+    }
     if (s->sreq != MPI_REQUEST_NULL || s->rreq != MPI_REQUEST_NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Swap.start: the last op's requests are still held");
         return NULL;
@@ -313,6 +351,8 @@ static void reduce(Swap *s)
  * else LENGTH, RECORD or TAG (nothing written to the result) */
 static PyObject *Swap_finish(Swap *s, PyObject *arg)
 {
+    if (not_ready(s))
+        return NULL;
     Py_ssize_t got = PyLong_AsSsize_t(arg);
     if (got == -1 && PyErr_Occurred())
         return NULL;
@@ -337,6 +377,8 @@ static PyObject *Swap_finish(Swap *s, PyObject *arg)
 static PyObject *Swap_sent(Swap *s, PyObject *unused)
 {
     int flag = 1;
+    if (not_ready(s))
+        return NULL;
     if (s->sreq != MPI_REQUEST_NULL) {
         int err = MPI_Test(&s->sreq, &flag, MPI_STATUS_IGNORE);
         if (err != MPI_SUCCESS) {
@@ -351,6 +393,8 @@ static PyObject *Swap_sent(Swap *s, PyObject *unused)
  * mpi4py requests (MPI.Request.fromhandle) and owns them from then on */
 static PyObject *Swap_requests(Swap *s, PyObject *unused)
 {
+    if (not_ready(s))
+        return NULL;
     /* (as mpi4py shows a handle: MPICH's int, sign-extended, as an unsigned 64-bit number) */
     PyObject *r = Py_BuildValue("(KK)", (unsigned long long)(long long)s->sreq,
                                 (unsigned long long)(long long)s->rreq);
@@ -378,7 +422,9 @@ static PyGetSetDef Swap_getset[] = {{"mpi_error", (getter)Swap_mpi_error, NULL, 
 static PyTypeObject SwapType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "seccomm._pairswap.Swap",
     .tp_basicsize = sizeof(Swap),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Swap_traverse,
+    .tp_clear = (inquiry)Swap_clear,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Swap_init,
     .tp_dealloc = (destructor)Swap_dealloc,

@@ -491,6 +491,8 @@ class SecureComm:
         run = plan.run
         run.restart(epoch, seq, op_index)
         self._op(run, lambda: run.express_rest(sw, got), plan.tail, plan.check)
+        run.pending = run.sends = []  # (complete, or in _unsent: the swap's requests need not outlive
+        # the op, where they would keep the swap, and through it this run)
         return True
 
     def _op(self, run: OpRun, steps, tail: bytes, check) -> None:

@@ -25,6 +25,7 @@ anything is copied (their ``open`` returns the slot body), so they need no scrat
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -621,6 +622,7 @@ class OpRun:
             return None
         mac, own, rel = agreement.pair_masks(peer)
         nbytes, ws, t = elems * self.itemsize, Workspace(), self.t
+        run = weakref.ref(self)  # (landed is kept by the swap, which requests of this run keep: no cycle)
         sslot, rslot = ws.slots("send", [nbytes])[0], ws.slots("recv", [nbytes])[0]
         if clear:  # (the payload alone, its record behind it: _clear_swap's frames)
             swire, rwire, sframe, rframe = (
@@ -632,9 +634,10 @@ class OpRun:
             out, seal, open_ = rslot.body, None, None
 
             def landed(got):
-                got = t.take_record(rwire, got, peer, self.op_label)
+                op = run()
+                got = t.take_record(rwire, got, peer, op.op_label)
                 if got != nbytes:
-                    self._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
+                    op._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
                 consume(0, rframe)
         else:
             frame = self.frame
@@ -644,10 +647,11 @@ class OpRun:
             seal, open_ = skey.aead.encrypt_into, rkey.aead.decrypt_into
 
             def landed(got):
-                got = t.take_record(rwire, got, peer, self.op_label)
+                op = run()
+                got = t.take_record(rwire, got, peer, op.op_label)
                 if got != len(rframe):
-                    self._check_len(got, len(rframe), 0, 1, peer, step)
-                consume(0, self._open(rslot, rkey, out, peer, step, 0, 1))
+                    op._check_len(got, len(rframe), 0, 1, peer, step)
+                consume(0, op._open(rslot, rkey, out, peer, step, 0, 1))
 
         comm, tag, spins = link.express
         sw = express.swap(
@@ -674,11 +678,11 @@ class OpRun:
         sreq = link.adopt(sh, sw)
         self.pending.append(sreq)
         self.sends.append((sreq, peer))
+        rreq = link.adopt(rh, sw)  # (after an MPI error MPI may have freed it: then a null request)
+        self.pending.append(rreq)
         if got == express.MPIERR:
             raise link.error(sw.mpi_error, self.op_label)
         if got == express.PENDING:
-            rreq = link.adopt(rh, sw)
-            self.pending.append(rreq)
             got = link.wait(rreq, self.timeout, self.op_label)
             if not sw.finish(got):
                 return

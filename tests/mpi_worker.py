@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import os
 import sys
 import time
 import traceback
+import weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -1078,7 +1080,14 @@ def express(comm, rec):
         # busy machine others may too)
         rec(f"express: a late peer: rank 0 waited in the Python path in {waits} calls", waits >= 2 * built)
     rec(f"express: a late peer: compiled swap used on rank {r}", _express_used(sc) == built)
+    refs = [weakref.ref(o) for o in (sc, x, y, *(p.run for p in sc._plans.values()))]
     _close_together(comm, sc)
+    del sc
+    x = y = None  # (the waits left the swap's requests with the run: nothing keeps them after close)
+    gc.collect()
+    rec(f"express: a late peer: rank {r}: its plans, runs and arrays freed", all(w() is None for w in refs))
+    x = np.full(1000, r + 1.0, np.float32)
+    y = np.empty_like(x)
     # a frame altered on the wire: rank 0 (Python path, wrapped) flips a bit of its third frame;
     # rank 1 (compiled swap) raises naming rank 0, its result untouched
     for where in (0, -1):

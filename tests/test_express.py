@@ -190,3 +190,22 @@ def test_the_record_expected_back_is_the_peers():
     finally:
         sw.requests()
         p["comm"].Free()
+
+
+@built
+def test_an_uninitialised_swap_refuses_every_method():
+    sw = express._pairswap.Swap.__new__(express._pairswap.Swap)
+    for call in (lambda: sw.start(1, 0, 0), lambda: sw.finish(48), sw.sent, sw.requests):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
+
+
+@built
+@pytest.mark.parametrize("op_index, epoch", [(2**32, 0), (0, 2**32)])
+def test_the_op_index_and_epoch_are_32_bit(op_index, epoch):
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10)
+    try:
+        with pytest.raises(OverflowError):
+            sw.start(1, op_index, epoch)
+    finally:
+        p["comm"].Free()
