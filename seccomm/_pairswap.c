@@ -434,7 +434,23 @@ static PyTypeObject SwapType = {
     .tp_doc = "The repeated two-rank swap of one sealed frame each way (seccomm.comm's express path).",
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pairswap", NULL, -1, NULL};
+/* library() -> (MPI_Get_library_version's text, MPI_COMM_WORLD's handle as mpi4py shows handles):
+ * seccomm.express.built compares both with mpi4py's, so that this module is used only with the
+ * MPI library and handle ABI that mpi4py's communicators belong to */
+static PyObject *library(PyObject *m, PyObject *unused)
+{
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS)
+        len = 0;
+    return Py_BuildValue("(s#K)", text, (Py_ssize_t)len, (unsigned long long)(long long)MPI_COMM_WORLD);
+}
+
+static PyMethodDef module_methods[] = {
+    {"library", library, METH_NOARGS, "library() -> (MPI library version text, MPI_COMM_WORLD handle)"},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pairswap", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__pairswap(void)
 {

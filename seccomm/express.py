@@ -38,16 +38,21 @@ def built() -> bool:
     """Whether the compiled module imports.  It links ``libmpi.so.12`` by its soname, so it is
     imported after ``mpi4py.MPI`` (which loads that library; importing it initialises MPI, as
     any ``SecureComm`` does), on first use."""
-    global _pairswap, _WHY
+    global _pairswap, _WHY  # (and the module's MPI library is mpi4py's: same version text, same
+    # MPI_COMM_WORLD handle)
     if _pairswap is None and not _WHY:
         try:
-            from mpi4py import MPI  # noqa: F401
+            from mpi4py import MPI
 
             from . import _pairswap as mod
         except ImportError as e:  # not built (no compiler or no mpi.h at install)
             _WHY = f"{type(e).__name__}: {e}"
         else:
-            _pairswap = mod
+            text, world = mod.library()
+            if (text.strip(), world) != (MPI.Get_library_version().strip(), MPI.COMM_WORLD.handle):
+                _WHY = "built against another MPI library or handle ABI than mpi4py's"
+            else:
+                _pairswap = mod
     return _pairswap is not None
 
 

@@ -209,3 +209,25 @@ def test_the_op_index_and_epoch_are_32_bit(op_index, epoch):
             sw.start(1, op_index, epoch)
     finally:
         p["comm"].Free()
+
+
+@built
+def test_the_module_and_mpi4py_share_one_mpi_library():
+    from mpi4py import MPI
+
+    text, world = express._pairswap.library()
+    assert text.strip() == MPI.Get_library_version().strip() and world == MPI.COMM_WORLD.handle
+
+
+def test_another_mpi_library_is_not_used(monkeypatch):
+    class Other:
+        @staticmethod
+        def library():
+            return "Open MPI v5.0.0", 1
+
+    monkeypatch.setitem(sys.modules, "seccomm._pairswap", Other)
+    monkeypatch.setattr(seccomm, "_pairswap", Other, raising=False)
+    monkeypatch.setattr(express, "_pairswap", None)
+    monkeypatch.setattr(express, "_WHY", "")
+    assert not express.built()
+    assert "another MPI library" in express.status() and express.status().endswith("Python path")
