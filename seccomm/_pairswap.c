@@ -55,32 +55,8 @@ typedef struct {
 
 static Py_buffer *bufs(Swap *s) { return &s->snonce; }
 
-static int Swap_traverse(Swap *s, visitproc visit, void *arg)
-{
-    Py_buffer *b = bufs(s);
-    for (int i = 0; i < s->have; i++)
-        Py_VISIT(b[i].obj);
-    Py_VISIT(s->seal);
-    Py_VISIT(s->open);
-    Py_VISIT(s->mac);
-    Py_VISIT(s->python);
-    for (int i = 0; i < 4; i++) {
-        Py_VISIT(s->seal_args[i]);
-        Py_VISIT(s->open_args[i]);
-    }
-    return 0;
-}
-
-/* (a cycle through the swap passes through `python`: what the Python path keeps of the step) */
-static int Swap_clear(Swap *s)
-{
-    Py_CLEAR(s->python);
-    return 0;
-}
-
 static void Swap_dealloc(Swap *s)
 {
-    PyObject_GC_UnTrack(s);
     Py_buffer *b = bufs(s);
     /* a request still live (never the case through seccomm: its requests are adopted or
      * complete) may still read or write the buffers: keep them rather than free them under MPI */
@@ -422,9 +398,7 @@ static PyGetSetDef Swap_getset[] = {{"mpi_error", (getter)Swap_mpi_error, NULL, 
 static PyTypeObject SwapType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "seccomm._pairswap.Swap",
     .tp_basicsize = sizeof(Swap),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)Swap_traverse,
-    .tp_clear = (inquiry)Swap_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT, /* (no GC: what it keeps never leads back to it, see express.py) */
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Swap_init,
     .tp_dealloc = (destructor)Swap_dealloc,

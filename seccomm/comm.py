@@ -466,7 +466,9 @@ class SecureComm:
         a = self._agreement
         return lambda: a.check(run.op_label)
 
-    def _express(self, plan: _Plan, op_index: int) -> bool:
+    def _express(
+        self, plan: _Plan, op_index: int
+    ) -> bool:  # pragma: no mutate block (MPI: tests/mpi_worker.py express)
         """Run the op numbered ``self._seq`` (index ``op_index`` in the epoch) of a plan whose
         steps offer a compiled swap (:mod:`seccomm.express`; built once per epoch); False where
         none applies (the caller runs the steps).  The usual case ends in the swap; any other
@@ -485,7 +487,7 @@ class SecureComm:
         else:
             if got >= 0 and not sw.finish(got):
                 if not sw.sent():  # (its last send, waited for at the next op's start)
-                    link, label = sw.python[0], f"{plan.run.collective} #{seq}"
+                    link, label = sw.python[0](), f"{plan.run.collective} #{seq}"
                     self._unsent = ((link.adopt(sw.requests()[0], sw),), (link.peer,), label)
                 return True
         run = plan.run

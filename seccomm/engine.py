@@ -606,7 +606,9 @@ class OpRun:
             )
         return run_step
 
-    def _express(self, link, peer, step, piece, elems, out, consume, summed, epoch, agreement, tail):
+    def _express(
+        self, link, peer, step, piece, elems, out, consume, summed, epoch, agreement, tail
+    ):  # pragma: no mutate block (MPI: tests/mpi_worker.py express)
         """:meth:`swap_step`'s (or :meth:`_clear_swap`'s) compiled swap under ``epoch``'s keys
         (:mod:`seccomm.express`), in slots of its own (their nonce and header written here once;
         the op's number, per op, by the swap), or ``None`` where it does not apply (a hop under
@@ -621,8 +623,10 @@ class OpRun:
         if red is None or rkey.suite.clear != clear or not (clear or type(skey) is type(rkey) is AEADKey):
             return None
         mac, own, rel = agreement.pair_masks(peer)
-        nbytes, ws, t = elems * self.itemsize, Workspace(), self.t
-        run = weakref.ref(self)  # (landed is kept by the swap, which requests of this run keep: no cycle)
+        nbytes, ws = elems * self.itemsize, Workspace()
+        # (the swap keeps what follows; the run's requests keep the swap: the run and the link, and
+        # through them the transport and its last check of this run, are held weakly: no cycle)
+        run = weakref.ref(self)
         sslot, rslot = ws.slots("send", [nbytes])[0], ws.slots("recv", [nbytes])[0]
         if clear:  # (the payload alone, its record behind it: _clear_swap's frames)
             swire, rwire, sframe, rframe = (
@@ -635,7 +639,7 @@ class OpRun:
 
             def landed(got):
                 op = run()
-                got = t.take_record(rwire, got, peer, op.op_label)
+                got = op.t.take_record(rwire, got, peer, op.op_label)
                 if got != nbytes:
                     op._check_len(got, nbytes, 0, 1, peer, step, CLEAR.suite)
                 consume(0, rframe)
@@ -648,7 +652,7 @@ class OpRun:
 
             def landed(got):
                 op = run()
-                got = t.take_record(rwire, got, peer, op.op_label)
+                got = op.t.take_record(rwire, got, peer, op.op_label)
                 if got != len(rframe):
                     op._check_len(got, len(rframe), 0, 1, peer, step)
                 consume(0, op._open(rslot, rkey, out, peer, step, 0, 1))
@@ -660,10 +664,10 @@ class OpRun:
             rnonce=rslot.nonce, rhdr=rslot.header, rframe=rframe, rwire=rwire, out=out,
             cur=cur, res=res, seal=seal, open=open_, mac=mac, tail=tail, own=own, rel=rel,
         )  # fmt: skip
-        sw.python = (link, peer, landed)
+        sw.python = (weakref.ref(link), peer, landed)
         return sw
 
-    def express_rest(self, sw, got) -> None:
+    def express_rest(self, sw, got) -> None:  # pragma: no mutate block (MPI: tests/mpi_worker.py express)
         """The rest of an op whose compiled swap ``sw`` (:meth:`_express`) did not end in the
         usual case: ``got`` is what its ``start`` returned (the bytes received, or
         :data:`~seccomm.express.PENDING`, :data:`~seccomm.express.MPIERR`, or the exception it
@@ -671,6 +675,7 @@ class OpRun:
         agreement start: the swap's requests become this run's, then the Python path's own code
         waits (deadline, notices), checks and raises as in :meth:`swap_step`."""
         link, peer, landed = sw.python
+        link = link()  # (alive: the plan's step keeps it)
         link.first_done()  # (the record went out behind the frame; the first receive is posted for both)
         if isinstance(got, BaseException):
             raise got

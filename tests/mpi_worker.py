@@ -1109,7 +1109,12 @@ def express(comm, rec):
             rec(f"{label}: rank 1: {type(got).__name__}: {got}", ok and np.all(y == -7) and used)
         else:
             rec(f"{label}: rank 0: {type(got).__name__}", got is None or isinstance(got, SecCommError))
+        refs = [weakref.ref(o) for o in (sc, y, *(p.run for p in sc._plans.values()))]
         _close_together(comm, sc)
+        sc = y = got = None  # (the failed op's requests, kept while MPI may touch their buffers,
+        gc.collect()  # go with the closed SecureComm)
+        rec(f"{label}: rank {r}: its plans, runs and arrays freed", all(w() is None for w in refs))
+    y = np.empty_like(x)
     # a peer that stops: rank 1 skips the third call and waits past rank 0's deadline
     label = "express: rank 1 skips a call"
     rec.start(label)

@@ -873,7 +873,7 @@ class _PairLink:
     before it hands the wait back, as :meth:`MPITransport.wait_recv` spins before it yields),
     on two ranks."""
 
-    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte", "express")
+    __slots__ = ("t", "isend", "irecv", "peer", "tag", "byte", "express", "__weakref__")
 
     def __init__(self, t: MPITransport, peer: int):
         self.t, self.isend, self.irecv, self.peer, self.tag = t, t.comm.Isend, t.comm.Irecv, peer, t.tag
