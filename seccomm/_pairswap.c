@@ -285,42 +285,23 @@ static void reduce(Swap *s)
         const void *t = a;
         a = b, b = t;
     }
+/* (integers as unsigned: wrapping, as numpy's; floats: one IEEE addition each, as numpy's add) */
+#define SUM(T)                                                                                     \
+    {                                                                                              \
+        const T *x = a, *y = b;                                                                    \
+        T *z = s->res.buf;                                                                         \
+        for (Py_ssize_t i = 0; i < n; i++)                                                         \
+            z[i] = (T)(x[i] + y[i]);                                                               \
+        break;                                                                                     \
+    }
     switch (s->red) {
-    case R_F32: {
-        const float *x = a, *y = b;
-        float *z = s->res.buf;
-        for (Py_ssize_t i = 0; i < n; i++)
-            z[i] = x[i] + y[i];
-        break;
+    case R_F32: SUM(float)
+    case R_F64: SUM(double)
+    case R_I32: SUM(uint32_t)
+    case R_I64: SUM(uint64_t)
+    default: SUM(uint8_t)
     }
-    case R_F64: {
-        const double *x = a, *y = b;
-        double *z = s->res.buf;
-        for (Py_ssize_t i = 0; i < n; i++)
-            z[i] = x[i] + y[i];
-        break;
-    }
-    case R_I32: {
-        const uint32_t *x = a, *y = b;
-        uint32_t *z = s->res.buf;
-        for (Py_ssize_t i = 0; i < n; i++)
-            z[i] = x[i] + y[i];
-        break;
-    }
-    case R_I64: {
-        const uint64_t *x = a, *y = b;
-        uint64_t *z = s->res.buf;
-        for (Py_ssize_t i = 0; i < n; i++)
-            z[i] = x[i] + y[i];
-        break;
-    }
-    default: {
-        const uint8_t *x = a, *y = b;
-        uint8_t *z = s->res.buf;
-        for (Py_ssize_t i = 0; i < n; i++)
-            z[i] = (uint8_t)(x[i] + y[i]);
-    }
-    }
+#undef SUM
 }
 
 /* finish(got) -> OK once the peer's record agrees, its frame opened and the result is written;
