@@ -396,6 +396,8 @@ def _software(d: Doc, rv: Review) -> None:
             ["mpi4py", m["mpi4py"]],
             ["numpy", m["numpy"]],
             ["seccomm", f"{m['seccomm']} (commit {m['git_commit'] or 'unknown'})"],
+            # (C: MPI calls, framing and the sum; its seals, opens and MACs are cryptography's)
+            ["seccomm two-rank small allreduce", m.get("pair_path", "not recorded")],
             [
                 "CPU",
                 f"{cpu['model']}, {cpu['cores']} cores, AES-NI {'yes' if cpu['aes'] else 'no'}, "
