@@ -257,8 +257,10 @@ static PyObject *Swap_start(Swap *s, PyObject *args)
     int n = (int)(s->frame_len + 32), err, flag = 0;
     MPI_Status st;
     err = MPI_Isend(sw, n, MPI_BYTE, s->peer, s->tag, s->comm, &s->sreq);
-    if (err == MPI_SUCCESS)
-        err = MPI_Irecv(s->rwire.buf, n, MPI_BYTE, s->peer, s->tag, s->comm, &s->rreq);
+    if (err != MPI_SUCCESS)
+        s->sreq = MPI_REQUEST_NULL; /* (a failed call's request is undefined) */
+    else if ((err = MPI_Irecv(s->rwire.buf, n, MPI_BYTE, s->peer, s->tag, s->comm, &s->rreq)) != MPI_SUCCESS)
+        s->rreq = MPI_REQUEST_NULL;
     for (int i = 0; err == MPI_SUCCESS && i < s->spins; i++) {
         err = MPI_Test(&s->rreq, &flag, &st);
         if (flag)
