@@ -476,7 +476,11 @@ class SecureComm:
         Python path does."""
         x, seq, epoch = plan.express, self._seq, self.epoch
         if x[2] != epoch:
-            x[1], x[2] = x[0](epoch, self._agreement, plan.tail), epoch
+            try:
+                x[1] = x[0](epoch, self._agreement, plan.tail)
+            except Exception:  # (buffers it refuses: the Python path runs the op, nothing lost; the
+                x[1] = None  # op has its number already, so raising here would leave the peer waiting)
+            x[2] = epoch
         sw = x[1]
         if sw is None:
             return False

@@ -1004,6 +1004,11 @@ def _express_used(sc) -> bool:
     return any(p.express is not None and p.express[1] is not None for p in sc._plans.values())
 
 
+def _refused(**kw):
+    """In place of seccomm.express.swap: a swap whose buffers are refused."""
+    raise ValueError("buffer sizes do not match")
+
+
 def _express_done(sc, what="done") -> int:
     """Ops of ``sc``'s plans' compiled swaps (their current epoch's) that finished in it (``done``:
     record, open and sum), or that waited for the peer in the Python path (``waits``)."""
@@ -1063,6 +1068,23 @@ def express(comm, rec):
                 _close_together(comm, sc)
     x = np.full(1000, r + 1.0, np.float32)
     y = np.empty_like(x)
+    # a swap that cannot be made on rank 0 (its buffers refused): that rank's repeats take the
+    # Python path, the op already numbered goes on, every result right
+    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
+    made = seccomm.express.swap
+    if r == 0:
+        seccomm.express.swap = _refused
+    try:
+        ok = True
+        for _ in range(4):
+            y.fill(0)
+            sc.allreduce(x, y)
+            ok &= bool(np.all(y == 3))
+    finally:
+        seccomm.express.swap = made
+    used = _express_used(sc) == (built and r == 1)
+    rec(f"express: no swap made on rank 0: rank {r} right, compiled swap used on rank 1 only", ok and used)
+    _close_together(comm, sc)
     # a late peer: the receive is not in within the compiled swap's spin
     sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
     for i in range(6):
