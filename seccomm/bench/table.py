@@ -88,6 +88,7 @@ class Report:
             self.bar = tqdm(total=total, unit="size", file=sys.stderr, leave=False)
         self._current = None
         self.rates: dict = {}  # suite -> bench.bound.CryptoRate, set by header
+        self.crypto_threads = None  # a keyed suite's SecureComm.crypto_threads, set by header
 
     def line(self, text=""):
         if self.bar is not None:
@@ -119,6 +120,15 @@ class Report:
         if m.get("pair_path"):  # (a repeated small allreduce on two ranks: seccomm.express)
             self.line(f"# two-rank small allreduce: {m['pair_path']}")
         local = sc.node_ids.count(sc.node_ids[sc.rank]) if sc else self.comm.Get_size()
+        keyed = [s for s in comms.values() if s.suite.name != "none"]
+        if keyed:  # (the crypto pool: what overlaps crypto with the transfer on cores to spare)
+            self.crypto_threads = keyed[0].crypto_threads
+            how = "a pool" if self.crypto_threads > 1 else "the calling thread: no pool"
+            self.line(
+                f"# crypto threads: {self.crypto_threads} a rank ({how}; {node_cores()} cores for "
+                f"{local} ranks on this node; SecureComm crypto_threads, SECCOMM_CRYPTO_THREADS, "
+                "default: the node's cores / its ranks, at most 8)"
+            )
         over = oversubscription(local, node_cores())
         if over:
             self.line(f"# OVERSUBSCRIBED: {over} on this node: ranks share cores; times mean little")
@@ -227,6 +237,8 @@ class Report:
         }
         if getattr(self, "workload_desc", None):
             doc["workload"] = self.workload_desc
+        if self.crypto_threads:
+            doc["crypto_threads"] = self.crypto_threads
         if getattr(self, "rates", None):  # the costs behind every row's bound (bench/bound.py)
             doc["crypto_rates"] = {name: asdict(r) for name, r in self.rates.items()}
         return doc
