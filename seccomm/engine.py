@@ -757,13 +757,20 @@ class OpRun:
 
     # -- tree relay (broadcast) --------------------------------------------------------------
     def relay(
-        self, parent: int | None, children: list, pieces_or_outs: list, elems: list, origin: int
+        self,
+        parent: int | None,
+        children: list,
+        pieces_or_outs: list,
+        elems: list,
+        origin: int,
+        fan_in: int = 1,
     ) -> None:
         """Move group frames down a tree: the origin seals ``pieces``; every other rank receives
         chunk j from ``parent``, forwards the frame to ``children`` as soon as it arrived, then
         opens it into private scratch and copies it to ``outs[j]`` (the caller's buffer) once it
         verified.  Pipelined per chunk (a chain overlaps its hops).  The origin's sends are the
-        op's last: never lent (clear frames are copied into slots)."""
+        op's last: never lent (clear frames are copied into slots).  ``fan_in``: how many
+        children ``parent`` has (receipts: :meth:`_relay_receipts`)."""
         t, n = self.t, len(elems)
         self._settle()
         if parent is None:
@@ -800,13 +807,17 @@ class OpRun:
             self._fill(slot, key.suite, True, GROUP_STEP, j, n, origin, self.rank, elems[j])
             tmp = self.ws.scratch(len(slot.body)) if key.suite.confidential else out
             _copy_out(out, self._open(slot, key, tmp, parent, GROUP_STEP, j, n))
-        self._relay_receipts(parent, children, n)
+        self._relay_receipts(parent, children, n, fan_in)
 
-    def _relay_receipts(self, parent, children, n) -> None:
-        """A relay of more than ``receipt_after`` frames: the receipt to ``parent`` (every frame
-        is in), and the receives of the ``children``'s."""
-        if n > self.receipt_after:
-            if parent is not None:
-                self._give_receipt(parent)
+    def _relay_receipts(self, parent, children, n, fan_in=1) -> None:
+        """Receipts of a relay of ``n`` frames, counted per sender over all its children (MPICH
+        delivers at most about 64 messages from a rank that stopped calling MPI, over all its
+        receivers: docs/design.md, "Completion"): where ``parent`` sent more than
+        ``receipt_after`` frames in all (``n`` to each of its ``fan_in`` children), the receipt
+        to it once every frame is in; where this rank sends more, the receives of its
+        ``children``'s.  Both ends of a hop know the tree, so they agree."""
+        if parent is not None and n * fan_in > self.receipt_after:
+            self._give_receipt(parent)
+        if n * len(children) > self.receipt_after:
             for c in children:
                 self._await_receipt(c)

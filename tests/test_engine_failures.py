@@ -486,11 +486,14 @@ def test_both_ends_of_every_hop_agree_on_its_receipt(p, paired, suite, hosts):
     assert any(t.receipts_sent for t in trs)
 
 
-@pytest.mark.parametrize("name, p, kw", [("allreduce", 2, dict(algorithm="ring")), ("bcast", 3, dict())])
+@pytest.mark.parametrize(
+    "name, p, kw", [("allreduce", 2, dict(algorithm="ring")), ("bcast", 3, dict(bcast_chain_bytes=0))]
+)
 def test_a_hop_of_exactly_8_frames_has_no_receipt_and_of_9_has_one(name, p, kw):
     """The frame threshold is strict (more than ``receipt_after`` = 8): n = 200 float32, a ring
-    block of 100 on two ranks and bcast's 200 in 8 frames (chunk 52 and 100 bytes: 13 and 25
-    elements a chunk) send no receipt; at one element fewer a chunk (9 frames), receipts."""
+    block of 100 on two ranks and a chain bcast's 200 in 8 frames (chunk 52 and 100 bytes: 13
+    and 25 elements a chunk) send no receipt; at one element fewer a chunk (9 frames),
+    receipts."""
     per = {"allreduce": 13, "bcast": 25}[name]
     counts = []
     for chunk in (4 * per, 4 * (per - 1)):
@@ -498,3 +501,32 @@ def test_a_hop_of_exactly_8_frames_has_no_receipt_and_of_9_has_one(name, p, kw):
         assert all(isinstance(out, list) for out, _ in res), res
         counts.append(sum(len(sc.transport.inner.receipts_sent) for _, sc in res))
     assert counts[0] == 0 and counts[1] > 0, counts
+
+
+@pytest.mark.parametrize(
+    "p, receipts",
+    [
+        (3, ({}, {0: 1, 2: 1})),  # root 1 -> 0, 2: 4 x 2 frames (none), 5 x 2 (one a child)
+        (5, ({0: 1, 2: 1, 3: 1},) * 2),  # root 1 -> 0, 3, 2 (12 and 15 frames); 3 -> 4: 4 and 5
+    ],
+)
+def test_a_relay_counts_its_frames_over_all_its_children(p, receipts):
+    """MPICH delivers at most about 64 messages from a rank that stopped calling MPI, counted
+    over all its receivers (docs/design.md, "Completion"), so a binomial bcast's receipts count
+    a rank's frames to all its children: n = 200 float32 from rank 1 in 4 frames (chunk 200
+    bytes) and in 5 (160 bytes).  Per chunk size, the receipts each rank sent to the root (rank
+    1; none to any other rank): on 3 ranks the root sends 8 frames in all (no receipt), then
+    10; on 5 ranks 12, then 15, while rank 3 relays 4, then 5, to its one child (no receipt).
+    Every receipt sent is waited for, and every result is right."""
+    for chunk, want in zip((200, 160), receipts):
+        res, _ = _receipt_run(p, "bcast", {"chunk_bytes": chunk})
+        assert all(isinstance(out, list) and np.all(out[0] == 1.0) for out, _ in res), res
+        trs = [sc.transport.inner for _, sc in res]
+        got = {r: len(t.receipts_sent) for r, t in enumerate(trs) if t.receipts_sent}
+        assert got == want, (chunk, got)
+        assert all(peer == 1 for t in trs for peer, _ in t.receipts_sent), chunk
+        for a in range(p):
+            for b in range(p):
+                if a != b:
+                    sent = sum(1 for peer, _ in trs[a].receipts_sent if peer == b)
+                    assert sent == trs[b].receipts_posted[a], (chunk, a, b)

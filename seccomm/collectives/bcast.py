@@ -72,6 +72,7 @@ def tree(links, run, buf, root) -> None:
         views,
         elems,
         origin=root,
+        fan_in=0 if parent is None else len(links(parent, p)[1]),  # (the parent's sends: receipts)
     )
 
 

@@ -394,7 +394,7 @@ class DeviceOpRun(OpRun):
         recv = Recv(peer, [elems], [out], step, consume=consume, behind=behind)
         return functools.partial(self.exchange, send, recv)
 
-    def relay(self, parent, children, pieces_or_outs, elems, origin):
+    def relay(self, parent, children, pieces_or_outs, elems, origin, fan_in=1):
         if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames
             return super().relay(parent, children, pieces_or_outs, elems, origin)
         t, timeout, op_label = self.t, self.timeout, self.op_label
@@ -423,4 +423,4 @@ class DeviceOpRun(OpRun):
         self._open_into("recv", slots, True, origin, parent, GROUP_STEP, elems, pieces_or_outs)
         # the op's last sends: left to the op's end, as the host engine's (receipts where due)
         self.sends += list(zip(sreqs, peers))
-        self._relay_receipts(parent, children, len(slots))
+        self._relay_receipts(parent, children, len(slots), fan_in)

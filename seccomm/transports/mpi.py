@@ -98,9 +98,11 @@ class MPITransport(Transport):
 
     defer_last_sends = True  # MPICH completes a large send only while its receiver progresses
     #: MPICH 5.0 (the ``mpich`` wheel, shared memory) delivers at most about 64 messages from a
-    #: rank that stopped calling MPI; the rest wait in the sender's queue until it calls MPI
-    #: again (measured: 64 sends of 1 KiB or 64 KiB arrive, 65 do not, whatever the size up to
-    #: 4 MiB; docs/design.md "Completion").  A hop of more frames than this is acknowledged.
+    #: rank that stopped calling MPI, over all its receivers; the rest wait in the sender's queue
+    #: until it calls MPI again (measured: 64 sends of 1 KiB or 64 KiB arrive, 65 do not, whatever
+    #: the size up to 4 MiB; benchmarks/held_sends.py, docs/design.md "Completion").  A hop whose
+    #: sender sends more frames than this in the step (a relay: to all its children) is
+    #: acknowledged.
     receipt_after = 8
 
     def __init__(self, comm, timeout: float = 60.0, tag: int = 7):
