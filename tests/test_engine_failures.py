@@ -530,3 +530,33 @@ def test_a_relay_counts_its_frames_over_all_its_children(p, receipts):
                 if a != b:
                     sent = sum(1 for peer, _ in trs[a].receipts_sent if peer == b)
                     assert sent == trs[b].receipts_posted[a], (chunk, a, b)
+
+
+@pytest.mark.parametrize("alg", ["recursive_doubling", "ring"])
+def test_a_transport_without_receipts_never_gets_one(alg):
+    """A transport whose sends complete without their receiver (``receipt_after = None``:
+    torch.distributed, NCCL) is sent no receipt and asked for none, not even for a clear hop of
+    1 MiB or more or a hop of many frames (``none`` allreduce of 2 MiB on two ranks: one clear
+    swap of 2 MiB, or ring hops of 1 MiB; 64 KiB frames, 16 a hop); every result right."""
+    world = World(2, receipt_after=None)
+    trs = world.transports(timeout=3)
+    n = 2 * ACK_CLEAR_BYTES // 4
+
+    def body(r):
+        sc = SecureComm(
+            trs[r], "none", psk=PSK, timeout=5, crypto_threads=1, algorithm=alg, chunk_bytes=n * 4
+        )
+        x, y = data("float32", n, r), np.zeros(n, np.float32)
+        sc.allreduce(x, y)
+        sc2 = SecureComm(
+            trs[r], "none", psk=PSK, timeout=5, crypto_threads=1, algorithm=alg, chunk_bytes=1 << 16
+        )
+        z = np.zeros(n, np.float32)
+        sc2.allreduce(x, z)
+        want = data("float32", n, 0) + data("float32", n, 1)
+        sc.close()
+        sc2.close()
+        return bool(np.array_equal(y, want) and np.array_equal(z, want))
+
+    assert ok(world.run(body)) == [True, True]
+    assert not any(t.receipts_sent for t in trs) and not any(any(t.receipts_posted) for t in trs)
