@@ -82,6 +82,39 @@ def stop_midway(cmd: list, env: dict, sig: int, marker: str, twice: bool = False
     return rc, "".join(lines), "".join(err)
 
 
+def _holds(f, data: bytes) -> bool:
+    try:
+        return data in f.read_bytes()
+    except OSError:
+        return False
+
+
+def test_a_rank_that_leaves_unlinks_the_mpich_files_it_maps(tmp_path):
+    """launch.drop_own_shm: MPICH's shared-memory files this process maps are unlinked (the
+    mapping stays usable), a file of the same pattern it does not map and a mapped file of
+    another name are left."""
+    import mmap
+
+    tag = f"{os.getpid()}_{time.monotonic_ns()}"
+    mine, other = launch.SHM_DIR / f"mpich_shm_test_{tag}", launch.SHM_DIR / f"mpich_shm_test_{tag}_b"
+    elsewhere = tmp_path / f"mpich_shm_test_{tag}"
+    maps = []
+    try:
+        for f in (mine, other, elsewhere):
+            f.write_bytes(b"x" * 4096)
+        for f in (mine, elsewhere):
+            with open(f, "r+b") as fh:
+                maps.append(mmap.mmap(fh.fileno(), 4096))
+        assert launch.drop_own_shm() == [mine]
+        assert not mine.exists() and other.exists() and elsewhere.exists()
+        assert maps[0][:1] == b"x"
+    finally:
+        for m in maps:
+            m.close()
+        for f in (mine, other):
+            f.unlink(missing_ok=True)
+
+
 def _gone(marker: str) -> bool:
     """Whether every process of the run has exited (polled for up to 10 s: exits are asynchronous)."""
     deadline = time.monotonic() + 10
@@ -145,9 +178,16 @@ def test_ctrl_c_under_the_users_mpiexec_prints_one_line(tmp_path):
     says so once, no rank prints a traceback, exit status 130."""
     marker = str(tmp_path / "marker.csv")
     cmd = [mpiexec(), "-n", "2", *SECCOMM, *LONG_BENCH, "--csv", marker]
-    rc, out, err = stop_midway(cmd, clean_env(tmp_path, SECCOMM_PSK=GOOD_HEX), signal.SIGINT, marker)
+    job = f"ctrl-c-{os.getpid()}-{time.monotonic_ns()}"  # (in the setup hellos MPICH's shm holds)
+    before = launch._shm_files()
+    env = clean_env(tmp_path, SECCOMM_PSK=GOOD_HEX, SECCOMM_JOB_ID=job)
+    rc, out, err = stop_midway(cmd, env, signal.SIGINT, marker)
+    left = [f for f in launch._shm_files() - before if _holds(f, job.encode())]
+    for f in left:
+        f.unlink()
     assert rc == 130, (rc, out[-1000:], err[-2000:])
     assert [ln for ln in err.splitlines() if ln.strip()] == ["seccomm bench: interrupted"], err
+    assert not left, left  # the ranks left without MPI_Finalize: they unlinked MPICH's files
     assert "Traceback" not in out + err
     assert _gone(marker)
 

@@ -16,7 +16,7 @@ import threading
 import time
 
 from .. import __version__
-from ..launch import LaunchError, rank_and_size, started_by_us, under_launcher
+from ..launch import LaunchError, drop_own_shm, rank_and_size, started_by_us, under_launcher
 from . import attack, bench, cluster, project, report, train
 from .usage import Parser, UsageError
 
@@ -103,7 +103,8 @@ def _say_interrupts(prog: str) -> None:
 
 def _interrupted(prog: str) -> int:
     """Ctrl-C: one line (from rank 0; none from ranks that ``seccomm`` started, whose parent
-    says it), exit status 130.  A rank leaves at once: MPI's finalize could wait on ranks gone."""
+    says it), exit status 130.  A rank leaves at once: MPI's finalize could wait on ranks gone
+    (MPICH's shared-memory files it maps are unlinked first: :func:`~seccomm.launch.drop_own_shm`)."""
     if not started_by_us() and rank_and_size()[0] == 0:
         _say(prog)
     if not under_launcher():
@@ -117,6 +118,7 @@ def _interrupted(prog: str) -> int:
             f.flush()
         except (OSError, ValueError):
             pass
+    drop_own_shm()  # (no MPI_Finalize here: MPICH's shared-memory files would stay in /dev/shm)
     os._exit(130)
 
 
