@@ -291,18 +291,19 @@ def drop_orphan_shm(before: set) -> list:
     return gone
 
 
-def drop_own_shm() -> list:
-    """Unlink MPICH's shared-memory files that this process maps (``/proc/self/maps``), for a rank
-    that leaves without ``MPI_Finalize`` (Ctrl-C under the user's ``mpiexec``, whose ranks then
-    leave the files in /dev/shm: 2 MB each, measured).  The job's other ranks keep their
-    mappings (the memory stays until they exit); only the names go, and every local rank of the
-    job maps the same files, so any of them may do it.  Returns the paths removed."""
+def drop_own_shm(shm_dir: Path = SHM_DIR) -> list:
+    """Unlink MPICH's shared-memory files (in ``shm_dir``) that this process maps
+    (``/proc/self/maps``), for a rank that leaves without ``MPI_Finalize`` (Ctrl-C under the
+    user's ``mpiexec``, whose ranks then leave the files in /dev/shm: 2 MB each, measured).
+    The job's other ranks keep their mappings (the memory stays until they exit); only the names
+    go, and every local rank of the job maps the same files, so any of them may do it.  Returns
+    the paths removed."""
     gone, names = [], set()
     with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
         names = {f[5].strip() for f in (line.split(maxsplit=5) for line in maps) if len(f) == 6}
     for name in sorted(names):
         f = Path(name)
-        if f.parent == SHM_DIR and f.match(SHM_GLOB):
+        if f.parent == shm_dir and f.match(SHM_GLOB):
             with contextlib.suppress(OSError):  # (another rank of the job may have been first)
                 f.unlink()
                 gone.append(f)

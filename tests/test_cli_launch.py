@@ -90,29 +90,28 @@ def _holds(f, data: bytes) -> bool:
 
 
 def test_a_rank_that_leaves_unlinks_the_mpich_files_it_maps(tmp_path):
-    """launch.drop_own_shm: MPICH's shared-memory files this process maps are unlinked (the
-    mapping stays usable), a file of the same pattern it does not map and a mapped file of
-    another name are left."""
+    """launch.drop_own_shm, on a folder of its own (this test process may map MPICH's real
+    files: an in-process test's MPI): the files of MPICH's pattern this process maps are
+    unlinked (the mapping stays usable); one of the pattern it does not map, and a mapped file
+    of the pattern in another folder, are left."""
     import mmap
 
-    tag = f"{os.getpid()}_{time.monotonic_ns()}"
-    mine, other = launch.SHM_DIR / f"mpich_shm_test_{tag}", launch.SHM_DIR / f"mpich_shm_test_{tag}_b"
-    elsewhere = tmp_path / f"mpich_shm_test_{tag}"
+    shm, elsewhere = tmp_path / "shm", tmp_path / "other"
+    shm.mkdir(), elsewhere.mkdir()
+    mine, unmapped, outside = shm / "mpich_shm_1_0", shm / "mpich_shm_2_0", elsewhere / "mpich_shm_1_0"
     maps = []
     try:
-        for f in (mine, other, elsewhere):
+        for f in (mine, unmapped, outside):
             f.write_bytes(b"x" * 4096)
-        for f in (mine, elsewhere):
+        for f in (mine, outside):
             with open(f, "r+b") as fh:
                 maps.append(mmap.mmap(fh.fileno(), 4096))
-        assert launch.drop_own_shm() == [mine]
-        assert not mine.exists() and other.exists() and elsewhere.exists()
+        assert launch.drop_own_shm(shm) == [mine]
+        assert not mine.exists() and unmapped.exists() and outside.exists()
         assert maps[0][:1] == b"x"
     finally:
         for m in maps:
             m.close()
-        for f in (mine, other):
-            f.unlink(missing_ok=True)
 
 
 def _gone(marker: str) -> bool:
