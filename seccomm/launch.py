@@ -261,14 +261,20 @@ def _shm_files() -> set:
         return set()
 
 
+def _mapped_by(proc: Path) -> set:
+    """The files process ``proc`` (a /proc entry) maps (its ``maps``; empty where unreadable)."""
+    with contextlib.suppress(OSError), open(proc / "maps") as maps:
+        return {f[5].strip() for f in (line.split(maxsplit=5) for line in maps) if len(f) == 6}
+    return set()
+
+
 def _mapped() -> set:
     """Every file some process of this machine maps or holds open (that this process can see)."""
     seen = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
-        with contextlib.suppress(OSError), open(proc / "maps") as maps:
-            seen.update(f[5].strip() for f in (line.split(maxsplit=5) for line in maps) if len(f) == 6)
+        seen |= _mapped_by(proc)
         with contextlib.suppress(OSError):
             seen.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
     return seen
@@ -298,10 +304,8 @@ def drop_own_shm(shm_dir: Path = SHM_DIR) -> list:
     The job's other ranks keep their mappings (the memory stays until they exit); only the names
     go, and every local rank of the job maps the same files, so any of them may do it.  Returns
     the paths removed."""
-    gone, names = [], set()
-    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
-        names = {f[5].strip() for f in (line.split(maxsplit=5) for line in maps) if len(f) == 6}
-    for name in sorted(names):
+    gone = []
+    for name in sorted(_mapped_by(Path("/proc/self"))):
         f = Path(name)
         if f.parent == shm_dir and f.match(SHM_GLOB):
             with contextlib.suppress(OSError):  # (another rank of the job may have been first)
