@@ -40,13 +40,13 @@ static PyObject *s_copy, *s_update, *s_finalize;
 typedef struct {
     PyObject_HEAD
     MPI_Comm comm;
-    int peer, tag, spins, red, theirs_first, clear;
+    int peer, tag, spins, red, theirs_first, clear, lower;
     Py_ssize_t frame_len, count;
     Py_buffer snonce, shdr, swire, rnonce, rhdr, rwire, cur, theirs, res, piece;
     int have; /* how many of the buffers above are held (released in that order) */
     PyObject *seal, *open, *mac;          /* bound encrypt_into / decrypt_into, labelled HMAC */
     PyObject *seal_args[4], *open_args[4]; /* (nonce, data, aad, out) memoryviews */
-    unsigned char tail[16], own[16], rel[16], want[32];
+    unsigned char tail[16], want[32];
     MPI_Request sreq, rreq;
     int mpi_error, ready; /* ready: initialised (every method refuses before) */
     Py_ssize_t done, waits; /* ops that finished here (finish() OK); starts that returned PENDING */
@@ -99,26 +99,28 @@ static int bytes16(PyObject *o, unsigned char *out, Py_ssize_t n, const char *wh
 
 /* Swap(comm_handle, peer, tag, spins, reduction, theirs_first,
  *      snonce, shdr, piece, sframe, swire, rnonce, rhdr, rframe, rwire, out, cur, res,
- *      encrypt_into, decrypt_into, labelled_hmac, tail, own_mask, rel_mask)
+ *      encrypt_into, decrypt_into, labelled_hmac, tail, lower)
  * piece: this rank's payload (bytes); swire/rwire: the message sent / the receive posted: the
  * frame and the record room after it; sframe/rframe: the frame alone (the AEAD's output /
  * input); out: where the peer's plaintext is (private memory the AEAD decrypts into); cur: this
  * rank's operand; res: the result (may be cur).  A clear hop (encrypt_into and decrypt_into
  * None: suite none, or a hop the encrypt policy leaves in the clear): the frame is the payload
  * alone, copied into swire before the record, and out is the received frame itself.
- * labelled_hmac None: suite none (the record's tag is zero). */
+ * labelled_hmac: the pair's HMAC with label and ranks in (seccomm.control), or None: suite none
+ * (the record's tag is zero); lower: this rank is the lower of the pair (its records carry the
+ * digest's first half, the peer's the second). */
 static int Swap_init(Swap *s, PyObject *args, PyObject *kw)
 {
     unsigned long long comm;
     PyObject *snonce, *shdr, *piece, *sframe, *swire, *rnonce, *rhdr, *rframe, *rwire, *out, *cur, *res;
-    PyObject *seal, *open, *mac, *tail, *own, *rel;
+    PyObject *seal, *open, *mac, *tail;
     if (s->have) {
         PyErr_SetString(PyExc_RuntimeError, "Swap is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "KiiiiiOOOOOOOOOOOOOOOOOO", &comm, &s->peer, &s->tag, &s->spins, &s->red,
+    if (!PyArg_ParseTuple(args, "KiiiiiOOOOOOOOOOOOOOOOp", &comm, &s->peer, &s->tag, &s->spins, &s->red,
                           &s->theirs_first, &snonce, &shdr, &piece, &sframe, &swire, &rnonce, &rhdr,
-                          &rframe, &rwire, &out, &cur, &res, &seal, &open, &mac, &tail, &own, &rel))
+                          &rframe, &rwire, &out, &cur, &res, &seal, &open, &mac, &tail, &s->lower))
         return -1;
     s->comm = (MPI_Comm)comm;
     if (take(s, snonce, 1) || take(s, shdr, 1) || take(s, swire, 1) || take(s, rnonce, 1) ||
@@ -143,7 +145,7 @@ static int Swap_init(Swap *s, PyObject *args, PyObject *kw)
     case R_U8: s->count = s->res.len; break;
     default: PyErr_SetString(PyExc_ValueError, "unknown reduction"); return -1;
     }
-    if (bytes16(tail, s->tail, 16, "tail") || bytes16(own, s->own, 16, "own") || bytes16(rel, s->rel, 16, "rel"))
+    if (bytes16(tail, s->tail, 16, "tail"))
         return -1;
     PyObject *sa[4] = {snonce, piece, shdr, sframe}, *oa[4] = {rnonce, rframe, rhdr, out};
     for (int i = 0; i < 4; i++) {
@@ -178,8 +180,10 @@ static void put_be(unsigned char *p, uint64_t v, int n)
         p[i] = (unsigned char)v;
 }
 
-/* The record's tag: HMAC(labelled | seq | tail)[:16] XOR own; writes the trailer this rank
- * sends into `mine` (32 bytes: tail | tag) and the one the peer must send into s->want. */
+/* The record's tags: d = HMAC(labelled | seq | tail); this rank's is d[:16] when it is the lower
+ * of the pair, else d[16:], the peer's the other half (seccomm.agreement); writes the trailer
+ * this rank sends into `mine` (32 bytes: tail | tag) and the one the peer must send into
+ * s->want. */
 static int record(Swap *s, uint64_t seq, unsigned char *mine)
 {
     unsigned char desc[24];
@@ -204,7 +208,7 @@ static int record(Swap *s, uint64_t seq, unsigned char *mine)
     Py_DECREF(h);
     if (fin == NULL)
         return -1;
-    if (!PyBytes_Check(fin) || PyBytes_GET_SIZE(fin) < 16) {
+    if (!PyBytes_Check(fin) || PyBytes_GET_SIZE(fin) < 32) {
         Py_DECREF(fin);
         PyErr_SetString(PyExc_ValueError, "HMAC too short");
         return -1;
@@ -212,11 +216,8 @@ static int record(Swap *s, uint64_t seq, unsigned char *mine)
     const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(fin);
     memcpy(mine, s->tail, 16);
     memcpy(s->want, s->tail, 16);
-    for (int i = 0; i < 16; i++) {
-        unsigned char t = m[i] ^ s->own[i];
-        mine[16 + i] = t;
-        s->want[16 + i] = t ^ s->rel[i];
-    }
+    memcpy(mine + 16, m + (s->lower ? 0 : 16), 16);
+    memcpy(s->want + 16, m + (s->lower ? 16 : 0), 16);
     Py_DECREF(fin);
     return 0;
 }

@@ -30,13 +30,16 @@ the op it arrived in.
 Under ``none`` the tag is zero: such a replay, and a rank that skipped an op with the same
 arguments, go unnoticed there, as any frame does.
 
-``tag = HMAC-SHA256(k, "seccomm/1 agree" | record[:24])[:16] XOR mask(rank)`` with
-``mask(j) = HMAC-SHA256(k, "seccomm/1 agree-rank" | j)[:16]`` and ``k`` the session's agreement
-key (:meth:`~seccomm.keys.KeySchedule.agreement_key`).  The sequence number makes a record of
-another op fail; the mask binds the sender, so one rank's record cannot stand in for another's
-(nor be reflected back to its sender).  A rank checks the whole table with one HMAC: agreeing
-records are exactly ``record[:24] | tag XOR mask(own) XOR mask(j)``.  Under suite ``none``
-nothing on the wire is authenticated, and the tag is zero.
+Each rank sends every other rank its own copy of the record: the tag binds the sender and the
+receiver.  For ranks ``a < b``, ``d = HMAC-SHA256(k_ab, "seccomm/1 agree|" u32 a | u32 b |
+record[:24])``; the record ``a`` sends ``b`` carries ``d[:16]``, the one ``b`` sends ``a``
+``d[16:]`` (:mod:`seccomm.control`; ``k_ab``: the pair's control key,
+:meth:`~seccomm.keys.KeySchedule.pair_key`).  The sequence number makes a record of another op
+fail; the pair key and the halves make a record fail that was reflected to its sender, moved to
+another receiver or presented as another rank's.  A rank computes one HMAC per peer and op, and
+checks the whole table with one comparison: agreeing records are exactly its own fields with the
+tags it computed.  Under suite ``none`` nothing on the wire is authenticated, and the tag is
+zero.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes, hmac
+import hmac as _hmac
 
 from .errors import ArgumentMismatchError, AuthenticationError, PeerAbortError
 
@@ -57,42 +60,44 @@ TRAILER_BYTES = RECORD_BYTES - _SEQ.size  # 32: a record after its op number (pa
 NO_ROOT = 0xFFFFFFFF
 REFUSED = 0  # collective code of a refusal record
 REFUSAL_NAMES = {1: "ValueError", 2: "TypeError"}  # a refusal record's dtype byte -> the exception
-_LABEL, _RANK_LABEL = b"seccomm/1 agree", b"seccomm/1 agree-rank"
+_LABEL = b"agree"  # the control label of records (seccomm.control)
+_NO_TAG = bytes(TAG_BYTES)
 _REFUSAL_REST = (0, 0, NO_ROOT, 0)  # a refusal record's reduction op, algorithm, root, count
 
 
 class Agreement:
-    """One communicator's agreement state: this rank's record, the table of every rank's, and
-    the tag masks.  ``key``: the session's agreement key (32 bytes), or ``None`` (suite none).
-    ``names(code) -> (collective name, algorithm names)`` and ``dtypes``/``redops`` (code ->
-    name) turn codes back into the names an error shows."""
+    """One communicator's agreement state: this rank's records (one per receiver), the table of
+    the records it received, and the expected table.  ``macs``: the rank's
+    :class:`~seccomm.control.PairMacs`, or ``None`` (suite none: no tag).  ``names(code) ->
+    (collective name, algorithm names)`` and ``dtypes``/``redops`` (code -> name) turn codes back
+    into the names an error shows."""
 
-    def __init__(self, rank: int, size: int, key: bytes | None, names, dtypes: dict, redops: dict):
+    def __init__(self, rank: int, size: int, macs, names, dtypes: dict, redops: dict):
         self.rank, self.size = rank, size
-        self.mine = np.zeros(RECORD_BYTES, np.uint8)
+        #: row j: the record this rank sends rank j (its own row: the fields and a zero tag)
+        self.out = np.zeros((size, RECORD_BYTES), np.uint8)
+        #: row j: the record received from rank j (filled by the transport)
         self.table = np.zeros((size, RECORD_BYTES), np.uint8)
-        self._mine_mv, self._own_row = memoryview(self.mine), memoryview(self.table[rank])
+        self._out_mv, self._own_row = memoryview(self.out.reshape(-1)), memoryview(self.table[rank])
+        self._own_out = memoryview(self.out[rank])
         self._table_mv = memoryview(self.table.reshape(-1))
         self._names, self._dtypes, self._redops = names, dtypes, redops
-        self._mac = None if key is None else hmac.HMAC(key, hashes.SHA256())
-        masks = [self._tag(_RANK_LABEL + j.to_bytes(4, "big")) for j in range(size)]
-        self._own = masks[rank]
-        self._masks = masks
-        self._rel = [m ^ self._own for m in masks]  # mask(own) XOR mask(j): agreeing tags differ by it
-        self._labelled = None if key is None else self._mac.copy()  # the HMAC with the label in
-        if self._labelled is not None:
-            self._labelled.update(_LABEL)
+        self._peers = [j for j in range(size) if j != rank]
+        self._macs = macs
+        #: peer -> the pair's HMAC with the label and the two ranks in (copied per record)
+        self._labelled = {} if macs is None else {j: macs.labelled(_LABEL, j) for j in self._peers}
         self._expect = b""
 
-    def _tag(self, msg: bytes) -> int:
-        if self._mac is None:
-            return 0
-        h = self._mac.copy()
-        h.update(msg)
-        return int.from_bytes(h.finalize()[:TAG_BYTES], "big")
+    def _tags(self, peer: int, desc: bytes) -> tuple[bytes, bytes]:
+        """``(sent, received)`` tags of a record of fields ``desc`` with ``peer``."""
+        if self._macs is None:
+            return _NO_TAG, _NO_TAG
+        h = self._labelled[peer].copy()
+        h.update(desc)
+        return self._macs.split(h.finalize(), peer)
 
     def record(self, seq: int, code: int, dtype: int, redop: int, alg: int, root: int, count: int) -> None:
-        """Write this rank's record for op ``seq`` into :attr:`mine` and the table an agreeing
+        """Write this rank's records for op ``seq`` into :attr:`out` and the table an agreeing
         world would send back."""
         self.record_tail(seq, self.tail(code, dtype, redop, alg, root, count))
 
@@ -106,26 +111,31 @@ class Agreement:
         """:meth:`record` of op ``seq`` with the fields after the op number given as ``tail``
         (:meth:`tail`)."""
         desc = _SEQ.pack(seq) + tail
-        tag = self._own
-        if self._labelled is not None:  # (one op's hot path: _tag inlined)
-            h = self._labelled.copy()
-            h.update(desc)
-            tag ^= int.from_bytes(h.finalize()[:TAG_BYTES], "big")
-        self._mine_mv[:] = mine = desc + tag.to_bytes(TAG_BYTES, "big")
-        if self.size == 2:  # (one op's hot path on two ranks: the list below, unrolled)
-            other = desc + (tag ^ self._rel[1 - self.rank]).to_bytes(TAG_BYTES, "big")
-            self._expect = other + mine if self.rank else mine + other
-        else:
-            self._expect = b"".join([desc + (tag ^ m).to_bytes(TAG_BYTES, "big") for m in self._rel])
+        own = desc + _NO_TAG
+        if self.size == 2:  # (one op's hot path on two ranks: the loop below, unrolled)
+            sent, got = self._tags(1 - self.rank, desc)
+            sent, got = desc + sent, desc + got
+            self._out_mv[:] = sent + own if self.rank else own + sent
+            self._expect = got + own if self.rank else own + got
+            return
+        outs, wants = [], []
+        for j in range(self.size):
+            if j == self.rank:
+                outs.append(own)
+                wants.append(own)
+            else:
+                sent, got = self._tags(j, desc)
+                outs.append(desc + sent)
+                wants.append(desc + got)
+        self._out_mv[:] = b"".join(outs)
+        self._expect = b"".join(wants)
 
-    def pair_masks(self, peer: int):
-        """For a compiled record (:mod:`seccomm.express`): ``(labelled, own, rel)``: the HMAC
-        object with the label in (copied per record), ``mask(own rank)`` and ``mask(own) XOR
-        mask(peer)`` as 16 bytes each, so that the record's tag is ``HMAC[:16] XOR own`` and the
-        peer's ``tag XOR rel`` (as :meth:`record_tail`); under suite ``none`` ``(None, zeros,
-        zeros)``: the tag is zero."""
-        own, rel = self._own.to_bytes(TAG_BYTES, "big"), self._rel[peer].to_bytes(TAG_BYTES, "big")
-        return self._labelled, own, rel
+    def pair_mac(self, peer: int):
+        """For a compiled record (:mod:`seccomm.express`): ``(labelled, lower)``: the pair's HMAC
+        object with the label and ranks in (copied per record; ``None`` under suite none: the tag
+        is zero) and whether this rank is the lower of the pair (its records carry the digest's
+        first half, the peer's the second), so that the tags are :meth:`record_tail`'s."""
+        return self._labelled.get(peer), self.rank < peer
 
     @property
     def expect(self) -> bytes:
@@ -134,7 +144,7 @@ class Agreement:
         return self._expect
 
     def refusal(self, seq: int, error: str) -> None:
-        """Write a refusal record for op ``seq`` into :attr:`mine`: this rank refused its own
+        """Write a refusal record for op ``seq`` into :attr:`out`: this rank refused its own
         arguments with ``error`` (``"ValueError"`` or ``"TypeError"``, else ``ValueError``)."""
         kind = next((k for k, name in REFUSAL_NAMES.items() if name == error), 1)
         self.record(seq, REFUSED, kind, *_REFUSAL_REST)
@@ -144,20 +154,20 @@ class Agreement:
         ``AuthenticationError`` for a record whose tag fails (naming its rank),
         ``PeerAbortError`` for a rank that refused its arguments, ``ArgumentMismatchError``
         naming each argument the ranks disagree on and which rank passed what."""
-        self._own_row[:] = self._mine_mv
+        self._own_row[:] = self._own_out
         if self._table_mv == self._expect:
             return
         rows = {}
         for j in range(self.size):
             raw = self.table[j].tobytes()
-            desc, tag = raw[:DESC_BYTES], int.from_bytes(raw[DESC_BYTES:], "big")
-            if j != self.rank and self._tag(_LABEL + desc) ^ self._masks[j] != tag:
+            desc, tag = raw[:DESC_BYTES], raw[DESC_BYTES:]
+            if j != self.rank and not _hmac.compare_digest(self._tags(j, desc)[1], tag):
                 raise AuthenticationError(
                     peer=j,
                     op=op_label.split(" #")[0],
-                    seq=_DESC.unpack(self.mine[:DESC_BYTES].tobytes())[0],
+                    seq=_DESC.unpack(self.out[self.rank, :DESC_BYTES].tobytes())[0],
                     detail="its argument record for this op failed authentication: altered, "
-                    "replayed or misdirected",
+                    "replayed, reflected or misdirected",
                 )
             rows[j] = _DESC.unpack(desc)
         seq = rows[self.rank][0]  # a refusal record counts in its own op only, and in its one form

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import collectives as _coll
 from .agreement import Agreement
+from .control import PairMacs
 from .dtypes import CODES
 from .engine import OpContext, OpRun
 from .errors import (
@@ -231,11 +232,12 @@ class SecureComm:
         finally:
             del secret
         self._keys, self._comm_id = session.keys, session.comm_id
-        self._transport.authenticate_notices(self._keys.notice_key())  # from here on: notices MACed
+        self._control = PairMacs(self.rank, self.size, self._keys.pair_key)  # control messages' MACs
+        self._transport.authenticate_notices(self._control)  # from here on: notices MACed
         self._agreement = Agreement(
             self.rank,
             self.size,
-            None if self.suite.name == "none" else self._keys.agreement_key(),
+            None if self.suite.name == "none" else self._control,
             _names,
             {c: n for n, c in CODES.items()},
             {c: n for n, c in REDOPS.items()},
@@ -267,6 +269,7 @@ class SecureComm:
             self.suite,
             chunk_bytes,
             self.timeout,
+            self._control,
         )
         _OPEN.add(self)
 
@@ -309,7 +312,7 @@ class SecureComm:
                 self._stale, self._unsent = list(self._unsent[0]), None
             self._broken = "closed"
             self._transport.close()
-        self._keys = self._ctx = None
+        self._keys = self._ctx = self._control = self._agreement = None
         self._device_ctx = {}
         self._plans = {}
 
@@ -361,7 +364,7 @@ class SecureComm:
             self._broken = f"{name} #{seq} refused its arguments on this rank ({type(err).__name__})"
             # a refusal record in place of this rank's argument record: the others stop at once
             self._agreement.refusal(seq, type(err).__name__)
-            self._stale = self._transport.announce(self._agreement.mine)
+            self._stale = self._transport.announce(self._agreement.out)
         self._transport.refuse(seq, type(err).__name__)
 
     def _rotate(self) -> None:
@@ -511,7 +514,7 @@ class SecureComm:
         a, t = self._agreement, self._transport
         a.record_tail(run.frame.seq, tail)
         try:
-            t.agree_start(a.mine, a.table, check, self.timeout, run.op_label, a.expect)
+            t.agree_start(a.out, a.table, check, self.timeout, run.op_label, a.expect)
             _quiet(steps)
             if run.receipts or run.given:
                 run.finish()

@@ -25,6 +25,7 @@ anything is copied (their ``open`` returns the slot body), so they need no scrat
 
 from __future__ import annotations
 
+import hmac
 import weakref
 from dataclasses import dataclass
 
@@ -48,7 +49,8 @@ class OpContext:
     :class:`~seccomm.keys.KeySchedule`; ``pool``: crypto thread pool or ``None`` (crypto on the
     calling thread); ``policy``: which hops are encrypted (:class:`~seccomm.policy.EncryptPolicy`);
     ``suite``: the communicator's suite; ``chunk_bytes``: frame payload bytes; ``timeout``: seconds
-    any single wait may block.
+    any single wait may block; ``control``: the rank's :class:`~seccomm.control.PairMacs`
+    (receipts).
     """
 
     rank: int
@@ -61,6 +63,7 @@ class OpContext:
     suite: CipherSuite
     chunk_bytes: int
     timeout: float
+    control: object = None
 
 
 #: the keyed ``none`` suite: hops left in the clear by the encrypt policy (a clear frame is its
@@ -70,6 +73,9 @@ CLEAR = SUITES["none"].keyed(None)
 #: lent only where the hop is acknowledged (:meth:`OpRun.acked`), since then the op ends only
 #: once the receiver has the frames
 ACKED = "acked"
+#: bytes of a receipt: the op's number and the pair's tag (:meth:`OpRun._give_receipt`)
+RECEIPT_BYTES = 24
+RECEIPT_LABEL = b"receipt"  # its control label (seccomm.control)
 #: a clear hop of at least this many payload bytes is acknowledged (on a transport with
 #: receipts), so that it may go from the caller's memory even as the op's last sends: a copy
 #: of it costs more than a receipt and the record sent alone (at 256-512 KiB the two were
@@ -204,8 +210,10 @@ class OpRun:
         after = ctx.transport.receipt_after
         self.receipt_after = (1 << 62) if after is None else after  # (hops of more frames: receipts)
         self.ack_clear = (1 << 62) if after is None else ACK_CLEAR_BYTES  # (clear hops of more bytes)
-        self.receipts: list = []  # (request, buffer, peer): receipts this rank waits for
-        self.given: list = []  # (request, peer): receipts this rank sent
+        self.receipts: list = []  # (request, buffer, peer, tag): receipts this rank waits for
+        self.given: list = []  # (request, peer, message): receipts this rank sent
+        self.control = ctx.control  # PairMacs: the receipts' tags
+        self._receipt_n: dict = {}  # ("in" or "out", peer) -> receipts of this op so far
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
@@ -220,6 +228,7 @@ class OpRun:
         self._first_record = False
         self.receipts = []
         self.given = []
+        self._receipt_n = {}
 
     # -- keys and policy ---------------------------------------------------------------------
     def _protect(self, group: bool, a: int, b: int):
@@ -404,18 +413,30 @@ class OpRun:
         know all three, so both ask this and agree."""
         return frames > self.receipt_after or (clear and nbytes >= self.ack_clear)
 
+    def _receipt_tags(self, way: str, peer: int) -> tuple[bytes, bytes]:
+        """The op's number (8 bytes) and the tag of the next receipt ``way`` ("out": this rank
+        gives it to ``peer``; "in": ``peer`` gives it to this rank).  Receipts of a pair match in
+        order (one channel), so each end numbers them alike; the tag is the pair's
+        (:mod:`seccomm.control`) over op number and that count, its direction's half."""
+        n = self._receipt_n.get((way, peer), 0)
+        self._receipt_n[way, peer] = n + 1
+        seq = self.frame.seq.to_bytes(8, "big")
+        sent, got = self.control.tags(RECEIPT_LABEL, peer, seq + n.to_bytes(4, "big"))
+        return seq, sent if way == "out" else got
+
     def _await_receipt(self, peer: int) -> None:
         """After sending an acknowledged hop (:meth:`acked`) to ``peer``: post the receive of its
         receipt (waited for by :meth:`finish`)."""
-        buf = np.empty(16, np.uint8)  # (room to tell a longer receipt from a short one)
+        buf = np.empty(RECEIPT_BYTES + 8, np.uint8)  # (room to tell a longer receipt from one)
         req = self.t.irecv_receipt(buf, peer)
         self.pending.append(req)
-        self.receipts.append((req, buf, peer))
+        self.receipts.append((req, buf, peer, b"".join(self._receipt_tags("in", peer))))
 
     def _give_receipt(self, peer: int) -> None:
         """Once every frame of an acknowledged hop (:meth:`acked`) from ``peer`` is in: the
-        receipt, the op's sequence number (8 bytes, big-endian)."""
-        msg = np.frombuffer(self.frame.seq.to_bytes(8, "big"), np.uint8).copy()
+        receipt, :data:`RECEIPT_BYTES`: the op's sequence number (8 bytes, big-endian) and its
+        tag (16, :meth:`_receipt_tags`)."""
+        msg = np.frombuffer(b"".join(self._receipt_tags("out", peer)), np.uint8).copy()
         req = self.t.isend_receipt(msg, peer)
         self.pending.append(req)
         self.given.append((req, peer, msg))
@@ -426,15 +447,15 @@ class OpRun:
         receivers have every frame (a rank that returns and stops calling MPI would otherwise
         leave them waiting on its queued sends), and for its own receipts to be handed to MPI
         (small: they complete without their receiver).  A receipt that does not come within the
-        deadline blames its receiver, as any wait; one of another length or another op's number
-        raises :class:`~seccomm.errors.FrameError` naming it."""
+        deadline blames its receiver, as any wait; one of another length, another op's number or
+        a tag that fails raises :class:`~seccomm.errors.FrameError` naming it."""
         t, timeout, label = self.t, self.timeout, self.op_label
-        want = self.frame.seq.to_bytes(8, "big")
-        for req, buf, peer in self.receipts:
+        for req, buf, peer, want in self.receipts:
             got = t.wait_recv(req, timeout, peer, label)
-            if got != 8 or buf[:8].tobytes() != want:
+            if got != RECEIPT_BYTES or not hmac.compare_digest(buf[:RECEIPT_BYTES].tobytes(), want):
                 raise FrameError(
-                    f"{label}: the receipt from rank {peer} is not this op's ({got} bytes)",
+                    f"{label}: the receipt from rank {peer} is not this op's ({got} bytes; altered, "
+                    f"replayed or of another op)",
                     peer=peer,
                     op=self.collective,
                     seq=self.frame.seq,
@@ -622,7 +643,7 @@ class OpRun:
         clear = skey.suite.clear
         if red is None or rkey.suite.clear != clear or not (clear or type(skey) is type(rkey) is AEADKey):
             return None
-        mac, own, rel = agreement.pair_masks(peer)
+        mac, lower = agreement.pair_mac(peer)
         nbytes, ws = elems * self.itemsize, Workspace()
         # (the swap keeps what follows; the run's requests keep the swap: the run and the link, and
         # through them the transport and its last check of this run, are held weakly: no cycle)
@@ -662,7 +683,7 @@ class OpRun:
             comm=comm, peer=peer, tag=tag, spins=spins, red=red, theirs_first=int(theirs_first),
             snonce=sslot.nonce, shdr=sslot.header, piece=piece, sframe=sframe, swire=swire,
             rnonce=rslot.nonce, rhdr=rslot.header, rframe=rframe, rwire=rwire, out=out,
-            cur=cur, res=res, seal=seal, open=open_, mac=mac, tail=tail, own=own, rel=rel,
+            cur=cur, res=res, seal=seal, open=open_, mac=mac, tail=tail, lower=lower,
         )  # fmt: skip
         sw.python = (weakref.ref(link), peer, landed)
         return sw

@@ -76,7 +76,7 @@ def swap(**kw):
         kw["comm"], kw["peer"], kw["tag"], kw["spins"], kw["red"], kw["theirs_first"],
         kw["snonce"], kw["shdr"], kw["piece"], kw["sframe"], kw["swire"],
         kw["rnonce"], kw["rhdr"], kw["rframe"], kw["rwire"], kw["out"], kw["cur"], kw["res"],
-        kw["seal"], kw["open"], kw["mac"], kw["tail"], kw["own"], kw["rel"],
+        kw["seal"], kw["open"], kw["mac"], kw["tail"], kw["lower"],
     )  # fmt: skip
 
 

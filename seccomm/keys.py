@@ -14,17 +14,17 @@ nonce, RFC 5869 §3.1; ``th`` = SHA-256 of every rank's hello)::
     group key (epoch e)                info = "seccomm/1 group|" suite "|" e "|" th
     finished key (setup)               info = "seccomm/1 finished|" suite "||" th
     group-secret wrap (0 <-> j)        info = "seccomm/1 group-wrap|" suite "|" j "|" th
-    notices (give-up/abort)            info = "seccomm/1 notice|" suite "||" th
+    control (ranks a < b)              info = "seccomm/1 control|" suite "|" a b "|" th
 
-``suite`` is the suite's name in ASCII; ``e``, ``src``, ``dst`` and ``j`` are unsigned 32-bit
-big-endian integers.
+``suite`` is the suite's name in ASCII; ``e``, ``src``, ``dst``, ``j``, ``a`` and ``b`` are unsigned
+32-bit big-endian integers.
 
 In ``psk`` mode ikm is the job secret.  In ``psk-dhe`` mode every rank's hello carries an
 ephemeral X25519 share (authenticated by the hello MAC and the finished MAC); direction keys use
-``ikm = secret || X25519(src, dst)``, the group and finished keys ``ikm = secret || group secret``,
-a random group secret that rank 0 sends to each rank sealed under their wrap key.  The ephemeral
-private key is dropped after the exchange, so recording the traffic and later learning the PSK
-does not reveal the keys.
+``ikm = secret || X25519(src, dst)`` (control keys: ``X25519(a, b)``), the group and finished
+keys ``ikm = secret || group secret``, a random group secret that rank 0 sends to each rank
+sealed under their wrap key.  The ephemeral private key is dropped after the exchange, so
+recording the traffic and later learning the PSK does not reveal the keys.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def check_secret(data: bytes, what: str) -> bytes:
 
 def random_secret() -> bytes:
     """32 random bytes (``os.urandom``) that pass :func:`check_secret`: a draw the entropy
-    estimate would refuse (probability below 2**-44, :mod:`seccomm.entropy`) is drawn again."""
+    estimate would refuse (probability below 2**-26, :mod:`seccomm.entropy`) is drawn again."""
     secret = os.urandom(32)
     while estimate_bits(secret).bits < MIN_SECRET_BITS:
         secret = os.urandom(32)
@@ -260,16 +260,17 @@ class KeySchedule:
         secret; psk-dhe: with the group secret), the salt and the transcript hash."""
         return hkdf(self._secret + self._group_secret, self._salt, self._info(b"finished"))
 
-    def notice_key(self) -> bytes:
-        """Key of the give-up/abort notices (:mod:`seccomm.transports.mpi`): from the session's
-        secrets (psk: the job secret; psk-dhe: with the group secret), the salt and the transcript
-        hash, label "notice".  Any rank of the session can derive it."""
-        return hkdf(self._secret + self._group_secret, self._salt, self._info(b"notice"))
-
-    def agreement_key(self) -> bytes:
-        """Key of the argument records every rank exchanges before an op (:mod:`seccomm.agreement`):
-        as :meth:`notice_key`, label "agree"."""
-        return hkdf(self._secret + self._group_secret, self._salt, self._info(b"agree"))
+    def pair_key(self, a: int, b: int) -> bytes:
+        """Key of the control messages between ranks ``a < b`` (argument records, receipts,
+        give-up notices: :class:`seccomm.control.PairMacs`): from the job secret (psk; with the
+        X25519 secret of the pair under psk-dhe, which only ``a`` and ``b`` hold), the salt and
+        the transcript hash, label "control".  Only ``a`` and ``b`` ask for it."""
+        if not 0 <= a < b or self.rank not in (a, b):
+            raise ValueError(f"pair_key({a}, {b}): a pair of this rank ({self.rank}), lower first")
+        ikm = self._secret
+        if self._pair is not None:
+            ikm = ikm + self._pair[b if a == self.rank else a]
+        return hkdf(ikm, self._salt, self._info(b"control", a, b))
 
     def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
         """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU

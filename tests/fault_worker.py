@@ -26,17 +26,18 @@ from mpi4py import MPI
 
 from seccomm import SecCommError, SecureComm
 from seccomm.transports import TransportWrapper
+from seccomm.control import PairMacs
 from seccomm.transports.mpi import seal_notice
 
 _WAITED, _ABORT = 0, 1  # the notice kinds of seccomm.transports.mpi
 
 
 def forge_notice(t, blamed, kind):
-    """Send every other rank a notice in this rank's name, MACed under a wrong key."""
-    msg = seal_notice(os.urandom(32), t.rank, blamed, kind)
+    """Send every other rank a notice in this rank's name, MACed under wrong keys."""
+    wrong = PairMacs(t.rank, t.size, lambda a, b: os.urandom(32))
     for r in range(t.size):
         if r != t.rank:
-            t.comm.Send([msg, MPI.BYTE], r, t._notice_tag)
+            t.comm.Send([seal_notice(wrong, r, blamed, kind), MPI.BYTE], r, t._notice_tag)
 
 
 class Watch(TransportWrapper):

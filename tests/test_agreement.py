@@ -5,12 +5,15 @@ The same on real ranks, every collective and argument: tests/argument_cases.py `
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from seccomm import ArgumentMismatchError, AuthenticationError, PeerAbortError
 from seccomm.agreement import NO_ROOT, RECORD_BYTES, REFUSED, Agreement, _by_value, _ranges
 from seccomm.comm import _names
+from seccomm.control import PairMacs
 from seccomm.dtypes import CODES
 from seccomm.framing import REDOPS
 
@@ -21,17 +24,26 @@ OPS = {c: n for n, c in REDOPS.items()}
 CALL = (5, 1, CODES["float32"], REDOPS["sum"], 1, -1, 1000)
 
 
+def pair_key(key, a, b):
+    """A stand-in for KeySchedule.pair_key: one key per pair of ranks."""
+    return hashlib.sha256(key + bytes([a, b])).digest()
+
+
 def world(p, key=KEY):
-    return [Agreement(r, p, key, _names, DTYPES, OPS) for r in range(p)]
+    def macs(r):
+        return None if key is None else PairMacs(r, p, lambda a, b: pair_key(key, a, b))
+
+    return [Agreement(r, p, macs(r), _names, DTYPES, OPS) for r in range(p)]
 
 
 def exchange(agreements, calls):
-    """Each rank writes its record for its call; every rank's table gets every record."""
+    """Each rank writes its records for its call; every rank's table gets the record each other
+    rank wrote for it."""
     for a, call in zip(agreements, calls):
         a.record(*call)
     for a in agreements:
         for j, b in enumerate(agreements):
-            a.table[j] = b.mine
+            a.table[j] = b.out[a.rank]
 
 
 def with_(call=CALL, **kw):
@@ -46,8 +58,10 @@ def test_an_agreeing_table_passes(p, key):
     exchange(ws, [CALL] * p)
     for a in ws:
         a.check("allreduce #5")
-    assert ws[0].mine.size == RECORD_BYTES
-    assert (key is None) == (not ws[0].mine[24:].any())  # suite none: no tag
+    assert ws[0].out.shape == (p, RECORD_BYTES)
+    if p > 1:
+        assert (key is None) == (not ws[0].out[1, 24:].any())  # suite none: no tag
+    assert not ws[0].out[0, 24:].any()  # (its own row: no tag, never sent)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +109,7 @@ def test_a_refusal_record_stops_the_others_naming_the_rank_and_the_exception():
     ws = world(3)
     exchange(ws, [CALL, (5, REFUSED, 2, 0, 0, -1, 0), CALL])
     ws[1].refusal(5, "TypeError")
-    assert bytes(ws[1].mine) == bytes(ws[0].table[1])  # refusal() writes that very record
+    assert bytes(ws[1].out[0]) == bytes(ws[0].table[1])  # refusal() writes that very record
     for a in (ws[0], ws[2]):
         with pytest.raises(PeerAbortError) as ei:
             a.check("allreduce #5")
@@ -117,18 +131,61 @@ def _tampered(table_edit):
 
 
 def test_a_reflected_record_fails_authentication():
-    """Rank 0's own record sent back to it as rank 1's: the sender mask makes it fail."""
-    err = _tampered(lambda a, ws: a.table.__setitem__(1, a.mine))
+    """Rank 0's own record (for rank 1) sent back to it as rank 1's: the pair's digest halves
+    make it fail."""
+    err = _tampered(lambda a, ws: a.table.__setitem__(1, a.out[1]))
     assert err.peer == 1 and str(err) == (
         "AEAD authentication failed on a frame from rank 1 (allreduce #5): its argument record for "
-        "this op failed authentication: altered, replayed or misdirected"
+        "this op failed authentication: altered, replayed, reflected or misdirected"
     )
 
 
 def test_a_record_moved_to_another_ranks_slot_fails_authentication():
     """Rank 1's (agreeing) record in rank 2's slot, hiding rank 2's disagreement."""
-    err = _tampered(lambda a, ws: a.table.__setitem__(2, ws[1].mine))
+    err = _tampered(lambda a, ws: a.table.__setitem__(2, ws[1].out[0]))
     assert err.peer == 2 and err.seq == 5 and err.op == "allreduce"
+
+
+def test_a_record_for_another_receiver_fails_authentication():
+    """Rank 2's record for rank 1 delivered to rank 0 as rank 2's record for it."""
+    err = _tampered(lambda a, ws: a.table.__setitem__(2, ws[2].out[1]))
+    assert err.peer == 2
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_no_relation_between_observed_tags_forges_a_record(p):
+    """An on-path attacker without keys, who saw every record of an agreeing op, tries to make
+    a rank that disagrees (rank 1, ``root=1``; the others ``root=0``) accept its own arguments as
+    everyone's: its own record reflected back, fixed up by the XOR of any two tags seen.  With
+    a fixed pad per rank one such relation is the pads' difference, and the disagreement went
+    unseen; here every try fails authentication on rank 1, and ranks 0 and 2 (who got rank 1's
+    genuine record) raise the disagreement."""
+    bcast = (7, 4, CODES["float32"], REDOPS["none"], 0, 0, 16)
+    ws = world(p)
+    exchange(ws, [with_(bcast, seq=6)] * p)  # an agreeing op, all of it seen on the wire
+    seen = [bytes(ws[i].out[j, 24:]) for i in range(p) for j in range(p) if i != j]
+    calls = [bcast] * p
+    calls[1] = with_(bcast, root=1)
+    exchange(ws, calls)
+    victim = ws[1]
+    own = [bytes(victim.out[j]) for j in range(p) if j != 1]
+    for forged_from in [j for j in range(p) if j != 1]:
+        tries = 0
+        for rec in own:
+            for x in seen:
+                for y in seen:
+                    tag = bytes(a ^ b ^ c for a, b, c in zip(rec[24:], x, y))
+                    victim.table[forged_from] = np.frombuffer(rec[:24] + tag, np.uint8)
+                    with pytest.raises(AuthenticationError) as ei:
+                        victim.check("bcast #7")
+                    assert ei.value.peer == forged_from
+                    tries += 1
+        assert tries == len(own) * len(seen) ** 2
+        victim.table[forged_from] = ws[forged_from].out[1]
+    for a in ws:
+        if a.rank != 1:
+            with pytest.raises(ArgumentMismatchError, match="the ranks disagree on root .*rank 1 passed 1"):
+                a.check("bcast #7")
 
 
 def test_a_record_of_another_op_replayed_is_not_taken_for_this_ops():
@@ -136,7 +193,7 @@ def test_a_record_of_another_op_replayed_is_not_taken_for_this_ops():
     disagreement on the op number, never as agreement."""
     ws = world(3)
     exchange(ws, [with_(seq=4)] * 3)
-    old = ws[2].mine.copy()
+    old = ws[2].out[0].copy()
     exchange(ws, [CALL] * 3)
     ws[0].table[2] = old
     with pytest.raises(ArgumentMismatchError) as ei:
@@ -191,7 +248,7 @@ def test_refusal_names_its_exception():
     ws = world(2)
     for error, kind in (("ValueError", 1), ("TypeError", 2), ("KeyError", 1)):
         ws[1].refusal(5, error)
-        assert ws[1].mine[9] == kind and ws[1].mine[8] == REFUSED
+        assert ws[1].out[0, 9] == kind and ws[1].out[0, 8] == REFUSED
 
 
 def test_unknown_codes_and_odd_fields_are_shown_as_they_came():
@@ -219,20 +276,23 @@ def test_at_most_eight_values_are_listed():
 def test_the_record_is_the_documented_one():
     """Known answer, computed here from docs/design.md's formula with cryptography's HMAC:
     record = seq (u64) | collective | dtype | op | algorithm (u8 each) | root (u32) | count (u64)
-    | HMAC-SHA256(k, "seccomm/1 agree" | record[:24])[:16] XOR HMAC-SHA256(k, "seccomm/1
-    agree-rank" | rank (u32))[:16], big-endian."""
+    | tag, big-endian; for ranks a < b, d = HMAC-SHA256(k_ab, "seccomm/1 agree|" | u32 a | u32 b
+    | record[:24]); a's record for b carries d[:16], b's for a d[16:]."""
     import struct
 
     from cryptography.hazmat.primitives import hashes, hmac
 
-    def mac(msg):
-        h = hmac.HMAC(KEY, hashes.SHA256())
-        h.update(msg)
-        return int.from_bytes(h.finalize()[:16], "big")
+    def mac(a, b, msg):
+        h = hmac.HMAC(pair_key(KEY, a, b), hashes.SHA256())
+        h.update(b"seccomm/1 agree|" + struct.pack(">II", a, b) + msg)
+        return h.finalize()
 
-    for rank in (0, 2):
-        a = Agreement(rank, 3, KEY, _names, DTYPES, OPS)
+    desc = struct.pack(">QBBBBIQ", 5, 1, CODES["float32"], REDOPS["sum"], 1, 0xFFFFFFFF, 1000)
+    ws = world(3)
+    for a in ws:
         a.record(*CALL)
-        desc = struct.pack(">QBBBBIQ", 5, 1, CODES["float32"], REDOPS["sum"], 1, 0xFFFFFFFF, 1000)
-        tag = mac(b"seccomm/1 agree" + desc) ^ mac(b"seccomm/1 agree-rank" + rank.to_bytes(4, "big"))
-        assert bytes(a.mine) == desc + tag.to_bytes(16, "big")
+        for j in range(3):
+            lo, hi = sorted((a.rank, j))
+            d = mac(lo, hi, desc)
+            want = bytes(16) if j == a.rank else d[:16] if a.rank < j else d[16:]
+            assert bytes(a.out[j]) == desc + want, (a.rank, j)

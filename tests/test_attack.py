@@ -49,11 +49,17 @@ def test_seccomm_attack_detects_every_class():
     out = _attack("--trials", "12", "--np", "3")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = _table(out.stdout)
-    assert set(rows) == OPS | {"forge-node-map", "replay-setup", "forge-config"}
+    assert set(rows) == OPS | {
+        "forge-node-map",
+        "replay-setup",
+        "forge-config",
+        "reflect-record",
+        "replay-record",
+    }
     for cls, r in rows.items():
         assert (r["trials"], r["detected"], r["silent"], r["na"]) == (12, 12, 0, 0), (cls, r)
         assert r["expected"] == "detected"
-    assert "# OK: 132 attacks: 132 detected, 0 silently accepted, 0 not applicable" in out.stdout
+    assert "# OK: 156 attacks: 156 detected, 0 silently accepted, 0 not applicable" in out.stdout
 
 
 @pytest.mark.mpi
@@ -73,12 +79,15 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
         elif cls in OPS - {"truncate", "drop"}:
             assert (r["silent"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "4 altered frame(s) consumed without an error" in r["rest"], r
+        elif cls == "reflect-record":  # records carry no tag under none
+            assert (r["silent"], r["expected"]) == (4, "silently accepted"), (cls, r)
+            assert "4 trial(s) in which a rank returned" in r["rest"], r
         else:
             assert (r["detected"], r["expected"]) == (4, "detected"), (cls, r)
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
     assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
-    assert "# OK: 44 attacks: 20 detected, 20 silently accepted, 4 not applicable; suite none" in out.stdout
+    assert "# OK: 52 attacks: 24 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
 
 
 @pytest.mark.mpi

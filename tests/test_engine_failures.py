@@ -418,15 +418,22 @@ def test_a_rank_returns_only_once_its_receivers_have_every_frame(name, p, kw):
     "what, edit, error",
     [
         ("dropped", lambda b: None, "TransportTimeout"),
-        ("another op's", lambda b: (int.from_bytes(b, "big") - 1).to_bytes(8, "big"), "FrameError"),
+        (
+            "another op's",
+            lambda b: (int.from_bytes(b[:8], "big") - 1).to_bytes(8, "big") + b[8:],
+            "FrameError",
+        ),  # noqa: E501
+        ("tag altered", lambda b: b[:23] + bytes([b[23] ^ 1]), "FrameError"),
+        ("op number alone", lambda b: b[:8], "FrameError"),
         ("cut", lambda b: b[:7], "FrameError"),
         ("padded", lambda b: b + b"\0", "FrameError"),
     ],
 )
 def test_a_receipt_that_is_missing_or_not_this_ops_blames_its_receiver(what, edit, error):
     """A receipt that does not come makes its sender raise TransportTimeout naming the rank
-    that owed it; one of another op's number or another length, FrameError naming it and the
-    op.  The receiver itself had every frame: it returns with the right result."""
+    that owed it; one of another op's number, another length or a tag that fails (receipts are
+    MACed by the pair, seccomm.control), FrameError naming it and the op.  The receiver itself
+    had every frame: it returns with the right result."""
     res, _ = _receipt_run(2, "allreduce", dict(algorithm="ring", timeout=0.5), edit={1: edit})
     err = res[0][0]
     assert type(err).__name__ == error, res

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import seccomm
 from seccomm import express
+from seccomm.control import PairMacs
 from seccomm.agreement import Agreement
 from seccomm.comm import _names
 from seccomm.dtypes import CODES
@@ -59,9 +60,10 @@ built = pytest.mark.skipif(not express.built(), reason=f"{express.status()}")
 
 def _self_swap(aead, dtype, n, clear=False, agreement=None, **change):
     """A swap on COMM_SELF to itself (peer 0), frames sealed and opened under one key, the
-    record's tag that of ``agreement`` (an Agreement of rank 0 with world size 2: its HMAC
-    object and own mask) or zero, the mask it expects back zero (so the record it expects is its
-    own).  ``change``: arguments to pass instead.  Returns (swap, parts)."""
+    record's tag that of ``agreement`` (an Agreement of rank 0 with world size 2: the pair's
+    HMAC object; rank 0 is the lower) or zero.  The record it expects back is the peer's half of
+    the digest, so with a real HMAC its own record sent to itself fails (:class:`Mirror` makes
+    both halves equal).  ``change``: arguments to pass instead.  Returns (swap, parts)."""
     from mpi4py import MPI
 
     comm = MPI.COMM_SELF.Dup()
@@ -73,7 +75,7 @@ def _self_swap(aead, dtype, n, clear=False, agreement=None, **change):
     for slot in (s, r):
         frame.fill(slot, KEY_DIRECTION, 1, 1, 0, 1, 0, 1, n)
     out = np.empty(nbytes, np.uint8)
-    mac, own, _ = agreement.pair_masks(1) if agreement else (None, bytes(16), None)
+    mac, lower = agreement.pair_mac(1) if agreement else (None, True)
     if clear:
         wires = s.wire[: nbytes + RECORD_ROOM], r.wire[: nbytes + RECORD_ROOM]
         frames, out, seal, open_ = (s.body, r.body), r.body, None, None
@@ -84,7 +86,7 @@ def _self_swap(aead, dtype, n, clear=False, agreement=None, **change):
         comm=comm.handle, peer=0, tag=7, spins=100000, red=express.SUM_CODES[np.dtype(dtype)], theirs_first=0,
         snonce=s.nonce, shdr=s.header, piece=x.view(np.uint8), sframe=frames[0], swire=wires[0],
         rnonce=r.nonce, rhdr=r.header, rframe=frames[1], rwire=wires[1], out=out, cur=x, res=res,
-        seal=seal, open=open_, mac=mac, tail=TAIL, own=own, rel=bytes(16),
+        seal=seal, open=open_, mac=mac, tail=TAIL, lower=lower,
     )  # fmt: skip
     kw.update(change)
     try:
@@ -93,6 +95,30 @@ def _self_swap(aead, dtype, n, clear=False, agreement=None, **change):
         comm.Free()
         raise
     return sw, dict(comm=comm, x=x, res=res, s=s, r=r, wires=wires)
+
+
+class Mirror:
+    """An HMAC object's stand-in whose digest has two equal halves: a record sent to oneself is
+    then the record expected back (the sum path of a self-swap with a tag)."""
+
+    def __init__(self, h):
+        self.h = h
+
+    def copy(self):
+        return Mirror(self.h.copy())
+
+    def update(self, data):
+        self.h.update(data)
+
+    def finalize(self):
+        d = self.h.finalize()
+        return d[:16] * 2
+
+
+def _agreement(suite="aes-256-gcm"):
+    """Rank 0's Agreement in a world of 2 (pair key: a fixed one)."""
+    macs = None if suite == "none" else PairMacs(0, 2, lambda a, b: KEY)
+    return Agreement(0, 2, macs, _names, {}, {})
 
 
 @built
@@ -107,8 +133,10 @@ def _self_swap(aead, dtype, n, clear=False, agreement=None, **change):
 )
 def test_the_wire_is_the_python_paths(seq, op_index, epoch, dtype, n, suite):
     aead = AESGCM(KEY) if suite == "aes-256-gcm" else ChaCha20Poly1305(KEY)
-    agreement = Agreement(0, 2, None if suite == "none" else KEY, _names, {}, {})
-    sw, p = _self_swap(aead, dtype, n, clear=suite == "none", agreement=agreement)
+    agreement = _agreement(suite)
+    mac, lower = agreement.pair_mac(1)
+    mirrored = dict(mac=None if mac is None else Mirror(mac), lower=lower)
+    sw, p = _self_swap(aead, dtype, n, clear=suite == "none", agreement=agreement, **mirrored)
     try:
         got = sw.start(seq, op_index, epoch)
         assert got == len(p["wires"][0])
@@ -120,9 +148,13 @@ def test_the_wire_is_the_python_paths(seq, op_index, epoch, dtype, n, suite):
         wire = bytes(p["wires"][1])
         body = p["x"].tobytes()
         frame = body if suite == "none" else aead.encrypt(nonce, body, hdr)
-        agreement.record_tail(seq, TAIL)  # (the Python path's record of this op)
-        mine = agreement.mine.tobytes()[8:]
-        assert wire == frame + mine  # frame, then the record after its op number
+        desc = seq.to_bytes(8, "big") + TAIL
+        if mac is not None:  # (the mirror's tag: the first half of the pair's digest, twice)
+            h = mac.copy()
+            h.update(desc)
+            assert wire == frame + TAIL + h.finalize()[:16]  # frame, then the record after its number
+        else:
+            assert wire == frame + TAIL + bytes(16)
         assert sw.finish(got) == 0
         assert np.array_equal(p["res"], p["x"] + p["x"])
         assert sw.sent()
@@ -180,16 +212,26 @@ def test_a_mac_must_be_an_hmac():
 
 
 @built
-def test_the_record_expected_back_is_the_peers():
-    """The record expected back is this rank's tag XOR ``rel`` (mask(own) XOR mask(peer)): with
-    a nonzero ``rel``, its own record sent to itself is another rank's, and does not pass."""
-    agreement = Agreement(0, 2, KEY, _names, {}, {})
-    sw, p = _self_swap(AESGCM(KEY), "float32", 10, agreement=agreement, rel=agreement.pair_masks(1)[2])
-    try:
-        assert sw.finish(sw.start(1, 0, 0)) == 2  # RECORD
-    finally:
-        sw.requests()
-        p["comm"].Free()
+@settings(max_examples=20, deadline=None)
+@given(seq=st.integers(1, 2**64 - 1))
+def test_the_record_is_the_python_paths_and_the_one_expected_back_is_the_peers(seq):
+    """The compiled record is :meth:`Agreement.record_tail`'s (the lower rank's tag is the pair
+    digest's first half, the higher's the second), and the record expected back is the other
+    half: its own record, sent to itself, fails (RECORD)."""
+    for rank in (0, 1):
+        macs = PairMacs(rank, 2, lambda a, b: KEY)
+        agreement = Agreement(rank, 2, macs, _names, {}, {})
+        mac, low = agreement.pair_mac(1 - rank)
+        assert low == (rank == 0)
+        sw, p = _self_swap(AESGCM(KEY), "float32", 10, mac=mac, lower=low)
+        try:
+            got = sw.start(seq, 0, 0)
+            agreement.record_tail(seq, TAIL)
+            assert bytes(p["wires"][1])[-32:] == agreement.out[1 - rank, 8:].tobytes()
+            assert sw.finish(got) == 2  # RECORD
+        finally:
+            sw.requests()
+            p["comm"].Free()
 
 
 @built

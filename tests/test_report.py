@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import html5lib
 import pytest
@@ -455,9 +456,11 @@ def test_report_end_to_end_html_with_bench(tmp_path):
         r[0]: r
         for r in rows
         if r
-        and r[0] in ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
+        and r[0]
+        in ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
+        + ("reflect-record", "replay-record")
     }
-    assert len(attack) == 8 and all(
+    assert len(attack) == 10 and all(
         r[1] == r[2] == "2" and r[3] == "0" and r[4] == "PASS" for r in attack.values()
     )
     wire = {
@@ -556,3 +559,27 @@ def test_html_renders_in_a_headless_browser(tmp_path):
     size, drawn = screenshot(page, tmp_path, "r")
     assert size == (1280, 1600) and drawn > 100_000, (size, drawn)
     assert blank_page_draws_little(tmp_path)  # the check can fail
+
+
+def test_statements_about_binding_drops_nonces_and_covered_paths_match_the_code():
+    """What the report says about which frames bind a receiver, how a drop surfaces, where
+    nonces are written and which paths the attacker harness attacks, each held against the code:
+    group frames carry no receiver in their AAD (ANY_RANK), the compiled swap writes its own
+    nonces (its source does), and a transport wrapper (the harness) never gets the compiled
+    swap's link."""
+    from seccomm.compliance.status import nonce_location
+    from seccomm.framing import ANY_RANK
+    from seccomm.transports import TransportWrapper
+
+    md = " ".join(to_markdown(build(evidence(), CFG, None, None)[0]).split())
+    assert "binding of each frame to its sender, receiver" not in md
+    assert "group-key frame to its origin, operation, job and communicator (no receiver" in md
+    assert "a group-key frame (allgather, bcast, the allgather phase of allreduce) names its origin" in md
+    assert ANY_RANK != 0  # group frames' AAD destination: no rank
+    assert "Drops surface as TransportTimeout naming the rank to blame" not in md
+    assert "lands in the dropped frame's place and fails its tag" in md
+    src = (Path(__file__).resolve().parents[1] / "seccomm" / "_pairswap.c").read_text()
+    assert "nonce" in src and "_pairswap.c" in nonce_location()
+    assert "the compiled two-rank swap (a repeated call's plan) is not attacked here" in md
+    inner = type("Inner", (), {"rank": 0, "size": 2, "pair_link": lambda self, peer: "link"})()
+    assert TransportWrapper(inner).pair_link(1) is None

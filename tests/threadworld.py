@@ -306,14 +306,15 @@ class ThreadTransport(Transport):
     def agree_start(self, record, table, check, timeout, op_label, expect=None):
         _check_wait(timeout, op_label)
         if self.paired:
-            i = 40 * (1 - self.rank) + 8
-            self._pair = [record, table, check, op_label, None if expect is None else expect[i : i + 32]]
+            i = 40 * (1 - self.rank) + 8  # (record: a row per receiver; the peer's is sent)
+            rec = record[1 - self.rank]
+            self._pair = [rec, table, check, op_label, None if expect is None else expect[i : i + 32]]
             self._pair_out = self._pair_in = True
             self._first = self._record = None
             return
         peers = [r for r in range(self.size) if r != self.rank]
         recvs = [self.irecv(table[r], r) for r in peers]
-        sends = [self.isend(record, r) for r in peers]
+        sends = [self.isend(record[r], r) for r in peers]
         self._agreeing = [recvs, sends, peers, check, op_label]
 
     def _records_in(self) -> bool:

@@ -42,6 +42,20 @@ turn; :mod:`seccomm.handshake`):
 - ``forge-config``: one settings field of one rank's hello altered on its way to one rank, or
   to all others (a downgrade of the suite, policy, chunk size, limits...).
 
+Record classes (each trial is one ``SecureComm`` on all ranks, an agreeing ``bcast``, then one
+in which rank 1 passes ``root=1`` and the others ``root=0``, of 1,024 elements or of none in
+turn; :mod:`seccomm.agreement`): on every rank the attacker rewrites the argument records it
+receives in the second op:
+
+- ``reflect-record``: each rank's own record for that peer, its tag XORed with the XOR of the
+  two directions' tags seen in the first op (with a fixed pad per rank in the tag, that XOR is
+  the pads' difference and the forgery passes);
+- ``replay-record``: the record that peer sent in the first op.
+
+A record trial counts as *detected* when every rank raises a ``SecCommError`` in that op (an
+``AuthenticationError`` naming a rank other than itself, or ``ArgumentMismatchError``), and as
+*silently accepted* when any rank returns.
+
 A setup trial counts as *detected* when every rank raises ``ConfigMismatchError`` or
 ``AuthenticationError`` of the op ``"setup"`` naming a rank, and as *silently accepted* when any
 rank finishes the construction (then, for ``forge-node-map``, the plaintext windows in frames to
@@ -65,7 +79,8 @@ from .config import ReviewConfig
 
 OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
 SETUP_CLASSES = ("forge-node-map", "replay-setup", "forge-config")
-CLASSES = OP_CLASSES + SETUP_CLASSES
+RECORD_CLASSES = ("reflect-record", "replay-record")
+CLASSES = OP_CLASSES + SETUP_CLASSES + RECORD_CLASSES
 
 
 class _Done:
@@ -212,6 +227,84 @@ def _alter_setting(hello, k: int):
         v = f"{v}-forged"
     settings[name] = v
     return replace(hello, settings=settings)
+
+
+class RecordAttack(TransportWrapper):
+    """Record classes: the first op's records are seen (what this rank sent each peer, and what an
+    agreeing peer sent it: the table the op agreed on); from the second op on, every record
+    received is rewritten before the agreement's check sees it (``reflect-record``: the record
+    sent to that peer, its tag XORed with the two directions' XOR seen first; ``replay-record``:
+    that peer's record of the first op)."""
+
+    def __init__(self, inner, cls: str):
+        super().__init__(inner)
+        self.cls, self.ops, self.xor, self.first = cls, 0, {}, {}
+
+    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+        self.ops += 1
+        peers = [j for j in range(self.size) if j != self.rank]
+        n = record.shape[1]
+        if self.ops == 1 and expect is not None:
+            seen = np.frombuffer(expect, np.uint8).reshape(self.size, n)
+            for j in peers:
+                self.first[j] = seen[j].copy()
+                self.xor[j] = seen[j, 24:] ^ record[j, 24:]
+            return self.inner.agree_start(record, table, check, timeout, op_label, expect)
+
+        def rewritten():
+            for j in peers:
+                if j not in self.first:
+                    continue
+                if self.cls == "reflect-record":
+                    table[j, :24] = record[j, :24]
+                    table[j, 24:] = record[j, 24:] ^ self.xor[j]
+                else:
+                    table[j] = self.first[j]
+            check()
+
+        return self.inner.agree_start(record, table, rewritten, timeout, op_label, None)
+
+
+def run_record_class(
+    comm, cls: str, trials: int, seed: int = 0, timeout: float = 2.0, psk: bytes | None = None,
+    config: ReviewConfig | None = None,
+) -> dict:  # fmt: skip
+    """Run ``trials`` record attacks of class ``cls`` (collective over ``comm``, >= 2 ranks; see
+    the module docstring) under ``config``'s suite and settings.  Returns the class's row
+    (:func:`_row`), identical on every rank."""
+    from mpi4py import MPI
+
+    from ..comm import SecureComm
+
+    config = config or ReviewConfig()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = config.settings()
+    detected = silent = other = 0
+    examples: list[str] = []
+    for t in range(trials):
+        n = 0 if t % 2 else 1024  # an op with frames, and one without
+        sc = SecureComm(
+            comm, config.suite, psk=psk, timeout=timeout, wrap_transport=lambda tr: RecordAttack(tr, cls),
+            **settings,
+        )  # fmt: skip
+        err = None
+        try:
+            sc.bcast(np.full(n, 1.0 + rank, np.float32), root=0)
+            sc.bcast(np.full(n, 10.0 + rank, np.float32), root=1 if rank == 1 else 0)
+        except SecCommError as e:
+            err = e
+        sc.close()
+        auth_ok = not isinstance(err, AuthenticationError) or err.peer in set(range(size)) - {rank}
+        flags = np.array([int(err is None), int(err is not None and not auth_ok)], np.int64)
+        comm.Allreduce(MPI.IN_PLACE, flags, MPI.SUM)
+        if err is not None and not examples:
+            examples.append(f"{type(err).__name__}: {err}")
+        silent += int(flags[0] > 0)
+        other += int(flags[0] == 0 and flags[1] > 0)
+        detected += int(flags[0] == 0 and flags[1] == 0)
+        comm.Barrier()
+    ex = next((e for part in comm.allgather(examples) for e in part), "")
+    return _row(cls, trials, detected, silent, ex, config.record(), other=other, suite=config.suite)
 
 
 class _SimulatedHost(TransportWrapper):
@@ -383,6 +476,8 @@ def expected(cls: str, suite: str) -> str:
     for the operation classes under a suite without authentication (``none``) — but ``truncate``
     (the frame length check) and ``drop`` (the deadline), which every suite detects."""
     if cls in SETUP_CLASSES or cls in ("truncate", "drop") or get_suite(suite).authenticated:
+        return "detected"
+    if cls == "replay-record":  # (an authentic record of another op: its number differs)
         return "detected"
     return "silently accepted"
 
@@ -619,7 +714,7 @@ def run_classes(
         log(
             f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class, "
             f"seed {seed}; "
-            f"every class on ranks 0-1 except redirect and the setup classes (all ranks); "
+            f"every class on ranks 0-1 except redirect, the setup and the record classes (all ranks); "
             f"{config.describe()}"
         )
         log(
@@ -633,6 +728,8 @@ def run_classes(
         tc = time.time()
         if cls in SETUP_CLASSES:
             r = run_setup_class(comm, cls, trials, seed, config=config, psk=psk)
+        elif cls in RECORD_CLASSES:
+            r = run_record_class(comm, cls, trials, seed, config=config, psk=psk)
         elif cls == "redirect" and comm.Get_size() < 3:
             why = f"needs >= 3 ranks (one that seals for two peers); this run has {comm.Get_size()}"
             r = _row(cls, trials, 0, 0, "", config.record(), na=trials, reason=why, suite=config.suite)
@@ -662,7 +759,11 @@ def explain(r: dict) -> str:
         parts.append(f"FAILED: {r['other']} trial(s) raised another error: {r['example']}")
     if r["not_applicable"]:
         parts.append(f"n/a: {r['not_applicable_reason']}")
-    if r["silently_accepted"]:
+    if r["silently_accepted"] and r["class"] in RECORD_CLASSES:
+        parts.append(
+            f"{r['silently_accepted']} trial(s) in which a rank returned from the op whose arguments differed"
+        )
+    elif r["silently_accepted"]:
         parts.append(
             f"{r['silently_accepted']} altered frame(s) consumed without an error, "
             f"{r.get('changed_results', 0)} changed the result"

@@ -277,10 +277,12 @@ def _key_derivation(d: Doc, rv: Review) -> None:
                 "'seccomm/1 group-wrap|' || suite || '|' || j || '|' || th",
             ],
             [
-                "give-up/abort notices (HMAC-SHA256)",
-                "job secret (|| group secret with psk-dhe)",
+                "control messages of ranks a < b (argument records, receipts, give-up/abort notices; "
+                "HMAC-SHA256 over a label, a, b and the message: the lower rank's messages carry the "
+                "first 16 bytes, the higher's the last)",
+                "job secret (|| X25519(a, b) with psk-dhe)",
                 "session salt",
-                "'seccomm/1 notice|' || suite || '||' || th",
+                "'seccomm/1 control|' || suite || '|' || a || b || '|' || th",
             ],
         ],
     )
@@ -289,10 +291,11 @@ def _key_derivation(d: Doc, rv: Review) -> None:
             "Job secret: from the psk argument, a file named by SECCOMM_PSK_FILE (opened with O_NOFOLLOW "
             "and refused, after fstat of the open descriptor, unless it is a regular file of this user "
             "with no group/other permission bits) or SECCOMM_PSK (hex); at least 32 bytes, and refused "
-            "when a conservative entropy estimate is below 128 bits (repeats, counters, short text: "
-            "seccomm.entropy), since an observer of the setup can test guesses of it offline. Local runs "
-            "write a fresh random secret to a 0600 file per run and delete it afterwards; a secret sent "
-            "in the clear is used only by benchmarks, only with SECCOMM_INSECURE_BENCH_SECRET=1.",
+            "when a conservative entropy estimate is below 128 bits (repeats, counters, short text, also "
+            "wrapped in a few other bytes: seccomm.entropy), since an observer of the setup can test "
+            "guesses of it offline. Local runs write a fresh random secret to a 0600 file per run and "
+            "delete it afterwards; a secret sent in the clear is used only by benchmarks, only with "
+            "SECCOMM_INSECURE_BENCH_SECRET=1.",
             "psk-dhe: each rank contributes an ephemeral X25519 share (RFC 7748) in its hello, "
             "authenticated by the hello MAC and every finished MAC; the private keys are dropped after "
             "the exchange (forward secrecy against a later PSK leak). In psk mode any rank of the job can "
@@ -335,9 +338,14 @@ def _nonces(d: Doc, rv: Review) -> None:
             f"Every tag also binds an {AAD_BYTES}-byte AAD header the receiver builds itself: protocol "
             "version, suite, operation, reduction op, key kind, dtype, job id, communicator id, epoch, "
             "sequence number, step, chunk index and count, source, destination, total and chunk element "
-            "counts. A frame replayed, reordered, redirected or from another job fails its tag.",
-            "Tested: tests/mpi_worker.py 'nonce_unique' records every (key, nonce) pair sealed on real "
-            "ranks across rotations and finds no repeat.",
+            "counts. A frame replayed, reordered or from another job fails its tag, and so does a "
+            "direction-key frame redirected to another rank; a group-key frame (allgather, bcast, the "
+            "allgather phase of allreduce) names its origin but no receiver, since every rank is meant "
+            "to read it: delivered to another rank it carries data that rank receives anyway.",
+            "Tested: tests/mpi_worker.py 'nonce_unique' records every (key, nonce) pair the Python path "
+            "seals on real ranks across rotations and finds no repeat. The compiled two-rank swap "
+            "seals in C outside that record; its nonce and AAD bytes are checked equal to the Python "
+            "path's for the same op index, epoch and op number (tests/test_express.py).",
         ]
     )
 
@@ -415,10 +423,15 @@ def _threat_model(d: Doc, rv: Review) -> None:
             "Attacker: on-path on the links between nodes; can read, modify, inject, replay, reorder, drop, "
             "truncate and redirect frames.",
             "Guaranteed with aes-256-gcm and chacha20-poly1305: confidentiality of the payload, integrity, "
-            "replay and reorder detection, binding of each frame to its sender, receiver, operation, job "
-            "and communicator. aes-256-gmac gives the same integrity without confidentiality.",
-            "Drops surface as TransportTimeout naming the rank to blame after the configured deadline; "
-            "no wait blocks forever.",
+            "replay and reorder detection, binding of each direction-key frame to its sender, receiver, "
+            "operation, job and communicator, and of each group-key frame to its origin, operation, job "
+            "and communicator (no receiver: every rank reads it). Argument records, receipts and "
+            "give-up notices carry a tag of the pair of sender and receiver. aes-256-gmac gives the "
+            "same integrity without confidentiality.",
+            "A dropped message surfaces on the rank that waited for it within the configured deadline: "
+            "TransportTimeout naming the silent peer when nothing more comes from it; when a later "
+            "frame of the same hop comes, it lands in the dropped frame's place and fails its tag "
+            "(AuthenticationError naming that peer). No wait blocks forever.",
             "Out of scope: a compromised rank or host (it holds the keys), side channels, and traffic "
             "analysis. Sizes and timing leak: a frame is the payload plus 16 bytes and the message pattern "
             "reveals the collective, algorithm and message sizes; nothing is padded.",

@@ -85,9 +85,12 @@ SETUP_ALGORITHMS = (
 def nonce_location() -> str:
     """Where the AES-GCM nonce (IV) is generated, and what FIPS 140-3 IG C.H says about it."""
     return (
-        "Where the nonce is generated: in seccomm's own Python code (seccomm/framing.py, "
-        "FrameContext.fill), which writes it into the frame's slot and hands it to OpenSSL's "
-        "AES-GCM as an argument; it is generated outside any cryptographic module. FIPS 140-3 "
+        "Where the nonce is generated: in seccomm's own code, so it is generated outside any "
+        "cryptographic module: FrameContext.fill (seccomm/framing.py) writes it into the frame's "
+        "slot for the Python path and for the device engine's batches (whose kernels read it from "
+        "there); the compiled two-rank swap (seccomm/_pairswap.c) writes the op index into its "
+        "slot's nonce per op; each hands it to OpenSSL's AES-GCM (or the GPU kernels) as an "
+        "argument. FIPS 140-3 "
         "Implementation Guidance C.H requires the IV of AES-GCM to be generated inside the module's "
         "boundary, in one of the ways it lists. This construction therefore does not meet IG C.H, "
         "whichever OpenSSL module runs the cipher; it does meet the uniqueness requirement of NIST "

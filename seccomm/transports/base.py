@@ -100,17 +100,19 @@ class Transport:
 
     def agree(self, record, table, timeout: float, op_label: str) -> None:
         """Exchange each rank's argument record (:mod:`seccomm.agreement`) before an op's first
-        frame: ``record`` (uint8, this rank's) goes to every other rank and rank j's lands in
-        ``table[j]`` (``table``: uint8, shape (size, len(record))).  Default: point-to-point, every
+        frame: ``record`` (uint8, shape (size, n): row j is this rank's record for rank j, whose
+        tag names both) goes row by row to every other rank, and the one rank j sent this rank
+        lands in ``table[j]`` (``table``: uint8, shape (size, n)).  Default: point-to-point, every
         receive posted first, each waited for naming its rank (``TransportTimeout`` or
         ``PeerAbortError`` as any wait), ``FrameError`` for a record of another length."""
         peers = [r for r in range(self.size) if r != self.rank]
+        n = record.shape[1]
         recvs = [self.irecv(table[r], r) for r in peers]
-        sends = [self.isend(record, r) for r in peers]
+        sends = [self.isend(record[r], r) for r in peers]
         for r, req in zip(peers, recvs):
             got = self.wait_recv(req, timeout, r, op_label)
-            if got != len(record):
-                raise record_size_error(op_label, r, got, len(record))
+            if got != n:
+                raise record_size_error(op_label, r, got, n)
         self.wait_sends(sends, timeout, peers, op_label)
 
     def agree_start(self, record, table, check, timeout: float, op_label: str, expect=None) -> None:
@@ -168,9 +170,10 @@ class Transport:
         transport would have sent with it is dropped too.  Default: nothing rides with a frame."""
 
     def announce(self, record) -> list:
-        """Send ``record`` (a refusal record) to every other rank without waiting; returns the
-        send requests, which the caller keeps referenced.  Default: point-to-point."""
-        return [self.isend(record, r) for r in range(self.size) if r != self.rank]
+        """Send ``record`` (refusal records, one row per receiver as :meth:`agree`'s) to every
+        other rank without waiting; returns the send requests, which the caller keeps
+        referenced.  Default: point-to-point."""
+        return [self.isend(record[r], r) for r in range(self.size) if r != self.rank]
 
     def cancel(self, reqs: list) -> None:
         """Best-effort cancel of pending requests after an error (buffers stay referenced)."""
@@ -201,10 +204,11 @@ class Transport:
         ranks that wait, or will wait, on it in that op, so they raise ``PeerAbortError`` naming
         this rank and the refusal now instead of at their deadline."""
 
-    def authenticate_notices(self, key: bytes) -> None:
-        """Authenticate the give-up/abort notices (failure propagation) under ``key``, the
-        session's notice key (32 bytes, :meth:`~seccomm.keys.KeySchedule.notice_key`), handed
-        over once the session keys exist.  No-op for transports that send no notices."""
+    def authenticate_notices(self, macs) -> None:
+        """Authenticate the give-up/abort notices (failure propagation) with ``macs``, this
+        rank's :class:`~seccomm.control.PairMacs` of the session (each notice bound to its sender
+        and receiver), handed over once the session keys exist.  No-op for transports that send
+        no notices."""
 
     def close(self) -> None:
         pass
@@ -374,8 +378,8 @@ class TransportWrapper(Transport):
     def refuse(self, seq, error):
         return self.inner.refuse(seq, error)
 
-    def authenticate_notices(self, key):
-        return self.inner.authenticate_notices(key)
+    def authenticate_notices(self, macs):
+        return self.inner.authenticate_notices(macs)
 
     def close(self):
         return self.inner.close()

@@ -6,23 +6,25 @@ request with :func:`~seccomm.transports.base.poll_until` and, while waiting, col
 notices: a rank whose deadline passed tells the others whom it blames, so every survivor names
 the rank that stopped (failure propagation).
 
-Notices are authenticated (:func:`seal_notice`): 48 bytes, ``blamed rank (int64) | kind (int64)
-| HMAC-SHA256`` under the session's notice key (:meth:`~seccomm.keys.KeySchedule.notice_key`,
-handed over by :meth:`MPITransport.authenticate_notices` once the session keys exist) over
-``"seccomm/1 notice" | sender rank | blamed rank | kind``.  The key is derived with the session's
-salt, so it binds the communicator (session); the MAC binds the sender (the source rank the
-receive was posted for), the blamed rank and the kind.  A notice whose MAC fails, or of the wrong
-size, is ignored, counted in ``forged_notices`` and named in the error this rank raises; the
-receive from that rank is posted again, so a forgery cannot block the genuine notice.  Before the
-key is handed over (during setup) no notice is sent or read: a rank whose setup wait expires
-blames the rank (or, for a setup collective, the collective) it waited on, within its deadline.
-An insider rank holds the key and can forge a notice in another rank's name, as it can forge
-group frames; an on-path attacker can still drop or garble notices, which only leaves the
-survivors to their own deadlines.
+Notices are authenticated and bound to their sender and receiver (:func:`seal_notice`): 32
+bytes, ``blamed rank (int64) | kind (int64) | tag`` with the tag of the pair's control MAC
+(:mod:`seccomm.control`, label "notice": HMAC-SHA256 under the key of the sender and receiver,
+whose input names both; handed over by :meth:`MPITransport.authenticate_notices` once the session
+keys exist).  The key is derived with the session's salt, so it binds the communicator
+(session); the MAC binds the sender (the source rank the receive was posted for), the receiver,
+the blamed rank and the kind.  A notice whose MAC fails, or of the wrong size, is ignored,
+counted in ``forged_notices`` and named in the error this rank raises; the receive from that rank
+is posted again, so a forgery cannot block the genuine notice.  Before the keys are handed over
+(during setup) no notice is sent or read: a rank whose setup wait expires blames the rank (or,
+for a setup collective, the collective) it waited on, within its deadline.  Under psk an insider
+rank can derive every pair's key and forge a notice in another rank's name, as it can forge
+group frames; under psk-dhe the pair key needs the pair's X25519 secret.  An on-path attacker
+can still drop or garble notices, which only leaves the survivors to their own deadlines.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import struct
 
@@ -30,12 +32,12 @@ import numpy as np
 
 from ..agreement import RECORD_BYTES, TRAILER_BYTES
 from ..errors import FrameError, PeerAbortError, SecCommError, TransportTimeout
-from ..keys import hmac_sha256, hmac_verify
 from .base import Backoff, Transport, poll_until, record_size_error
 
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
 _NOTICE_EVERY = 256  # polls between two looks at the give-up notices
+_DRAIN = 1024  # messages on the notice tag that are not notices, taken per peer in one look
 #: kinds of give-up notice: gave up waiting on the blamed rank; stopped after a bad frame from the
 #: blamed rank; stopped after an error of its own (the blamed rank is the sender); refused its own
 #: arguments to an op (the blamed rank is the sender; the kind's low 4 bits are _REFUSED, the next
@@ -44,29 +46,24 @@ _WAITED, _ABORT, _FAILED, _REFUSED = 0, 1, 2, 3
 #: exceptions a refusal notice can name, by code (1, 2)
 REFUSALS = ("ValueError", "TypeError")
 _NOTICE = struct.Struct(">qq")  # blamed rank, kind
-_MAC = 32  # HMAC-SHA256
-NOTICE_BYTES = _NOTICE.size + _MAC
-_NOTICE_LABEL = b"seccomm/1 notice"
+NOTICE_BYTES = _NOTICE.size + 16  # and the tag (seccomm.control)
+_NOTICE_LABEL = b"notice"
 
 
-def _notice_mac_input(sender: int, body: bytes) -> bytes:
-    return _NOTICE_LABEL + struct.pack(">I", sender) + body
-
-
-def seal_notice(key: bytes, sender: int, blamed: int, kind: int) -> np.ndarray:
-    """The notice ``sender`` sends: ``blamed | kind | HMAC-SHA256(key, label | sender | blamed |
-    kind)`` (:data:`NOTICE_BYTES` uint8)."""
+def seal_notice(macs, receiver: int, blamed: int, kind: int) -> np.ndarray:
+    """The notice this rank sends ``receiver``: ``blamed | kind | tag`` (:data:`NOTICE_BYTES`
+    uint8; ``macs``: this rank's :class:`~seccomm.control.PairMacs`)."""
     body = _NOTICE.pack(blamed, kind)
-    return np.frombuffer(body + hmac_sha256(key, _notice_mac_input(sender, body)), np.uint8).copy()
+    return np.frombuffer(body + macs.tags(_NOTICE_LABEL, receiver, body)[0], np.uint8).copy()
 
 
-def open_notice(key: bytes, sender: int, msg: bytes, size: int):
-    """``(blamed, kind)`` of a notice received from rank ``sender``, or ``None`` when it is not
-    authentic (wrong MAC, wrong length) or names no rank of ``size`` / no known kind."""
+def open_notice(macs, sender: int, msg: bytes, size: int):
+    """``(blamed, kind)`` of a notice this rank received from ``sender``, or ``None`` when it is
+    not authentic (wrong tag, wrong length) or names no rank of ``size`` / no known kind."""
     if len(msg) != NOTICE_BYTES:
         return None
     body, tag = msg[: _NOTICE.size], msg[_NOTICE.size :]
-    if not hmac_verify(key, _notice_mac_input(sender, body), tag):
+    if not hmac.compare_digest(macs.tags(_NOTICE_LABEL, sender, body)[1], tag):
         return None
     blamed, kind = _NOTICE.unpack(body)
     return (blamed, kind) if 0 <= blamed < size and _known_kind(kind) else None
@@ -139,7 +136,7 @@ class MPITransport(Transport):
         # neighbour that stalled because of it.  One small receive per peer, posted up front.
         self._notice_tag = tag + 1
         self._grace = 5.0
-        self._notice_key: bytes | None = None  # set by authenticate_notices
+        self._notice_macs = None  # PairMacs, set by authenticate_notices
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
         self.aborted: set[int] = set()  # ranks that stopped after detecting an error
         self.failed: set[int] = set()  # of those, the ranks whose error was their own
@@ -153,10 +150,10 @@ class MPITransport(Transport):
                 self._post_notice(r)
         self._nsent: list = []
 
-    def authenticate_notices(self, key: bytes) -> None:
-        """From now on send and believe only notices MACed under ``key`` (the session's notice
-        key, :meth:`~seccomm.keys.KeySchedule.notice_key`); before this, none are sent or read."""
-        self._notice_key = bytes(key)
+    def authenticate_notices(self, macs) -> None:
+        """From now on send and believe only notices MACed with ``macs`` (this rank's
+        :class:`~seccomm.control.PairMacs` of the session); before this, none are sent or read."""
+        self._notice_macs = macs
 
     def _post_notice(self, r: int) -> None:
         self._nreqs[r] = self.comm.Irecv([self._nbuf[r], self._byte], r, self._notice_tag)
@@ -407,8 +404,8 @@ class MPITransport(Transport):
         a peer that could not read the one in the first message (a larger message than it
         expected) looks for it there in its waits."""
         if self.paired:
-            self._agree_rec, self._agree_table = record, table
-            self._agree_tr = memoryview(record)[RECORD_BYTES - TRAILER_BYTES :]
+            self._agree_rec, self._agree_table = record[self._peer], table
+            self._agree_tr = memoryview(self._agree_rec)[RECORD_BYTES - TRAILER_BYTES :]
             i = RECORD_BYTES * (self._peer + 1) - TRAILER_BYTES
             self._agree_want = None if expect is None else expect[i : i + TRAILER_BYTES]
             self._pair_out = self._pair_in = True
@@ -422,7 +419,7 @@ class MPITransport(Transport):
         if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
             peers = [r for r in range(self.size) if r != self.rank]
             recvs = [self.comm.Recv_init([table[r], B], r, self.tag) for r in peers]
-            sends = [self.comm.Send_init([record, B], r, self.tag) for r in peers]
+            sends = [self.comm.Send_init([record[r], B], r, self.tag) for r in peers]
             sts = [MPI.Status() for _ in peers + peers]  # (the receives' first)
             self._free_agreeing()
             self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts[: len(peers)], sts)
@@ -456,7 +453,7 @@ class MPITransport(Transport):
 
     def _agree_done(self, peers, counts) -> None:
         check, self._agree_check = self._agree_check, None
-        n = len(self._agreeing[1])
+        n = self._agreeing[1].shape[1]
         for r, got in zip(peers, counts):
             if got != n:
                 raise record_size_error(self._agree_label, r, got, n)
@@ -563,34 +560,45 @@ class MPITransport(Transport):
     def _check_notices(self) -> bool:
         """Collect authentic give-up notices that arrived (none before
         :meth:`authenticate_notices`); True if any rank has given up."""
-        MPI, key, st = self._MPI, self._notice_key, self._nstatus
+        key, st = self._notice_macs, self._nstatus
         if key is None:
             return False
-        for r, req in enumerate(self._nreqs):
-            if req == MPI.REQUEST_NULL:
-                continue
-            try:
-                done = req.Test(st)
-            except MPI.Exception as e:
-                if e.Get_error_class() == MPI.ERR_TRUNCATE:  # longer than a notice: not one
-                    self._forged(r)
-                else:  # the link to r failed: r is gone
-                    self._nreqs[r] = MPI.REQUEST_NULL
-                continue
-            if done:
-                got = open_notice(key, r, self._nbuf[r, : st.Get_count(self._byte)].tobytes(), self.size)
-                if got is None:
-                    self._forged(r)
-                    continue
-                self.gave_up[r] = got[0]
-                if got[1] != _WAITED:
-                    self.aborted.add(r)
-                if got[1] not in (_WAITED, _ABORT):
-                    self.failed.add(r)
-                if got[1] & 0xF == _REFUSED:
-                    self.refused[r] = refusal(got[1])
-                self._nreqs[r] = MPI.REQUEST_NULL
+        for r in range(self.size):
+            for _ in range(_DRAIN):  # (forgeries in a row from r: drained, up to _DRAIN a look)
+                if not self._notice_from(r, key, st):
+                    break
         return bool(self.gave_up)
+
+    def _notice_from(self, r: int, key, st) -> bool:
+        """Look once at the notice receive from ``r``: True when what came was not a notice
+        (counted, the receive posted again: look again), else False (nothing in, or a genuine
+        notice taken, or the link gone)."""
+        MPI, req = self._MPI, self._nreqs[r]
+        if req == MPI.REQUEST_NULL:
+            return False
+        try:
+            done = req.Test(st)
+        except MPI.Exception as e:
+            if e.Get_error_class() == MPI.ERR_TRUNCATE:  # longer than a notice: not one
+                self._forged(r)
+                return True
+            self._nreqs[r] = MPI.REQUEST_NULL  # the link to r failed: r is gone
+            return False
+        if not done:
+            return False
+        got = open_notice(key, r, self._nbuf[r, : st.Get_count(self._byte)].tobytes(), self.size)
+        if got is None:
+            self._forged(r)
+            return True
+        self.gave_up[r] = got[0]
+        if got[1] != _WAITED:
+            self.aborted.add(r)
+        if got[1] not in (_WAITED, _ABORT):
+            self.failed.add(r)
+        if got[1] & 0xF == _REFUSED:
+            self.refused[r] = refusal(got[1])
+        self._nreqs[r] = MPI.REQUEST_NULL
+        return False
 
     def _forged(self, r: int) -> None:
         """A notice claiming to be from ``r`` failed authentication: count it, never use it, and
@@ -621,12 +629,13 @@ class MPITransport(Transport):
         each rank names the rank it waited on, and receivers follow the chain), or, with
         ``kind=_ABORT``, that it stopped after detecting an error in a frame from ``peer``."""
         MPI = self._MPI
-        if self._nsent or self._notice_key is None:  # before setup ends, nobody could verify it
+        if self._nsent or self._notice_macs is None:  # before setup ends, nobody could verify it
             return
-        msg = seal_notice(self._notice_key, self.rank, peer, kind)
-        self._nsent.append(msg)
+        self._nsent.append(None)  # (one notice per run, even to a world of one)
         for r in range(self.size):
             if r != self.rank:
+                msg = seal_notice(self._notice_macs, r, peer, kind)
+                self._nsent.append(msg)
                 try:
                     self._nsent.append(self.comm.Isend([msg, self._byte], r, self._notice_tag))
                 except MPI.Exception:
@@ -658,7 +667,7 @@ class MPITransport(Transport):
         :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
         """
         self._notify(peer)
-        if waited and self._notice_key is not None:
+        if waited and self._notice_macs is not None:
             poll_until(
                 lambda: self._notices_settle(peer),
                 min(timeout, self._grace),
@@ -818,16 +827,19 @@ class MPITransport(Transport):
 
     def _drain(self) -> None:
         """Receive and drop what arrived and was never received (an op that failed or was
-        refused left a peer's argument record, notice or small frame unmatched): MPI may give a
-        communicator made later this context id, whose receives must not match them.  Messages of
-        up to :data:`_DRAIN_BYTES` only: a larger one may need its sender's progress to arrive."""
+        refused left a peer's argument record, notice or frames unmatched): MPI may give a
+        communicator made later this context id, whose receives must not match them.  A message
+        that does not complete within :data:`_DRAIN_S` (a large one whose sender no longer
+        progresses) is cancelled, and the drain stops there."""
         MPI, st = self._MPI, self._MPI.Status()
         try:
             while self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
-                n = st.Get_count(self._byte)
-                if n > _DRAIN_BYTES:
+                buf = np.empty(max(st.Get_count(self._byte), 1), np.uint8)
+                req = self.comm.Irecv([buf, self._byte], st.Get_source(), st.Get_tag())
+                if not poll_until(req.Test, _DRAIN_S, lambda: False, Backoff(sleep_s=1e-4)):
+                    req.Cancel()
+                    req.Wait()
                     return
-                self.comm.Recv([np.empty(max(n, 1), np.uint8), self._byte], st.Get_source(), st.Get_tag())
         except MPI.Exception:
             pass
 
@@ -848,8 +860,8 @@ def _mpi_error(e, peer, op_label) -> FrameError:
     )
 
 
-#: largest unreceived message close() drops (argument records, notices, small frames: eager)
-_DRAIN_BYTES = 4096
+#: seconds close() waits for one unreceived message it drops (eager ones are in at once)
+_DRAIN_S = 0.5
 
 
 _Adopted = None

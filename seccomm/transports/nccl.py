@@ -262,10 +262,10 @@ class NCCLTransport(Transport):
     def refuse(self, seq, error):
         return self.control.refuse(seq, error)
 
-    def authenticate_notices(self, key):
+    def authenticate_notices(self, macs):
         """The notices go over the control transport (MPI: authenticated from now on); the NCCL
         waits themselves read none and blame the peer they waited on."""
-        return self.control.authenticate_notices(key)
+        return self.control.authenticate_notices(macs)
 
     def close(self):
         if not self._broken:

@@ -182,15 +182,18 @@ class TorchTransport(Transport):
             self._poll(self._work(req), timeout, peer, op_label)
 
     def agree(self, record, table, timeout, op_label):
-        # one collective: gloo point-to-point costs about 1 ms a message
-        self.allgather(record, table, op_label, timeout)
+        # one collective (gloo point-to-point costs about 1 ms a message): every rank's whole
+        # set of records (one per receiver: size x 40 bytes), of which each keeps its own row
+        got = np.zeros((self.size,) + record.shape, np.uint8)
+        self.allgather(record, got, op_label, timeout)
+        table[:] = got[:, self.rank]
 
     def announce(self, record):
-        # the others wait in the op's all-gather: join it with the refusal record (waiting at
+        # the others wait in the op's all-gather: join it with the refusal records (waiting at
         # most the deadline for them to arrive), so that they stop at once
-        table = np.zeros((self.size, len(record)), np.uint8)
+        got = np.zeros((self.size,) + record.shape, np.uint8)
         try:
-            self.allgather(record, table, "refusal")
+            self.allgather(record, got, "refusal")
         except SecCommError:
             pass
         return []
