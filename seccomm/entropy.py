@@ -5,10 +5,10 @@ offline at hash speed, so a secret must carry at least :data:`MIN_SECRET_BITS` b
 guesser does not know.  Nothing can measure the entropy of one string; this module *bounds* it
 from above by the structure it can see, and :func:`~seccomm.keys.load_secret` refuses a secret
 whose bound is below 128 bits.  It rejects what people really write by mistake (a repeated
-byte, a repeated word, a counter, a short password, text) and never a random 32-byte secret
-(see "False rejections" below).
+byte, a repeated word, a counter, a short password, text, text wrapped in a few other bytes)
+and almost never a random 32-byte secret (see "False rejections" below).
 
-The estimate of a byte string ``s`` of ``n`` bytes is the minimum over four views of it:
+The estimate of a byte string ``s`` of ``n`` bytes is the minimum over five views of it:
 
 - ``s`` itself, and its first differences ``s[i+1] - s[i]``, second differences and XOR
   differences (mod 256): a counter, a ramp or a Gray code is constant in one of them; each
@@ -20,14 +20,25 @@ The estimate of a byte string ``s`` of ``n`` bytes is the minimum over four view
 - ``b``, the bits a character of ``s`` may carry at most, from the smallest class that holds all
   of ``s``: hex digits 4, the base64 alphabet 6, other printable ASCII text 2 (chosen text, such
   as a passphrase: English carries about 1 to 1.5 bits per character, Shannon 1951; a
-  passphrase needs 64 characters), any other bytes 8.
+  passphrase needs 64 characters), any other bytes 8;
+- the text inside ``s``, judged by its characters whatever bytes surround it: ``s`` read as
+  UTF-8 (a byte that is not part of a valid character is a character of its own, not text); in
+  every run of at least :data:`TEXT_RUN` text characters (printable, tab, newline) an ASCII
+  character counts its class's bits (2 for text), every other byte 8 bits (so an accented letter
+  continues the text without lowering the count).  A passphrase padded with a few control bytes,
+  or with an accented letter in it, is still a passphrase.
 
 False rejections: for ``n = 32`` uniformly random bytes (``os.urandom(32)``, or the 64 hex
-digits of ``openssl rand -hex 32`` decoded), the estimate falls below 128 bits only when (a) all
-32 bytes are printable ASCII, probability ``(98/256)**32 < 2**-44.3``, or (b) a view has too
-few distinct symbols (16 or fewer of 32) or a period, which :func:`false_rejection_bound`
-computes exactly from the distribution of symbol counts (each difference view of uniform bytes
-is again uniform and independent): below ``2**-54``.  Together below ``2**-44``.
+digits of ``openssl rand -hex 32`` decoded), the estimate falls below 128 bits only when (a) at
+least 22 of the 32 bytes lie in runs of text of :data:`TEXT_RUN` characters or more (the text
+view; all 32 printable is one such case, ``(98/256)**32 < 2**-44.3``): :func:`text_rejection_bound`
+computes it with a chain over the characters a UTF-8 reader sees (every well-formed multi-byte
+character counted as text, so an upper bound; within 10 % of a Monte Carlo count at sizes where
+one can be made): ``2**-26.07``; or (b) a view has too few
+distinct symbols (16 or fewer of 32) or a period, which :func:`false_rejection_bound` computes
+exactly from the distribution of symbol counts (each difference view of uniform bytes is again
+uniform and independent): below ``2**-54``.  Together below ``2**-26`` (one draw in 67
+million): the price of refusing a passphrase wrapped in a few other bytes.
 :func:`~seccomm.keys.new_secret_file` draws again in that case, so the local launcher never fails.
 """
 
@@ -38,6 +49,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 MIN_SECRET_BITS = 128
+#: characters a run of text needs for the text view to count it as text (2 bits a character)
+TEXT_RUN = 12
+_TEXT_BITS, _BYTE_BITS = 2.0, 8.0
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _BASE64 = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_=")
@@ -91,6 +105,35 @@ def _views(data: bytes):
     yield "XOR differences", 1, bytes(a ^ b for a, b in zip(data, data[1:]))
 
 
+def _is_text(ch: str) -> bool:
+    return ch.isprintable() or ch in "\t\n\r"
+
+
+def _run_bits(run: str) -> float:
+    """Bits of a run of text characters: when it is :data:`TEXT_RUN` characters or longer, its
+    ASCII characters at their class's bits (hex 4, base64 6, other text 2) and the bytes of the
+    others (an accented letter: part of the text, no discount) at 8; a shorter run, 8 a byte."""
+    raw = run.encode()
+    if len(run) < TEXT_RUN:
+        return _BYTE_BITS * len(raw)
+    ascii_ = bytes(b for b in raw if b < 0x80)
+    return len(ascii_) * char_class(ascii_)[0] + _BYTE_BITS * (len(raw) - len(ascii_))
+
+
+def text_bits(data: bytes) -> float:
+    """The text view (see the module docstring): ``data`` read as UTF-8 (``surrogateescape``: a
+    byte outside a valid character stands alone, and is no text), runs of at least
+    :data:`TEXT_RUN` text characters at their class's bits a character, every other byte 8."""
+    bits, run = 0.0, []
+    for ch in bytes(data).decode("utf-8", "surrogateescape"):
+        if _is_text(ch):
+            run.append(ch)
+            continue
+        bits += _run_bits("".join(run)) + _BYTE_BITS * len(ch.encode("utf-8", "surrogateescape"))
+        run = []
+    return bits + _run_bits("".join(run))
+
+
 def estimate_bits(data: bytes) -> Estimate:
     """The conservative estimate of ``data`` (bytes of the secret itself, hex already decoded)."""
     per_char, kind = char_class(data)
@@ -99,24 +142,92 @@ def estimate_bits(data: bytes) -> Estimate:
         bits = dropped * per_char + view_bits(seq, per_char)
         if best is None or bits < best.bits:
             best = Estimate(bits, kind, name)
+    text = text_bits(data)
+    if text < best.bits:
+        best = Estimate(text, "text among other bytes", "characters")
     return best
 
 
 def false_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
     """An upper bound of the probability that ``n`` uniformly random bytes estimate below
-    ``need`` bits (union over the four views and the text classes, see the module docstring).
+    ``need`` bits (union over the five views, see the module docstring).
 
     For each view of ``m`` uniform symbols it sums, over every multiset of symbol counts (the
     partitions of ``m``), the exact probability of that pattern when ``m * log2 D`` of it is
     too low (``D``: the number of parts); periods of length ``p <= m / 2`` add
     ``256 ** -(m - p)`` each.
     """
-    text = (len(_TEXT) / 256) ** n
-    total = text
+    total = text_rejection_bound(n, need)  # (all printable is one of its cases)
     for dropped, m in ((0, n), (1, n - 1), (2, n - 2), (1, n - 1)):
         total += _low_entropy_probability(m, need - 8 * dropped)
         total += sum(256.0 ** -(m - p) for p in range(1, m // 2 + 1))
     return total
+
+
+#: byte classes at the start of a character as a UTF-8 reader sees it, (count of byte values,
+#: what follows): ASCII text; other ASCII (controls); a continuation or a byte that never starts
+#: a character; leads of 2, 3 and 4-byte characters
+_STARTS = ((98, "text"), (30, "other"), (64, "cont"), (13, "other"), (30, 2), (16, 3), (5, 4))
+
+
+def text_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
+    """The probability that ``n`` uniformly random bytes give the text view (:func:`text_bits`)
+    fewer than ``need`` bits, upper bound: a Markov chain over the characters a UTF-8 reader
+    (maximal subparts, as Python's decoder) finds, every well-formed multi-byte character
+    counted as text, every ASCII character of a long run at 2 bits.  A lead byte whose
+    continuation fails leaves its bytes as other bytes and the reader restarts at the byte that
+    failed, which is then known not to be a continuation (192 values); a character cut by the end
+    of the data leaves its bytes as other bytes."""
+    cont = 64 / 256
+    # at[pos]: (next byte known not a continuation, characters of the open run (TEXT_RUN: a long
+    # one, counted as it goes), its bits if it stays short, its bits if it grows long, bits so
+    # far) -> probability
+    at: list[dict] = [{} for _ in range(n + 1)]
+    at[0][False, 0, 0.0, 0.0, 0.0] = 1.0
+    for pos in range(n):
+        left = n - pos
+        for (nc, *run), pr in at[pos].items():
+            total = 192 if nc else 256
+            for count, what in _STARTS:
+                if nc and what == "cont":
+                    continue
+                p0 = pr * count / total
+                if what == "text":
+                    _add(at, pos + 1, _text(*run, 1), p0, need)
+                elif not isinstance(what, int):
+                    _add(at, pos + 1, _other(*run, 1), p0, need)
+                elif what > left:  # cut by the end: every byte left is another byte
+                    _add(at, n, _other(*run, left), p0, need)
+                else:
+                    _add(at, pos + what, _text(*run, what), p0 * cont ** (what - 1), need)
+                    for j in range(1, what):  # its j-th continuation fails: j other bytes
+                        failed = _other(*run, j)
+                        _add(at, pos + j, (True, *failed[1:]), p0 * cont ** (j - 1) * (1 - cont), need)
+    return sum(pr for (_, *run), pr in at[n].items() if _closed(*run) < need)
+
+
+def _closed(run: int, short: float, long: float, bits: float) -> float:
+    return bits + (long if run >= TEXT_RUN else short)
+
+
+def _text(run: int, short: float, long: float, bits: float, k: int) -> tuple:
+    """The chain's state after a text character of ``k`` bytes (ASCII: ``k = 1``)."""
+    cost = _TEXT_BITS if k == 1 else _BYTE_BITS * k
+    if run >= TEXT_RUN:
+        return False, run, 0.0, 0.0, bits + cost
+    if run + 1 == TEXT_RUN:
+        return False, TEXT_RUN, 0.0, 0.0, bits + long + cost
+    return False, run + 1, short + _BYTE_BITS * k, long + cost, bits
+
+
+def _other(run: int, short: float, long: float, bits: float, k: int) -> tuple:
+    """The chain's state after ``k`` other bytes (the open run closed)."""
+    return False, 0, 0.0, 0.0, _closed(run, short, long, bits) + _BYTE_BITS * k
+
+
+def _add(at: list, pos: int, state: tuple, pr: float, need: float) -> None:
+    if state[4] < need:  # (bits only grow: a state at ``need`` is accepted whatever follows)
+        at[pos][state] = at[pos].get(state, 0.0) + pr
 
 
 def _low_entropy_probability(m: int, need: float) -> float:

@@ -224,7 +224,8 @@ def check_hellos(t: Transcript, key: bytes | None, rank: int) -> None:
                 raise ConfigMismatchError(msg, peer=j)
             raise ConfigMismatchError(
                 f"setup: the hello from rank {j} reports an argument error that is not authenticated "
-                f"(rank {j} has no job secret, or its hello was altered in transit): {h.error}",
+                f"(rank {j} has no job secret, or its hello was altered in transit); its text, "
+                f"unauthenticated: {unauthenticated_excerpt(h.error)}",
                 peer=j,
             )
     bad = [j for j, h in enumerate(t.hellos) if h is None]
@@ -243,6 +244,18 @@ def check_hellos(t: Transcript, key: bytes | None, rank: int) -> None:
             peer=failed[0],
         )
     _check_settings(t)
+
+
+#: characters of an unauthenticated text shown in an error (escaped, quoted)
+EXCERPT_CHARS = 60
+
+
+def unauthenticated_excerpt(text: str) -> str:
+    """At most :data:`EXCERPT_CHARS` characters of ``text``, which nobody authenticated (anyone on
+    the path may have written it), escaped and quoted (``repr``: no control character, no
+    newline reaches a log), marked when cut."""
+    cut = len(text) > EXCERPT_CHARS
+    return repr(text[:EXCERPT_CHARS]) + (f" (first {EXCERPT_CHARS} of {len(text)} characters)" if cut else "")
 
 
 def _authentic(t: Transcript, j: int, key: bytes | None) -> bool:

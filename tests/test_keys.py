@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 import pytest
 
 from seccomm.entropy import MIN_SECRET_BITS, estimate_bits
@@ -119,6 +121,8 @@ def test_secret_file_is_checked_on_the_open_descriptor(tmp_path, no_env, monkeyp
             load_secret()
 
 
+WORDS40 = b"correct horse battery staple, my secret!"
+
 WEAK = {
     "zeros": bytes(32),
     "counter": bytes(range(32)),
@@ -129,8 +133,14 @@ WEAK = {
     "12 random bytes and zeros": bytes.fromhex(GOOD)[:12] + bytes(20),
     "big-endian word counter": b"".join(i.to_bytes(4, "big") for i in range(8)),
     "a word repeated": b"password" * 8,
-    "a 40-character passphrase": b"correct horse battery staple, my secret!",
+    "a 40-character passphrase": WORDS40,
     "hex digits as text": GOOD[:32].encode(),  # 32 hex characters are 128 bits only at best
+    # text judged by its characters, whatever bytes surround it
+    "a 33-character passphrase with an accented letter": "correct horse battery staple, mé!".encode(),
+    "a 30-character passphrase and two control bytes": b"correct horse battery staple!!\x00\x01",
+    "a date and a job number and three control bytes": b"2026-12-04T02:15:30 job 12345\x01\x02\x03",
+    "a passphrase between random bytes": bytes.fromhex(GOOD)[:4] + b"my training cluster's secret" + bytes(1),
+    "a 40-character passphrase and five random bytes": WORDS40 + bytes.fromhex(GOOD)[:5],
 }
 
 
@@ -170,7 +180,7 @@ def _stirling2(n, k):
     return s[n][k]
 
 
-def test_false_rejections_of_random_secrets_are_below_2_to_the_minus_44():
+def test_false_rejections_of_random_secrets_are_below_2_to_the_minus_26():
     """The bound of seccomm.entropy, checked against an independent formula: P(D = d distinct
     values among m uniform bytes) = C(256, d) S(m, d) d! / 256^m (Stirling numbers of the
     second kind)."""
@@ -184,8 +194,41 @@ def test_false_rejections_of_random_secrets_are_below_2_to_the_minus_44():
             / 256**m
         )
         assert _low_entropy_probability(m, need) == pytest.approx(exact, rel=1e-9)
-    assert false_rejection_bound(32) < 2**-44
+    assert 2**-26.1 < false_rejection_bound(32) < 2**-26
     assert _low_entropy_probability(12, 40) > 1e-9  # the sum does count something
+
+
+@pytest.mark.parametrize("n, need", [(12, 60), (16, 90), (16, 80)])
+def test_the_text_views_bound_matches_a_count(n, need, monkeypatch):
+    """text_rejection_bound (a chain over UTF-8 characters) against a Monte Carlo count of the
+    text view at sizes where rejections are common (runs of 8 characters, so that they are):
+    within the count's spread, and never below it by more (it is an upper bound)."""
+    from seccomm import entropy
+    from seccomm.entropy import text_bits, text_rejection_bound
+
+    monkeypatch.setattr(entropy, "TEXT_RUN", 8)
+    rng = np.random.default_rng(n * 1000 + need)
+    trials = 40_000
+    hits = sum(text_bits(rng.bytes(n)) < need for _ in range(trials))
+    bound = text_rejection_bound(n, need)
+    spread = 4 * (bound * trials) ** 0.5  # four standard deviations of the count
+    assert hits - spread <= bound * trials <= hits * 1.15 + spread, (hits, bound * trials)
+
+
+def test_text_is_judged_by_its_characters():
+    """Runs of 12 or more text characters count 2 bits a character (their class's: hex 4,
+    base64 6), accented letters 8 a byte, everything else 8 a byte; shorter runs 8 a byte."""
+    from seccomm.entropy import TEXT_RUN, text_bits
+
+    words = b"my secret, a"  # 12 characters of text (not hex, not base64)
+    assert TEXT_RUN == len(words) == 12
+    assert text_bits(b"\x00" + words) == 8 + 24
+    assert text_bits(b"\x00" + words[:11]) == 8 * 12  # too short to be text
+    assert text_bits(b"\x00" + words[:11] + "é".encode()) == 8 + 11 * 2 + 16  # é: part of it, 2 bytes
+    assert text_bits(b"\xff" + b"0123456789ab") == 8 + 12 * 4  # hex digits: 4 bits
+    assert text_bits(b"\xff" + b"x" * 12) == 8 + 12 * 6  # the base64 alphabet: 6 bits
+    assert text_bits(b"\xc3" + words) == 8 + 24  # a lead byte without its continuation
+    assert text_bits(words + b"\x00" + words) == 24 + 8 + 24
 
 
 def test_keys_distinct_and_hidden():
@@ -347,8 +390,9 @@ def test_group_secret_and_rotation_in_the_key_schedule():
 
     psk, g1, g2 = schedule(), schedule({1: b"a" * 32}, b"1" * 32), schedule({1: b"b" * 32}, b"2" * 32)
     assert "mode=psk>" not in repr(g1) and "mode=psk-dhe " in repr(g1) and "mode=psk " in repr(psk)
-    for key in ("group_key", "finished_key", "notice_key"):
-        vals = [getattr(k, key)(*((0,) if key == "group_key" else ())) for k in (psk, g1, g2)]
+    for key in ("group_key", "finished_key", "pair_key"):
+        args = {"group_key": (0,), "pair_key": (0, 1)}.get(key, ())
+        vals = [getattr(k, key)(*args) for k in (psk, g1, g2)]
         assert len(set(vals)) == 3, key
     assert len({k.direction_key(0, 0, 1) for k in (psk, g1, g2)}) == 3
     ks = schedule()
@@ -392,7 +436,9 @@ def test_key_schedule_as_documented():
         for e in (0, 5):
             assert ks.group_key(e) == ref(secret + g, b"group", e)
         assert ks.finished_key() == ref(secret + g, b"finished")
-        assert ks.notice_key() == ref(secret + g, b"notice")
+        for a, b in ((1, 2), (0, 1)):  # rank 1's pairs: the pairwise secret under psk-dhe
+            ikm = secret + (pair[b if a == 1 else a] if mode == "psk-dhe" else b"")
+            assert ks.pair_key(a, b) == ref(ikm, b"control", a, b), (mode, a, b)
     assert ks.wrap_key(1) == ref(secret + pair[0], b"group-wrap", 1)  # rank 1 with rank 0
     ks0 = KeySchedule(secret, get_suite("aes-256-gcm"), salt, th, rank=0)
     ks0.use_dhe({2: pair[2]})

@@ -301,6 +301,31 @@ def test_unauthenticated_argument_error_is_named_as_such():
         assert "not authenticated" in str(e) and "rank 2 rejected its SecureComm arguments" not in str(e)
 
 
+def test_an_unauthenticated_error_text_is_shown_as_a_short_escaped_excerpt():
+    """The forged hello's text (512 characters of the attacker's choice, with a newline, escape
+    sequences and a fake error line) reaches the others' errors only as a quoted, escaped
+    excerpt of 60 characters, marked as unauthenticated and cut."""
+    from seccomm.handshake import _ERROR_MAX, decode_hello, encode_hello
+
+    text = ("ok\nERROR: rank 0 leaked its key \x1b[2J" + "A" * 600)[:_ERROR_MAX]
+    world = World(3)
+    trs = world.transports()
+
+    def edit(i, rows):
+        if i == 0:
+            h = decode_hello(rows[2].tobytes())
+            rows[2] = encode_hello(replace(h, settings={"protocol": 2}, error=text), None)
+
+    wraps = [lambda t: Replayer(t, edit=edit), lambda t: Replayer(t, edit=edit), None]
+    res = world.run(lambda r: build(trs[r], wraps[r]))
+    for e in res[:2]:
+        msg = str(e)
+        assert isinstance(e, ConfigMismatchError) and e.peer == 2, e
+        assert "\n" not in msg and "\x1b" not in msg and "A" * 61 not in msg, msg
+        assert "its text, unauthenticated: 'ok\\nERROR: rank 0 leaked its key \\x1b[2J" in msg, msg
+        assert f"(first 60 of {_ERROR_MAX} characters)" in msg, msg
+
+
 @pytest.mark.parametrize("arg", ["suite", "algorithm", "chunk_bytes", "timeout"])
 @pytest.mark.parametrize("form", ["bytes", "hex"])
 def test_a_secret_passed_as_another_argument_never_crosses_the_wire(arg, form):
