@@ -3,7 +3,6 @@ holds ``seccomm/gpu/cuda/``, and ``seccomm.gpu.kernels`` finds them there, from 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,6 +16,56 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("seccomm/gpu/cuda/aead.cu", "seccomm/gpu/cuda/sc_crypto.cuh")
 
 
+def build_requirements_met() -> bool:
+    """Whether this environment holds every requirement of ``[build-system]`` in pyproject.toml
+    (then the wheel is built here, without fetching a build environment); a venv as
+    ``python3 -m venv`` makes it (setuptools 65, no ``wheel``) does not, and pip builds in an
+    isolated environment of its own, as ``pip install .`` does."""
+    import re
+    import tomllib
+    from importlib import metadata
+
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for req in requires:
+        name, op, want = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(>=)?\s*([0-9.]*)", req).groups()
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return False
+        if op and _version(have) < _version(want):
+            return False
+    return True
+
+
+def _version(text: str) -> tuple:
+    return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+
+
+def test_build_requirements_are_checked_before_building_without_isolation(monkeypatch):
+    """A venv made by ``python3 -m venv`` (setuptools 65.5, no wheel) is not taken for a build
+    environment (``--no-build-isolation`` there fails: "invalid command 'bdist_wheel'")."""
+    from importlib import metadata
+
+    real = metadata.version
+    fake = {"setuptools": "65.5.0", "wheel": None}
+
+    def version(name):
+        if name in fake:
+            if fake[name] is None:
+                raise metadata.PackageNotFoundError(name)
+            return fake[name]
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert build_requirements_met() is False
+    fake.update(setuptools="80.9.0", wheel="0.45.1")
+    try:
+        real("mpich")
+    except metadata.PackageNotFoundError:
+        return
+    assert build_requirements_met() is True
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
@@ -28,7 +77,7 @@ def wheel(tmp_path_factory) -> Path:
             ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
         ),
     )
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    isolation = ["--no-build-isolation"] if build_requirements_met() else []
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out), str(src)],
         capture_output=True,
