@@ -166,6 +166,8 @@ class Agreement:
                     peer=j,
                     op=op_label.split(" #")[0],
                     seq=_DESC.unpack(self.out[self.rank, :DESC_BYTES].tobytes())[0],
+                    suite="HMAC-SHA256",
+                    message="an argument record",
                     detail="its argument record for this op failed authentication: altered, "
                     "replayed, reflected or misdirected",
                 )

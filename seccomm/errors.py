@@ -32,12 +32,14 @@ class AuthenticationError(SecCommError):
     Attributes name where it happened, never what the key was:
     ``peer`` (rank the frame came from), ``op`` (operation kind), ``seq`` (operation sequence
     number on this communicator; None for the setup), ``step`` (hop index), ``chunk`` and
-    ``chunks`` (chunk index and count), ``epoch`` (key epoch), ``suite``.
+    ``chunks`` (chunk index and count), ``epoch`` (key epoch), ``suite`` (or the MAC that
+    failed); ``message``: what failed, when not a frame or a setup message (an argument record).
     """
 
     def __init__(
-        self, *, peer, op, seq, step=None, chunk=None, chunks=None, epoch=None, suite=None, detail=""
-    ):
+        self, *, peer, op, seq, step=None, chunk=None, chunks=None, epoch=None, suite=None, detail="",
+        message=None,
+    ):  # fmt: skip
         self.peer, self.op, self.seq, self.step = peer, op, seq, step
         self.chunk, self.chunks, self.epoch, self.suite = chunk, chunks, epoch, suite
         where = op if seq is None else f"{op} #{seq}"
@@ -47,7 +49,7 @@ class AuthenticationError(SecCommError):
             where += f", chunk {chunk}/{chunks}"
         if epoch is not None:
             where += f", epoch {epoch}"
-        what = "a setup message" if op == "setup" else "a frame"
+        what = message or ("a setup message" if op == "setup" else "a frame")
         check = f"{suite or 'AEAD'} authentication"
         if suite == "none":  # no tag: only the frame's length and header checks can fail
             check = "the frame check (suite none has no tag)"

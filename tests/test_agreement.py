@@ -135,8 +135,8 @@ def test_a_reflected_record_fails_authentication():
     make it fail."""
     err = _tampered(lambda a, ws: a.table.__setitem__(1, a.out[1]))
     assert err.peer == 1 and str(err) == (
-        "AEAD authentication failed on a frame from rank 1 (allreduce #5): its argument record for "
-        "this op failed authentication: altered, replayed, reflected or misdirected"
+        "HMAC-SHA256 authentication failed on an argument record from rank 1 (allreduce #5): its "
+        "argument record for this op failed authentication: altered, replayed, reflected or misdirected"
     )
 
 

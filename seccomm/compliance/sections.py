@@ -107,8 +107,9 @@ def _rotation_detail(rv: Review) -> str:
 def _attacks_detail(rv: Review) -> str:
     attacks = rv.attacks
     return (
-        f"{sum(r['trials'] for r in attacks)} attacks in {len(attacks)} classes (ranks 0-1, redirect "
-        f"on all {rv.ev['world_size']} ranks): {sum(r['detected'] for r in attacks)} detected, "
+        f"{sum(r['trials'] for r in attacks)} attacks in {len(attacks)} classes (ranks 0-1; redirect, "
+        f"the setup and the record classes on all {rv.ev['world_size']} ranks): "
+        f"{sum(r['detected'] for r in attacks)} detected, "
         f"{sum(r['silently_accepted'] for r in attacks)} silently accepted"
     )
 
@@ -431,7 +432,10 @@ def _threat_model(d: Doc, rv: Review) -> None:
             "A dropped message surfaces on the rank that waited for it within the configured deadline: "
             "TransportTimeout naming the silent peer when nothing more comes from it; when a later "
             "frame of the same hop comes, it lands in the dropped frame's place and fails its tag "
-            "(AuthenticationError naming that peer). No wait blocks forever.",
+            "(AuthenticationError naming that peer). No wait blocks forever. Known limit: where a drop "
+            "leaves several ranks waiting on each other (three or more ranks, a dropped receipt), "
+            "their give-up notices race and a rank may name itself or a neighbour instead of the link "
+            "that dropped.",
             "Out of scope: a compromised rank or host (it holds the keys), side channels, and traffic "
             "analysis. Sizes and timing leak: a frame is the payload plus 16 bytes and the message pattern "
             "reveals the collective, algorithm and message sizes; nothing is padded.",

@@ -75,7 +75,10 @@ def suite_status(suite, mod: dict) -> str:
 #: the algorithms of the setup, with their algorithm status (the module is the same OpenSSL)
 SETUP_ALGORITHMS = (
     ("HKDF-SHA256 (every key)", "approved algorithm (NIST SP 800-56C Rev. 2, two-step KDF with HMAC)"),
-    ("HMAC-SHA256 (hello, finished and notice MACs)", "approved algorithm (FIPS 198-1)"),
+    (
+        "HMAC-SHA256 (hello, finished, argument-record, receipt and notice MACs)",
+        "approved algorithm (FIPS 198-1)",
+    ),
     ("SHA-256 (session salt, transcript hash)", "approved algorithm (FIPS 180-4)"),
     ("X25519 (psk-dhe shares)", "not approved (SP 800-56A Rev. 3 has no Curve25519 key agreement)"),
     ("AES-256-GCM (psk-dhe group-secret wrap)", "approved algorithm (NIST SP 800-38D)"),
