@@ -282,3 +282,68 @@ def test_a_failed_ops_unreceived_frames_never_reach_a_later_communicator():
     out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", _STALE], timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "BAD 0\n" in out.stdout, out.stdout[-2000:]
+
+
+def test_an_oversized_frame_is_named_as_such():
+    """MPI's truncation error on a receive from a peer (a padded frame, +1 B to +16 MiB) names
+    an oversized or altered frame from that peer, not a transfer it abandoned."""
+    from mpi4py import MPI
+
+    from seccomm.transports.mpi import _mpi_error
+
+    big = _mpi_error(MPI.Exception(MPI.ERR_TRUNCATE), 1, "allreduce #3")
+    assert big.peer == 1 and big.op == "allreduce #3"
+    assert "the message from rank 1 is larger than the frame this rank expected" in str(big)
+    assert "padded or altered in transit" in str(big) and "abandoned" not in str(big)
+    other = _mpi_error(MPI.Exception(MPI.ERR_OTHER), 2, "bcast #1")
+    assert other.peer == 2 and "abandoned the transfer" in str(other)
+
+
+@pytest.mark.mpi
+def test_a_padded_frame_on_real_ranks_is_named_as_an_oversized_frame():
+    """Rank 0's frames to rank 1 padded by 1 byte and by 16 MiB on the wire: rank 1 raises
+    FrameError naming rank 0 and an oversized frame (rank 0, whose own receive was genuine,
+    may return with the right result, or learn of rank 1's error)."""
+    from conftest import mpiexec, run_cmd
+
+    code = """
+import numpy as np
+from mpi4py import MPI
+from seccomm import SecCommError, SecureComm
+from seccomm.transports import TransportWrapper, host_bytes
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+
+class Pad(TransportWrapper):
+    extra = 0
+    def isend(self, buf, peer):
+        if self.rank == 0 and self.extra:
+            out = np.concatenate([host_bytes(buf), np.zeros(self.extra, np.uint8)])
+            return self.send_own(out, peer)
+        return self.inner.isend(buf, peer)
+
+c, lines = MPI.COMM_WORLD, []
+for extra in (1, 16 << 20):
+    sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=5, wrap_transport=Pad)
+    sc.transport.extra = extra
+    x = np.ones(4096, np.float32)
+    try:
+        sc.allreduce(x, np.empty_like(x))
+        lines.append("RETURNED")
+    except SecCommError as e:
+        lines.append(f"{type(e).__name__} {e.peer} {e}")
+    sc.close()
+got = c.gather(lines)
+if c.rank == 0:
+    for r, ls in enumerate(got):
+        for ln in ls:
+            print(f"RANK {r} {ln}", flush=True)
+"""
+    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", code], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rank1 = [ln for ln in out.stdout.splitlines() if ln.startswith("RANK 1 ")]
+    assert len(rank1) == 2, out.stdout
+    for ln in rank1:
+        assert ln.startswith("RANK 1 FrameError 0 ") and "larger than the frame this rank expected" in ln, ln
+    for ln in out.stdout.splitlines():
+        if ln.startswith("RANK 0 "):
+            assert ln == "RANK 0 RETURNED" or ln.startswith("RANK 0 PeerAbortError 1 "), ln

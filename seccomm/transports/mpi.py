@@ -849,8 +849,20 @@ _AGREE_SPINS = 200
 
 
 def _mpi_error(e, peer, op_label) -> FrameError:
-    """The ``FrameError`` of a wait on ``peer`` that MPI failed with ``e``."""
+    """The ``FrameError`` of a wait on ``peer`` that MPI failed with ``e``: a message larger than
+    the receive (``MPI_ERR_TRUNCATE``) is an oversized frame from ``peer``; any other error, a
+    transfer the peer abandoned."""
+    from mpi4py import MPI
+
     first = e.Get_error_string().splitlines()[0].strip()
+    if e.Get_error_class() == MPI.ERR_TRUNCATE:
+        return FrameError(
+            f"{op_label}: the message from rank {peer} is larger than the frame this rank expected "
+            f"({first.rstrip(':')}): a frame padded or altered in transit, or the ranks disagree "
+            f"on this call's sizes",
+            peer=peer,
+            op=op_label,
+        )
     return FrameError(
         f"{op_label}: MPI error with rank {peer} ({first.rstrip(':')}): the peer "
         f"abandoned the transfer (it failed or closed), or the ranks disagree "
