@@ -41,6 +41,53 @@ def build(outdir: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(lib))
 
 
+#: raw Poly1305 (RFC 8439 §2.5) over sc_crypto.cuh's state: a test entry point, not in the product
+POLY_SHIM = r"""
+#include "sc_crypto.cuh"
+void sc_host_poly1305(const uint8_t key[32], const uint8_t *m, size_t len, uint8_t tag[16]) {
+    sc_poly1305 st;
+    sc_poly1305_init(&st, key);
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) sc_poly1305_block(&st, m + i, 1u << 24);
+    if (i < len) {  /* the last partial block: a 1 byte after it, no 2^128 bit */
+        uint8_t b[16] = {0};
+        for (size_t j = 0; j < len - i; j++) b[j] = m[i + j];
+        b[len - i] = 1;
+        sc_poly1305_block(&st, b, 0);
+    }
+    sc_poly1305_finish(&st, tag);
+}
+"""
+
+
+def build_poly1305(outdir: Path, header: str | None = None):
+    """``tag(key, msg) -> 16 bytes``: raw Poly1305 of sc_crypto.cuh (or of ``header``, a mutated
+    copy of its text) compiled for the host."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise RuntimeError("no C compiler (cc/gcc/clang) found")
+    inc = KERNELS
+    if header is not None:
+        inc = outdir / "include"
+        inc.mkdir(exist_ok=True)
+        (inc / "sc_crypto.cuh").write_text(header)
+    (outdir / "poly_shim.c").write_text(POLY_SHIM)
+    lib = outdir / "libsc_poly.so"
+    subprocess.run(
+        [cc, "-O2", "-std=c99", "-Wall", "-Werror", "-shared", "-fPIC", "-I", str(inc), "-o", str(lib),
+         str(outdir / "poly_shim.c")],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    so = ctypes.CDLL(str(lib))
+
+    def tag(key: bytes, msg: bytes) -> bytes:
+        out = ctypes.create_string_buffer(16)
+        so.sc_host_poly1305(key, msg, ctypes.c_size_t(len(msg)), out)
+        return out.raw
+
+    return tag
+
+
 class HostAEAD:
     """``seal(key, nonce, aad, pt) -> ct || tag``; ``open(key, nonce, aad, ct||tag) -> pt | None``."""
 

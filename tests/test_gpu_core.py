@@ -40,6 +40,42 @@ def test_rfc8439_2_8_2(chacha):
     assert chacha.open(v["key"], v["iv"], v["aad"], v["ct"] + v["tag"]) == v["pt"]
 
 
+def poly1305_edge_vectors(n: int = 64, seed: int = 8439) -> list[tuple[bytes, bytes]]:
+    """(key, message) pairs whose accumulator is congruent to 0..4 mod p = 2^130 - 5: a one-block
+    message m with (m + 2^128) * r = t (mod p), so that the accumulator may end in [p, 2^130),
+    the case the final conditional subtraction of p handles (random inputs reach it with
+    probability about 2^-128)."""
+    import random
+
+    p, rng, out = (1 << 130) - 5, random.Random(seed), []
+    while len(out) < n:
+        r = int.from_bytes(rng.randbytes(16), "little") & 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
+        m = (rng.randrange(5) * pow(r, -1, p) - (1 << 128)) % p if r else 1 << 128
+        if m < 1 << 128:
+            out.append((r.to_bytes(16, "little") + rng.randbytes(16), m.to_bytes(16, "little")))
+    return out
+
+
+def test_poly1305_final_reduction_against_cryptography(tmp_path):
+    """Accumulators that end in [p, 2^130) (poly1305_edge_vectors) give cryptography's tag; the
+    kernel core with the final subtraction of p removed (a mutant) gives another tag on some of
+    them, so these vectors would catch that bug (random inputs never do)."""
+    from cryptography.hazmat.primitives.poly1305 import Poly1305
+
+    from hostcore import build_poly1305
+
+    tag = build_poly1305(tmp_path)
+    source = (KERNELS / "sc_crypto.cuh").read_text()
+    line = "uint32_t mask = (g4 >> 31) - 1;"
+    assert source.count(line) == 1
+    (tmp_path / "mut").mkdir()
+    mutant = build_poly1305(tmp_path / "mut", source.replace(line, "uint32_t mask = 0;"))
+    vectors = poly1305_edge_vectors()
+    for key, msg in vectors:
+        assert tag(key, msg) == Poly1305.generate_tag(key, msg), (key.hex(), msg.hex())
+    assert sum(mutant(key, msg) != tag(key, msg) for key, msg in vectors) >= 8
+
+
 @pytest.mark.parametrize("name", ["openssl.txt", "boringssl.txt"])
 def test_chacha_vectors(chacha, name):
     for v in load_chacha(name):
