@@ -75,10 +75,13 @@ class FrameError(SecCommError):
 
 
 class TransportTimeout(SecCommError):
-    """A blocking wait passed its deadline: the named peer stopped sending or receiving."""
+    """A blocking wait passed its deadline: the named peer stopped sending or receiving; or,
+    with ``link = (a, b)``, ranks ``a`` and ``b`` each waited on the other past the deadline
+    (what they sent each other was lost on the way, or they disagree on the call sequence):
+    ``peer`` is then the end of that link this rank waited on."""
 
-    def __init__(self, msg, *, peer=None, op=None, seq=None, timeout_s=None):
-        self.peer, self.op, self.seq, self.timeout_s = peer, op, seq, timeout_s
+    def __init__(self, msg, *, peer=None, op=None, seq=None, timeout_s=None, link=None):
+        self.peer, self.op, self.seq, self.timeout_s, self.link = peer, op, seq, timeout_s, link
         super().__init__(msg)
 
 

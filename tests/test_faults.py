@@ -160,3 +160,95 @@ def test_any_error_inside_an_op_stops_every_rank_at_once(algorithm):
         err, peer, secs, blamed = results[r]
         assert (err, peer, blamed) == ("PeerAbortError", "1", "1"), results
         assert float(secs) < 10.0, results
+
+
+_DROP_RECEIPTS = """
+import time
+import numpy as np
+from mpi4py import MPI
+from seccomm import SecCommError, SecureComm
+from seccomm.transports import TransportWrapper
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+
+class Sent:
+    def Test(self, *a):
+        return True
+
+class DropReceipts(TransportWrapper):  # on-path: rank 1's receipts to rank 0 never arrive
+    def isend_receipt(self, buf, peer):
+        if self.rank == 1 and peer == 0:
+            return Sent()
+        return self.inner.isend_receipt(buf, peer)
+
+c = MPI.COMM_WORLD
+sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=2, chunk_bytes=4096, algorithm="ring",
+                wrap_transport=DropReceipts)
+x = np.ones(3 * 16 * 1024, np.float32)  # 16 frames a hop: acknowledged
+res = "RETURNED"
+for k in range(3):
+    try:
+        sc.allreduce(x, np.empty_like(x))
+    except SecCommError as e:
+        res = f"{type(e).__name__} {e.peer} {getattr(e, 'link', None)} {e}"
+        break
+out = c.gather(res)
+if c.rank == 0:
+    for r, ln in enumerate(out):
+        print(f"RESULT {r} {ln}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_dropped_receipts_name_the_link_not_a_rank_that_did_its_part():
+    """Rank 1's receipts to rank 0 dropped on the way (3 ranks, 16 frames a hop): rank 0 waits
+    on rank 1 in one op while rank 1 waits on rank 0 in the next.  Every rank raises
+    TransportTimeout naming the link 0-1 (``link == (0, 1)``); none names itself as the rank
+    that stalled, and rank 2 names no rank of its own links."""
+    out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", _DROP_RECEIPTS], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert sorted(results) == ["0", "1", "2"], out.stdout
+    for r, text in results.items():
+        err, peer, link = text.split(" ")[:3]
+        assert err == "TransportTimeout" and link == "(0," and "1)" in text, (r, text)
+        assert peer in ("0", "1") and peer != r, (r, text)
+        assert "each waited on the other" in text and "stalled" not in text, (r, text)
+
+
+_STALL = """
+import time
+import numpy as np
+from mpi4py import MPI
+from seccomm import SecCommError, SecureComm
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+c = MPI.COMM_WORLD
+sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=2, algorithm="ring")
+x = np.ones(3 * 1024, np.float32)
+res = "RETURNED"
+for k in range(4):
+    if k == 1 and c.rank == 1:
+        time.sleep(4)  # stalls between two ops, past the others' deadline
+    try:
+        sc.allreduce(x, np.empty_like(x))
+    except SecCommError as e:
+        res = f"{type(e).__name__} {e.peer} {getattr(e, 'link', None)} {e}"
+        break
+out = c.gather(res)
+if c.rank == 0:
+    for r, ln in enumerate(out):
+        print(f"RESULT {r} {ln}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_a_rank_that_stalls_between_ops_is_named_by_every_rank_itself_included():
+    """Rank 1 sleeps 4 s between two ops (deadline 2 s): ranks 0 and 2 name rank 1, and rank 1,
+    which sees their notices as soon as it waits again, says that it stalled (the mutual-wait
+    rule does not take a stalled rank for a lost link)."""
+    out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", _STALL], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert sorted(results) == ["0", "1", "2"], out.stdout
+    for r, text in results.items():
+        assert text.startswith("TransportTimeout 1 None "), (r, text)
+    assert "gave up waiting on this rank (rank 1): it stalled" in results["1"], results

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hmac
 import os
 import struct
+import time
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from .base import Backoff, Transport, poll_until, record_size_error
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
 _NOTICE_EVERY = 256  # polls between two looks at the give-up notices
 _DRAIN = 1024  # messages on the notice tag that are not notices, taken per peer in one look
+#: a rank that has waited this share of the deadline on a peer that gave up on it did not stall:
+#: the two waited on each other (a rank that stalled elsewhere sees the notice at its first look)
+_MUTUAL_WAIT = 0.25
 #: kinds of give-up notice: gave up waiting on the blamed rank; stopped after a bad frame from the
 #: blamed rank; stopped after an error of its own (the blamed rank is the sender); refused its own
 #: arguments to an op (the blamed rank is the sender; the kind's low 4 bits are _REFUSED, the next
@@ -327,11 +331,15 @@ class MPITransport(Transport):
         except MPI.Exception as e:
             raise _mpi_error(e, peer, op_label) from None
         one_peer = isinstance(peer, int)
+        start = time.monotonic()
 
         def notices():  # a rank already gave up on the one this rank waits on
             self._agree_watch()
             if self._check_notices() and peer in self.gave_up:
-                self._give_up(peer, op_label, timeout, waited=False)
+                # waiting for a good part of the deadline already: this rank did not stall
+                # while peer waited on it (a mutual wait: what they sent each other was lost)
+                long = time.monotonic() - start >= _MUTUAL_WAIT * timeout
+                self._give_up(peer, op_label, timeout, waited=long)
 
         def expired():
             if not one_peer:
@@ -660,11 +668,13 @@ class MPITransport(Transport):
         """Raise ``TransportTimeout`` naming the rank to blame, after telling the others; or
         ``PeerAbortError`` when the chain ends at a rank that stopped after detecting an error.
 
-        ``waited``: this rank's own deadline passed while waiting on ``peer``.  It then waits a
+        ``waited``: this rank had waited on ``peer`` past its own deadline, or for
+        :data:`_MUTUAL_WAIT` of it when ``peer``'s notice came.  Past its deadline it waits a
         short grace period (at most ``min(timeout, 5)`` s) for the notice of ``peer`` -- alive
         but itself stuck -- or of every other rank, so the blame lands on the rank that stopped.
-        Otherwise ``peer`` already gave up, and the blame follows its notice.  Before
-        :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
+        Otherwise ``peer`` already gave up, and the blame follows its notice.  Two ranks that
+        waited on each other name the link between them (:meth:`_link`), never themselves.
+        Before :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
         """
         self._notify(peer)
         if waited and self._notice_macs is not None:
@@ -701,6 +711,23 @@ class MPITransport(Transport):
                 op=op_label,
                 blamed=self.gave_up[culprit],
             )
+        link = self._link(culprit, waited)
+        if link is not None:
+            a, b = link
+            who = (
+                f"this rank (rank {self.rank}) and rank {culprit}"
+                if self.rank in link
+                else f"ranks {a} and {b}"
+            )
+            raise TransportTimeout(
+                f"{op_label}: {who} each waited on the other past the {timeout:g} s deadline: what "
+                f"they sent each other was lost on the way (dropped or held), or they disagree on "
+                f"the call sequence" + self._forged_note(),
+                peer=culprit,
+                op=op_label,
+                timeout_s=timeout,
+                link=link,
+            )
         if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
             raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
                 f"{op_label}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it "
@@ -717,6 +744,20 @@ class MPITransport(Transport):
             op=op_label,
             timeout_s=timeout,
         )
+
+    def _link(self, culprit: int, waited: bool):
+        """``(a, b)`` when the chain of notices ends in two ranks that gave up on each other
+        (``a < b``): neither stalled, both waited; what went between them was lost.  This rank is
+        one of them only when its own deadline passed waiting on ``culprit`` (``waited``): a
+        rank that stalled elsewhere sees the others' notices as soon as it waits again."""
+        other = self.gave_up.get(culprit)
+        if other is None or culprit in self.aborted:
+            return None
+        if other == self.rank:
+            return tuple(sorted((self.rank, culprit))) if waited else None
+        if self.gave_up.get(other) == culprit and other not in self.aborted:
+            return tuple(sorted((culprit, other)))
+        return None
 
     def _refused_text(self, culprit: int, op_label: str) -> str:
         """What a rank waiting in ``op_label`` is told of ``culprit``'s refusal notice."""
