@@ -558,7 +558,7 @@ class SecureComm:
         call at a time: ``ConcurrentUseError`` while another thread is inside one.
 
         A repeat call with the very same numpy arrays (same shape, strides, dtype and
-        writeability) and arguments skips the checks: its plan (the op's frame bound, its
+        writeability), arguments and :attr:`algorithm` skips the checks: its plan (the op's frame bound, its
         argument record after the op number, its run, and the algorithm's steps prepared for
         those arrays: ``Collective.prepare``) is kept for calls of at most :data:`PLAN_MAX_BYTES`
         per buffer, :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two
@@ -570,7 +570,14 @@ class SecureComm:
             key = None
             if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and self._device_backend is None:
                 try:
-                    key = (name, id(sendbuf), id(recvbuf), *kw.values(), *map(type, kw.values()))
+                    key = (
+                        name,
+                        id(sendbuf),
+                        id(recvbuf),
+                        self.algorithm,
+                        *kw.values(),
+                        *map(type, kw.values()),
+                    )
                     plan = self._plans.get(key)
                 except TypeError:  # an unhashable argument: the checks below name it
                     key = plan = None

@@ -1138,3 +1138,26 @@ def test_suite_none_sends_its_argument_records_untagged():
 
     assert world_run(2, body, suite="none") == [bytes(16)] * 2
     assert all(t != bytes(16) for t in world_run(2, body))
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_a_repeated_call_runs_the_algorithm_set_now_not_the_plans(p):
+    """sc.algorithm changed between two calls on the same arrays: the second call runs the
+    algorithm now set (its own plan), not the plan the first call made; each op's argument
+    record names the algorithm it ran, and the frames each rank sent differ (in number or
+    size)."""
+
+    def body(sc):
+        x = np.arange(3000, dtype=np.float32) + sc.rank
+        y = np.empty_like(x)
+        sent = []
+        for alg in ("recursive_doubling", "recursive_doubling", "ring", "ring", "recursive_doubling"):
+            sc.algorithm = alg
+            before = len(sc.transport.frames)
+            sc.allreduce(x, y)
+            sent.append(sorted(f.size for k, _, f in sc.transport.frames[before:] if k == "frame"))
+            assert np.array_equal(y, sum(np.arange(3000, dtype=np.float32) + r for r in range(sc.size)))
+        return sent
+
+    for sent in world_run(p, body, wrap=lambda r, t: RecordingTransport(t), chunk_bytes=1024):
+        assert sent[0] == sent[1] == sent[4] and sent[2] == sent[3] and sent[2] != sent[0], sent
