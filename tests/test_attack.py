@@ -16,7 +16,7 @@ from seccomm.compliance import attack
 
 from conftest import mpiexec, run_cmd
 
-OPS = {"flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop"}
+OPS = {"flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop", "pad"}
 GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()
 
 
@@ -55,11 +55,13 @@ def test_seccomm_attack_detects_every_class():
         "forge-config",
         "reflect-record",
         "replay-record",
+        "drop-receipt",
     }
     for cls, r in rows.items():
-        assert (r["trials"], r["detected"], r["silent"], r["na"]) == (12, 12, 0, 0), (cls, r)
+        n = 5 if cls == "drop-receipt" else 12  # (attack.LINK_TRIALS: each waits out two deadlines)
+        assert (r["trials"], r["detected"], r["silent"], r["na"]) == (n, n, 0, 0), (cls, r)
         assert r["expected"] == "detected"
-    assert "# OK: 156 attacks: 156 detected, 0 silently accepted, 0 not applicable" in out.stdout
+    assert "# OK: 173 attacks: 173 detected, 0 silently accepted, 0 not applicable" in out.stdout
 
 
 @pytest.mark.mpi
@@ -76,7 +78,7 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
         if cls == "flip-tag":
             assert (r["na"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "a none frame carries no tag" in r["rest"], r
-        elif cls in OPS - {"truncate", "drop"}:
+        elif cls in OPS - {"truncate", "drop", "pad"}:
             assert (r["silent"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "4 altered frame(s) consumed without an error" in r["rest"], r
         elif cls == "reflect-record":  # records carry no tag under none
@@ -87,7 +89,7 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
     assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
-    assert "# OK: 52 attacks: 24 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
+    assert "# OK: 60 attacks: 32 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
 
 
 @pytest.mark.mpi

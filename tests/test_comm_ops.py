@@ -707,7 +707,7 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
         y = np.zeros_like(x)
         got = []
         for alg in ("recursive_doubling", "ring", "auto"):
-            sc.algorithm = alg  # read on every call, plan or not
+            sc.algorithm = alg  # read on every call: a plan per algorithm
             for _ in range(3):
                 x += 1
                 sc.allreduce(x, y)
@@ -768,9 +768,10 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
             object.__setattr__(COLLECTIVES[name], "args", fn)
     for got, n_checked in res:
         assert all(got), got
-        # 9 allreduces: the first checked, the others run from its plan; max: once; bcast: once;
-        # big: once; small: once; mid: once; 16 fresh arrays; the reshaped call; the read-only call
-        assert n_checked == 1 + 1 + 1 + 1 + 1 + 1 + comm_mod.PLAN_SLOTS + 1 + 1, n_checked
+        # 9 allreduces: the first of each algorithm checked, the others run from its plan; max:
+        # once; bcast: once; big: once; small: once; mid: once; 16 fresh arrays; the reshaped
+        # call; the read-only call
+        assert n_checked == 3 + 1 + 1 + 1 + 1 + 1 + comm_mod.PLAN_SLOTS + 1 + 1, n_checked
 
 
 def test_a_plan_never_takes_an_argument_of_another_type():

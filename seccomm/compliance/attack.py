@@ -11,7 +11,9 @@ Operation classes (each trial is one fresh ``SecureComm`` and one allreduce on r
 - ``truncate``: the frame shortened by 1..16 bytes;
 - ``inject``: a frame with the right nonce and AAD sealed under a key the attacker made up;
 - ``redirect``: a frame this rank sealed for another peer delivered in place of this peer's;
-- ``drop``: the frame never arrives (detected as a timeout naming the peer).
+- ``drop``: the frame never arrives (detected as a timeout naming the peer);
+- ``pad``: the frame lengthened by 1, 7, 16 or 4,096 bytes (detected as ``FrameError`` naming
+  the peer: a frame larger than the receive);
 
 Every trial runs under one configuration (:class:`~seccomm.compliance.config.ReviewConfig`: suite,
 key exchange, chunk size, rotation point, encrypt policy; the report's own), and each class's row
@@ -28,7 +30,8 @@ that a replayed or redirected frame carries other values even under the ``none``
 
 What each class should give depends on the suite (:func:`expected`): with an authenticating suite
 every trial is detected; with ``none`` the frames carry no tag, so the operation classes are
-silently accepted, except ``truncate`` (the frame length check) and ``drop`` (the deadline).
+silently accepted, except ``truncate`` and ``pad`` (the frame length check) and ``drop`` (the
+deadline).
 
 Setup classes (each trial is one ``SecureComm`` construction on all ranks, psk and psk-dhe in
 turn; :mod:`seccomm.handshake`):
@@ -52,6 +55,13 @@ receives in the second op:
   the pads' difference and the forgery passes);
 - ``replay-record``: the record that peer sent in the first op.
 
+Link class ``drop-receipt`` (all ranks, at most :data:`LINK_TRIALS` trials, each a
+``SecureComm`` at 4 KiB frames, ring, three allreduces of 9 frames a hop, deadline 1 s): every
+receipt rank 1 sends rank 0 is dropped, so rank 0 waits on rank 1 in one op while rank 1 waits
+on rank 0 in the next.  *Detected* when
+every rank raises ``TransportTimeout`` naming the link ``(0, 1)``; *silently accepted* when a
+rank returns from every op.
+
 A record trial counts as *detected* when every rank raises a ``SecCommError`` in that op (an
 ``AuthenticationError`` naming a rank other than itself, or ``ArgumentMismatchError``), and as
 *silently accepted* when any rank returns.
@@ -70,17 +80,18 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import AuthenticationError, ConfigMismatchError, SecCommError, TransportTimeout
+from ..errors import AuthenticationError, ConfigMismatchError, FrameError, SecCommError, TransportTimeout
 from ..handshake import HELLO_BYTES, decode_hello, encode_hello
 from ..keys import KEY_EXCHANGES
 from ..suites import get_suite
 from ..transports import RecordingTransport, TransportWrapper, host_bytes
 from .config import ReviewConfig
 
-OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop")
+OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop", "pad")
 SETUP_CLASSES = ("forge-node-map", "replay-setup", "forge-config")
 RECORD_CLASSES = ("reflect-record", "replay-record")
-CLASSES = OP_CLASSES + SETUP_CLASSES + RECORD_CLASSES
+LINK_CLASSES = ("drop-receipt",)
+CLASSES = OP_CLASSES + SETUP_CLASSES + RECORD_CLASSES + LINK_CLASSES
 
 
 class _Done:
@@ -167,6 +178,9 @@ class AttackTransport(TransportWrapper):
             out = self._substitute(frame, mine[:1], "to this peer")
         elif self.cls == "truncate":
             out = out[: max(0, out.size - int(self.rng.integers(1, 17)))].copy()
+        elif self.cls == "pad":
+            extra = int(self.rng.choice([1, 7, 16, 4096]))  # (larger: tests/test_transports.py)
+            out = np.concatenate([out, np.frombuffer(os.urandom(extra), np.uint8)])
         elif self.cls == "inject":
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -293,6 +307,11 @@ def run_record_class(
             sc.bcast(np.full(n, 10.0 + rank, np.float32), root=1 if rank == 1 else 0)
         except SecCommError as e:
             err = e
+        except ValueError as e:  # on every rank, before any traffic: the configuration cannot run it
+            sc.close()
+            return _row(
+                cls, trials, 0, 0, "", config.record(), na=trials, reason=f"not run: {e}", suite=config.suite
+            )
         sc.close()
         auth_ok = not isinstance(err, AuthenticationError) or err.peer in set(range(size)) - {rank}
         flags = np.array([int(err is None), int(err is not None and not auth_ok)], np.int64)
@@ -305,6 +324,78 @@ def run_record_class(
         comm.Barrier()
     ex = next((e for part in comm.allgather(examples) for e in part), "")
     return _row(cls, trials, detected, silent, ex, config.record(), other=other, suite=config.suite)
+
+
+class _SentStandIn:
+    """A completed send request stand-in (a receipt the attacker dropped)."""
+
+    def Test(self, *a):  # noqa: N802 - mpi4py naming
+        return True
+
+
+class ReceiptDrop(TransportWrapper):
+    """``drop-receipt``: every receipt rank 1 sends rank 0 is dropped on the way."""
+
+    def isend_receipt(self, buf, peer):
+        if self.rank == 1 and peer == 0:
+            return _SentStandIn()
+        return self.inner.isend_receipt(buf, peer)
+
+
+#: the drop-receipt trial's frames [B], frames a hop (more than MPI's receipt_after: acknowledged),
+#: deadline [s] (each trial waits out two; long enough for loaded cores) and most trials per run
+_LINK_CHUNK, _LINK_FRAMES, _LINK_TIMEOUT, LINK_TRIALS = 4096, 9, 1.0, 5
+
+
+def run_link_class(
+    comm, cls: str, trials: int, seed: int = 0, psk: bytes | None = None, config: ReviewConfig | None = None
+) -> dict:
+    """Run ``min(trials, LINK_TRIALS)`` trials of link class ``cls`` (``drop-receipt``;
+    collective over ``comm``, >= 2 ranks; see the module docstring: each trial waits out two
+    deadlines) under ``config``'s suite and key exchange.  Returns the class's row (:func:`_row`),
+    identical on every rank."""
+    from mpi4py import MPI
+
+    from ..comm import SecureComm
+
+    config = config or ReviewConfig()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = {**config.settings(), "chunk_bytes": _LINK_CHUNK}
+    record = config.record(
+        chunk_bytes=_LINK_CHUNK,
+        note=f"drop-receipt runs at chunk_bytes {_LINK_CHUNK:,}, ring: {_LINK_FRAMES} frames a hop "
+        "(acknowledged)",
+    )
+    detected = silent = other = 0
+    examples: list[str] = []
+    x = np.ones(size * _LINK_FRAMES * (_LINK_CHUNK // 4), np.float32)
+    trials = min(trials, LINK_TRIALS)
+    for _ in range(trials):
+        sc = SecureComm(
+            comm, config.suite, psk=psk, timeout=_LINK_TIMEOUT, algorithm="ring", wrap_transport=ReceiptDrop,
+            **settings,
+        )  # fmt: skip
+        err = None
+        try:
+            for _k in range(3):
+                sc.allreduce(x, np.empty_like(x))
+        except SecCommError as e:
+            err = e
+        except ValueError as e:  # on every rank, before any traffic: the configuration cannot run it
+            sc.close()
+            return _row(cls, trials, 0, 0, "", record, na=trials, reason=f"not run: {e}", suite=config.suite)
+        sc.close()
+        named = isinstance(err, TransportTimeout) and err.link == (0, 1) and err.peer != rank
+        flags = np.array([int(err is None), int(err is not None and not named)], np.int64)
+        comm.Allreduce(MPI.IN_PLACE, flags, MPI.SUM)
+        if err is not None and (not examples or not named):
+            examples[:] = [f"{type(err).__name__}: {err}"]
+        silent += int(flags[0] > 0)
+        other += int(flags[0] == 0 and flags[1] > 0)
+        detected += int(flags[0] == 0 and flags[1] == 0)
+        comm.Barrier()
+    ex = next((e for part in comm.allgather(examples) for e in part), "")
+    return _row(cls, trials, detected, silent, ex, record, other=other, suite=config.suite)
 
 
 class _SimulatedHost(TransportWrapper):
@@ -475,7 +566,9 @@ def expected(cls: str, suite: str) -> str:
     """What class ``cls`` should give under ``suite``: ``"detected"``, or ``"silently accepted"``
     for the operation classes under a suite without authentication (``none``) — but ``truncate``
     (the frame length check) and ``drop`` (the deadline), which every suite detects."""
-    if cls in SETUP_CLASSES or cls in ("truncate", "drop") or get_suite(suite).authenticated:
+    if cls in SETUP_CLASSES + LINK_CLASSES or cls in ("truncate", "drop", "pad"):
+        return "detected"
+    if get_suite(suite).authenticated:
         return "detected"
     if cls == "replay-record":  # (an authentic record of another op: its number differs)
         return "detected"
@@ -598,7 +691,7 @@ def _attacked_trial(comm, sc, cls: str, x, honest, attacker: int, attacking: boo
     info = np.array([victim, altered], np.int64)
     comm.Allreduce(MPI.IN_PLACE, info, MPI.MAX)
     victim = int(info[0])
-    want = TransportTimeout if cls == "drop" else AuthenticationError
+    want = TransportTimeout if cls == "drop" else FrameError if cls == "pad" else AuthenticationError
     named = isinstance(err, want) and err.peer == attacker and "allreduce" in str(err.op)
     wrong = err is None and not np.array_equal(y, honest)
     is_victim = comm.Get_rank() == victim
@@ -714,7 +807,7 @@ def run_classes(
         log(
             f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class, "
             f"seed {seed}; "
-            f"every class on ranks 0-1 except redirect, the setup and the record classes (all ranks); "
+            f"every class on ranks 0-1 except redirect, the setup, record and link classes (all ranks); "
             f"{config.describe()}"
         )
         log(
@@ -730,6 +823,8 @@ def run_classes(
             r = run_setup_class(comm, cls, trials, seed, config=config, psk=psk)
         elif cls in RECORD_CLASSES:
             r = run_record_class(comm, cls, trials, seed, config=config, psk=psk)
+        elif cls in LINK_CLASSES:
+            r = run_link_class(comm, cls, trials, seed, config=config, psk=psk)
         elif cls == "redirect" and comm.Get_size() < 3:
             why = f"needs >= 3 ranks (one that seals for two peers); this run has {comm.Get_size()}"
             r = _row(cls, trials, 0, 0, "", config.record(), na=trials, reason=why, suite=config.suite)
@@ -773,7 +868,7 @@ def explain(r: dict) -> str:
     elif r["detected"] and not parts:
         how = (
             "by the frame length check (no tag): "
-            if r["class"] == "truncate"
+            if r["class"] in ("truncate", "pad")
             and r["expected"] == "detected"
             and not get_suite(r["config"].get("suite", "aes-256-gcm")).authenticated
             else ""

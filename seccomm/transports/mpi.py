@@ -773,11 +773,12 @@ class MPITransport(Transport):
         )
 
     def _notices_settle(self, peer: int) -> bool:
-        """Whether the notices that arrived settle the blame for ``peer``: its own notice, or one
-        from every rank other than the culprit, this rank and ``peer``."""
+        """Whether the notice of ``peer`` (the rank this rank waited on) arrived: only it tells
+        whether ``peer`` is stuck behind another rank, waits on this one (a lost link), or
+        stopped; the others' notices do not (a third rank that gave up on ``peer`` is as
+        consistent with a dead ``peer`` as with one waiting on this rank)."""
         self._check_notices()
-        culprit = self._blame(peer)
-        return peer in self.gave_up or len(set(self.gave_up) - {culprit}) >= self.size - 2
+        return peer in self.gave_up
 
     # -- setup collectives, topology, teardown -------------------------------------------------
     def _coll(self, req, op_label, timeout):
