@@ -4,7 +4,8 @@ the same arguments, or raises naming the argument and the ranks.
 The frames' AAD binds the collective, dtype, count and reduction op, so a frame between ranks
 that disagree on those fails its tag; but a rank may receive no frame at all (the root of a
 bcast, or two ranks that each think they are the root) or wait for one that never comes.  So
-each op starts with an exchange of one 40-byte *record* per rank, sent before the op's first frame
+each op starts with an exchange of 40-byte *records*, one from each rank to each other rank,
+sent before the op's first frame
 (:meth:`Transport.agree_start <seccomm.transports.base.Transport.agree_start>`: over MPI,
 point-to-point to every other rank, overlapped with the op and checked at its end, or inside any
 of its waits as soon as the records are in; over torch.distributed and NCCL, exchanged and checked
@@ -44,10 +45,10 @@ zero.
 
 from __future__ import annotations
 
+import hmac as _hmac
 import struct
 
 import numpy as np
-import hmac as _hmac
 
 from .errors import ArgumentMismatchError, AuthenticationError, PeerAbortError
 
