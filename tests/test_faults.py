@@ -227,7 +227,7 @@ x = np.ones(3 * 1024, np.float32)
 res = "RETURNED"
 for k in range(4):
     if k == 1 and c.rank == 1:
-        time.sleep(4)  # stalls between two ops, past the others' deadline
+        time.sleep(STALL_S)  # stalls between two ops, past the others' deadline
     try:
         sc.allreduce(x, np.empty_like(x))
     except SecCommError as e:
@@ -241,14 +241,63 @@ if c.rank == 0:
 
 
 @pytest.mark.mpi
-def test_a_rank_that_stalls_between_ops_is_named_by_every_rank_itself_included():
-    """Rank 1 sleeps 4 s between two ops (deadline 2 s): ranks 0 and 2 name rank 1, and rank 1,
-    which sees their notices as soon as it waits again, says that it stalled (the mutual-wait
-    rule does not take a stalled rank for a lost link)."""
-    out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", _STALL], timeout=120)
+@pytest.mark.parametrize("stall_s", [3, 4, 6])
+def test_a_rank_that_stalls_between_ops_is_named_by_every_rank_itself_included(stall_s):
+    """Rank 1 sleeps 3, 4 or 6 s between two ops (deadline 2 s, so the others' grace period ends
+    at 4 s): ranks 0 and 2 name rank 1, and rank 1, which sees their notices as soon as it waits
+    again, says that it stalled.  The mutual-wait rule does not take a stalled rank for a lost
+    link, and the late notice of a stalled rank (inside the others' grace period at 3 s) names
+    itself, so it closes no cycle that would make ranks 0 and 2 name a link."""
+    script = f"STALL_S = {stall_s}\n" + _STALL
+    out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", script], timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
     assert sorted(results) == ["0", "1", "2"], out.stdout
     for r, text in results.items():
         assert text.startswith("TransportTimeout 1 None "), (r, text)
     assert "gave up waiting on this rank (rank 1): it stalled" in results["1"], results
+
+
+_FALLBACK_JUNK = """
+import time
+import numpy as np
+from mpi4py import MPI
+from seccomm import SecCommError, SecureComm
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+c = MPI.COMM_WORLD
+sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=3)
+t = sc._transport
+sc.allreduce(np.ones(4, np.float32), np.zeros(4, np.float32))
+if c.rank == 0:  # injected on rank 1's fallback box first: another op number, another size, larger
+    for n in (40, 17, 4096):
+        t.comm.Send([np.full(n, 0xA5, np.uint8), MPI.BYTE], 1, t.tag + 2)
+c.Barrier()
+t0 = time.monotonic()
+n = 80 if c.rank == 0 else 64  # rank 1 gets a larger first message than it expects
+try:
+    sc.allreduce(np.ones(n, np.float32), np.zeros(n, np.float32))
+    res = "RETURNED"
+except SecCommError as e:
+    res = f"{type(e).__name__} {time.monotonic() - t0:.2f} {e}"
+out = c.gather(res)
+if c.rank == 0:
+    for r, ln in enumerate(out):
+        print(f"RESULT {r} {ln}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_junk_on_the_fallback_box_does_not_hide_the_genuine_record():
+    """Two ranks disagree on the count, so rank 1 cannot read the record behind rank 0's first
+    frame (a larger message than it expects) and looks for rank 0's record on the fallback box.
+    Three junk messages wait there first (a record of no op, 17 bytes, 4 KiB): each is dropped
+    and the receive posted again, and both ranks raise the disagreement at once, not a FrameError
+    at the 3 s deadline."""
+    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", _FALLBACK_JUNK], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert sorted(results) == ["0", "1"], out.stdout
+    for r, text in results.items():
+        err, secs, msg = text.split(" ", 2)
+        assert err == "ArgumentMismatchError" and float(secs) < 1.5, (r, text)
+        assert "count: rank 0 passed 80, rank 1 passed 64" in msg, (r, text)

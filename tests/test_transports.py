@@ -184,6 +184,7 @@ def test_control_keys_are_per_session_and_pair_and_handed_to_the_transport():
     with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK, wrap_transport=Spy) as sc:
         assert len(seen) == 1 and seen[0].rank == 0 and seen[0].size == 1
         assert sc.transport.inner._notice_macs is seen[0]  # the wrapper handed it on
+    assert sc.transport.inner._notice_macs is None  # close() drops the pair keys with the comm
 
 
 def test_notices_before_the_key_are_neither_sent_nor_read():

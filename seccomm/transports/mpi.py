@@ -269,21 +269,32 @@ class MPITransport(Transport):
         rank whose op failed sends its whole record there, so that a peer that could not read
         the record of its first message (a larger message than it expected) still tells the
         disagreement; one of another op (that op failed on the peer: its notice tells) is not
-        this op's."""
-        req, buf = self._fb
-        st = self._status
-        try:
-            if req == self._MPI.REQUEST_NULL or not req.Test(st):
-                return False
-        except self._MPI.Exception:  # (larger than a record: not one)
-            self._fb = (self._MPI.REQUEST_NULL, buf)
-            return False
-        self._fb = (self._MPI.REQUEST_NULL, buf)
-        got = buf[: st.Get_count(self._byte)]
-        if len(got) != RECORD_BYTES or bytes(got[:8]) != bytes(self._agree_rec[:8]):
-            return False  # (the op number leads the record)
-        self._record_in(got[8:])
-        return True
+        this op's.  What is not a record of this op (larger, another size, another op number:
+        stale or injected) is dropped and the receive posted again, so the genuine record still
+        lands; at most :data:`_DRAIN` such messages are taken in one look."""
+        MPI, st = self._MPI, self._status
+        for _ in range(_DRAIN):
+            req, buf = self._fb
+            try:
+                if req == MPI.REQUEST_NULL or not req.Test(st):
+                    return False
+            except MPI.Exception as e:
+                if e.Get_error_class() != MPI.ERR_TRUNCATE:  # the link to the peer failed
+                    self._fb = (MPI.REQUEST_NULL, buf)
+                    return False
+                self._post_fallback(buf)  # (larger than a record: not one)
+                continue
+            got = buf[: st.Get_count(self._byte)]
+            if len(got) != RECORD_BYTES or bytes(got[:8]) != bytes(self._agree_rec[:8]):
+                self._post_fallback(buf)  # (the op number leads the record)
+                continue
+            self._fb = (MPI.REQUEST_NULL, buf)
+            self._record_in(got[8:])
+            return True
+        return False
+
+    def _post_fallback(self, buf) -> None:
+        self._fb = (self.comm.Irecv([buf, self._byte], self._peer, self.tag + 2), buf)
 
     def _fallback_send(self) -> None:
         """After this rank's op failed: its whole record to the peer on the fallback tag (once)."""
@@ -419,8 +430,7 @@ class MPITransport(Transport):
             self._pair_out = self._pair_in = True
             self._pair_first = self._pair_rec = None
             if self._fb is None:  # the fallback channel: one standing receive per communicator
-                fb = np.zeros(64, np.uint8)
-                self._fb = (self.comm.Irecv([fb, self._byte], self._peer, self.tag + 2), fb)
+                self._post_fallback(np.zeros(64, np.uint8))
             self._agree_check, self._agree_label, self._agree_open = check, op_label, True
             return
         MPI, B = self._MPI, self._byte
@@ -634,7 +644,8 @@ class MPITransport(Transport):
 
     def _notify(self, peer: int, kind: int = _WAITED) -> None:
         """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
-        each rank names the rank it waited on, and receivers follow the chain), or, with
+        each rank names the rank it waited on, or itself when it was the one that stalled, and
+        receivers follow the chain), or, with
         ``kind=_ABORT``, that it stopped after detecting an error in a frame from ``peer``."""
         MPI = self._MPI
         if self._nsent or self._notice_macs is None:  # before setup ends, nobody could verify it
@@ -675,8 +686,11 @@ class MPITransport(Transport):
         Otherwise ``peer`` already gave up, and the blame follows its notice.  Two ranks that
         waited on each other name the link between them (:meth:`_link`), never themselves.
         Before :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
+        A rank that did not wait and finds the chain from ``peer`` leading back to itself was the
+        one that stalled: its notice names itself, so that no other rank takes the cycle its
+        late notice would close for two ranks waiting on each other.
         """
-        self._notify(peer)
+        self._notify(self.rank if not waited and self._leads_here(peer) else peer)
         if waited and self._notice_macs is not None:
             poll_until(
                 lambda: self._notices_settle(peer),
@@ -737,6 +751,8 @@ class MPITransport(Transport):
                 timeout_s=timeout,
             )
         via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
+        if self.gave_up.get(culprit) == culprit:
+            via += f" (rank {culprit} reports that it stalled)"
         raise TransportTimeout(
             f"{op_label}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, "
             f"died, or the ranks disagree on the call sequence" + self._forged_note(),
@@ -744,6 +760,17 @@ class MPITransport(Transport):
             op=op_label,
             timeout_s=timeout,
         )
+
+    def _leads_here(self, peer: int) -> bool:
+        """Whether the chain of notices from ``peer`` (who gave up waiting on whom) reaches
+        this rank before it ends or reaches a rank that stopped after an error."""
+        seen: set[int] = set()
+        while peer in self.gave_up and peer not in seen and peer not in self.aborted:
+            seen.add(peer)
+            peer = self.gave_up[peer]
+            if peer == self.rank:
+                return True
+        return False
 
     def _link(self, culprit: int, waited: bool):
         """``(a, b)`` when the chain of notices ends in two ranks that gave up on each other
@@ -755,7 +782,7 @@ class MPITransport(Transport):
             return None
         if other == self.rank:
             return tuple(sorted((self.rank, culprit))) if waited else None
-        if self.gave_up.get(other) == culprit and other not in self.aborted:
+        if other != culprit and self.gave_up.get(other) == culprit and other not in self.aborted:
             return tuple(sorted((culprit, other)))
         return None
 
@@ -846,6 +873,7 @@ class MPITransport(Transport):
                 except MPI.Exception:
                     pass
             self._fb = None
+            self._notice_macs = None  # (the pair keys go with the communicator)
             self._free_agreeing()
             self._drain()
             self.comm.Free()
