@@ -8,7 +8,7 @@ whose bound is below 128 bits.  It rejects what people really write by mistake (
 byte, a repeated word, a counter, a short password, text, text wrapped in a few other bytes)
 and almost never a random 32-byte secret (see "False rejections" below).
 
-The estimate of a byte string ``s`` of ``n`` bytes is the minimum over five views of it:
+The estimate of a byte string ``s`` of ``n`` bytes is the minimum over six views of it:
 
 - ``s`` itself, and its first differences ``s[i+1] - s[i]``, second differences and XOR
   differences (mod 256): a counter, a ramp or a Gray code is constant in one of them; each
@@ -22,11 +22,20 @@ The estimate of a byte string ``s`` of ``n`` bytes is the minimum over five view
   as a passphrase: English carries about 1 to 1.5 bits per character, Shannon 1951; a
   passphrase needs 64 characters), any other bytes 8;
 - the text inside ``s``, judged by its characters whatever bytes surround it: ``s`` read as
-  UTF-8 (a byte that is not part of a valid character is a character of its own, not text); in
-  every run of at least :data:`TEXT_RUN` text characters (printable, tab, newline) an ASCII
-  character counts its class's bits (2 for text), every other byte 8 bits (so an accented letter
-  continues the text without lowering the count).  A passphrase padded with a few control bytes,
-  or with an accented letter in it, is still a passphrase.
+  UTF-8 (a byte that is not part of a valid character is a character of its own, not text), and
+  as UTF-16 and UTF-32 in both byte orders at every alignment (a code unit that is no character
+  is one of its own); in each reading, every run of at least :data:`TEXT_RUN` text characters
+  (printable, tab, newline) counts an ASCII character at its class's bits (2 for text), every
+  other byte 8 bits (so an accented letter continues the text without lowering the count); the
+  fewest bits of any reading.  A passphrase padded with a few control bytes, with an accented
+  letter in it, or saved as "Unicode" with a byte-order mark, is still a passphrase;
+- the text view of what ``s`` encodes when it is all hex digits or base64 text that decodes
+  (:func:`decoded`): a passphrase run through ``base64`` is still a passphrase.
+
+What it does not see: text behind any other transform (each byte with its high bit set, a byte
+inserted every 11 characters or fewer so that no run reaches :data:`TEXT_RUN`, a passphrase
+encrypted or hashed with a known key, a word list's indices), and anything a person chose that
+has no structure a program can see.
 
 False rejections: for ``n = 32`` uniformly random bytes (``os.urandom(32)``, or the 64 hex
 digits of ``openssl rand -hex 32`` decoded), the estimate falls below 128 bits only when (a) at
@@ -37,13 +46,17 @@ character counted as text, so an upper bound; within 10 % of a Monte Carlo count
 one can be made): ``2**-26.07``; or (b) a view has too few
 distinct symbols (16 or fewer of 32) or a period, which :func:`false_rejection_bound` computes
 exactly from the distribution of symbol counts (each difference view of uniform bytes is again
-uniform and independent): below ``2**-54``.  Together below ``2**-26`` (one draw in 67
-million): the price of refusing a passphrase wrapped in a few other bytes.
+uniform and independent): below ``2**-54``; or (c) a UTF-16 or UTF-32 reading holds at least
+10 ASCII text characters (:func:`unit_rejection_bound`): below ``2**-79``; or (d) every byte is
+a base64 character (the decoded view): ``(67/256)**32 < 2**-61``.  Together below ``2**-26``
+(one draw in 67 million): the price of refusing a passphrase wrapped in a few other bytes.
 :func:`~seccomm.keys.new_secret_file` draws again in that case, so the local launcher never fails.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -109,29 +122,97 @@ def _is_text(ch: str) -> bool:
     return ch.isprintable() or ch in "\t\n\r"
 
 
-def _run_bits(run: str) -> float:
-    """Bits of a run of text characters: when it is :data:`TEXT_RUN` characters or longer, its
-    ASCII characters at their class's bits (hex 4, base64 6, other text 2) and the bytes of the
-    others (an accented letter: part of the text, no discount) at 8; a shorter run, 8 a byte."""
-    raw = run.encode()
+def _run_bits(run: list) -> float:
+    """Bits of a run of text characters (``(character, bytes it took)`` pairs): when it is
+    :data:`TEXT_RUN` characters or longer, its ASCII characters at their class's bits (hex 4,
+    base64 6, other text 2) and the bytes of the others (an accented letter: part of the text,
+    no discount) at 8; a shorter run, 8 a byte."""
+    nbytes = sum(k for _, k in run)
     if len(run) < TEXT_RUN:
-        return _BYTE_BITS * len(raw)
-    ascii_ = bytes(b for b in raw if b < 0x80)
-    return len(ascii_) * char_class(ascii_)[0] + _BYTE_BITS * (len(raw) - len(ascii_))
+        return _BYTE_BITS * nbytes
+    ascii_ = bytes(ord(ch) for ch, _ in run if ord(ch) < 0x80)
+    k_ascii = sum(k for ch, k in run if ord(ch) < 0x80)
+    return len(ascii_) * char_class(ascii_)[0] + _BYTE_BITS * (nbytes - k_ascii)
+
+
+def _utf8(data: bytes):
+    """``(character, bytes it took)`` as a UTF-8 reader sees ``data`` (``surrogateescape``: a
+    byte outside a valid character stands alone as a character that is no text)."""
+    for ch in data.decode("utf-8", "surrogateescape"):
+        yield ch, len(ch.encode("utf-8", "surrogateescape"))
+
+
+def _units(data: bytes, size: int, order: str, skip: int):
+    """``(character, bytes it took)`` of ``data`` read as UTF-16 (``size`` 2) or UTF-32 (4),
+    byte order ``order``, after ``skip`` leading bytes (each a character of its own, no text):
+    a code unit that is no character (a lone surrogate, past U+10FFFF) and a cut last unit are
+    characters of their own too ("\\udc80", no text)."""
+    for _ in range(skip):
+        yield "\udc80", 1
+    i, n = skip, len(data)
+    while i + size <= n:
+        u = int.from_bytes(data[i : i + size], order)
+        if size == 2 and 0xD800 <= u < 0xDC00 and i + 4 <= n:  # a surrogate pair: one character
+            lo = int.from_bytes(data[i + 2 : i + 4], order)
+            if 0xDC00 <= lo < 0xE000:
+                yield chr(0x10000 + ((u - 0xD800) << 10) + lo - 0xDC00), 4
+                i += 4
+                continue
+        yield (chr(u) if u < 0x110000 and not 0xD800 <= u < 0xE000 else "\udc80"), size
+        i += size
+    if i < n:
+        yield "\udc80", n - i
+
+
+def _readings(data: bytes):
+    """(name, characters) of every way the text view reads ``data``: UTF-8, and UTF-16 and
+    UTF-32 in both byte orders at every alignment (a passphrase saved as "Unicode" by an editor,
+    with or without its byte-order mark, which counts as one more character)."""
+    yield "UTF-8", _utf8(data)
+    for size in (2, 4):
+        for order in ("little", "big"):
+            for skip in range(size):
+                yield f"UTF-{8 * size}-{order[0].upper()}E", _units(data, size, order, skip)
+
+
+def _reading_bits(chars) -> float:
+    bits, run = 0.0, []
+    for ch, k in chars:
+        if _is_text(ch):
+            run.append((ch, k))
+            continue
+        bits += _run_bits(run) + _BYTE_BITS * k
+        run = []
+    return bits + _run_bits(run)
 
 
 def text_bits(data: bytes) -> float:
-    """The text view (see the module docstring): ``data`` read as UTF-8 (``surrogateescape``: a
-    byte outside a valid character stands alone, and is no text), runs of at least
-    :data:`TEXT_RUN` text characters at their class's bits a character, every other byte 8."""
-    bits, run = 0.0, []
-    for ch in bytes(data).decode("utf-8", "surrogateescape"):
-        if _is_text(ch):
-            run.append(ch)
-            continue
-        bits += _run_bits("".join(run)) + _BYTE_BITS * len(ch.encode("utf-8", "surrogateescape"))
-        run = []
-    return bits + _run_bits("".join(run))
+    """The text view (see the module docstring): the fewest bits over the readings of ``data``
+    (UTF-8; UTF-16 and UTF-32, both byte orders, every alignment), each counting runs of at
+    least :data:`TEXT_RUN` text characters at their class's bits a character, every other byte
+    8."""
+    data = bytes(data)
+    return min(_reading_bits(chars) for _, chars in _readings(data))
+
+
+def decoded(data: bytes) -> bytes | None:
+    """``data`` decoded when it is all hex digits (even length) or base64 text that decodes
+    (standard or URL-safe alphabet, padding optional), else ``None``: the text view also judges
+    what such an encoding hides (a passphrase run through ``base64``)."""
+    data = bytes(data)
+    present = set(data)
+    if present <= _HEX and len(data) % 2 == 0:
+        return bytes.fromhex(data.decode())
+    if not present <= _BASE64:
+        return None
+    body = data.rstrip(b"=")
+    if len(body) % 4 == 1:
+        return None
+    alt = b"-_" if present & set(b"-_") else None
+    try:
+        return base64.b64decode(body + b"=" * (-len(body) % 4), altchars=alt, validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def estimate_bits(data: bytes) -> Estimate:
@@ -145,12 +226,16 @@ def estimate_bits(data: bytes) -> Estimate:
     text = text_bits(data)
     if text < best.bits:
         best = Estimate(text, "text among other bytes", "characters")
+    inner = decoded(data)
+    if inner is not None and (text := text_bits(inner)) < best.bits:
+        best = Estimate(text, "encoded text", "decoded characters")
     return best
 
 
 def false_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
     """An upper bound of the probability that ``n`` uniformly random bytes estimate below
-    ``need`` bits (union over the five views, see the module docstring).
+    ``need`` bits (union over the six views and the text view's readings, see the module
+    docstring).
 
     For each view of ``m`` uniform symbols it sums, over every multiset of symbol counts (the
     partitions of ``m``), the exact probability of that pattern when ``m * log2 D`` of it is
@@ -158,6 +243,8 @@ def false_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
     ``256 ** -(m - p)`` each.
     """
     total = text_rejection_bound(n, need)  # (all printable is one of its cases)
+    total += unit_rejection_bound(n, need)
+    total += (len(_BASE64) / 256) ** n  # (the decoded view: every byte a base64 character)
     for dropped, m in ((0, n), (1, n - 1), (2, n - 2), (1, n - 1)):
         total += _low_entropy_probability(m, need - 8 * dropped)
         total += sum(256.0 ** -(m - p) for p in range(1, m // 2 + 1))
@@ -204,6 +291,23 @@ def text_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
                         failed = _other(*run, j)
                         _add(at, pos + j, (True, *failed[1:]), p0 * cont ** (j - 1) * (1 - cont), need)
     return sum(pr for (_, *run), pr in at[n].items() if _closed(*run) < need)
+
+
+def unit_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
+    """An upper bound of the probability that ``n`` uniformly random bytes give one of the
+    UTF-16 or UTF-32 readings of the text view fewer than ``need`` bits (union over the
+    readings).  Only an ASCII text character in a long run counts fewer bits than its bytes
+    (2 of ``8 * size``), and a code unit is one with probability ``98 / 256**size``; a reading
+    of ``m`` units needs ``k`` of them for ``8 n - (8 size - 2) k < need``:
+    ``P <= C(m, k) (98 / 256**size)**k`` when ``m >= TEXT_RUN``, else 0."""
+    total = 0.0
+    for size in (2, 4):
+        k = math.floor((8 * n - need) / (8 * size - 2)) + 1
+        for skip in range(size):
+            m = (n - skip) // size
+            if m >= TEXT_RUN and k <= m:
+                total += 2 * math.comb(m, max(k, 0)) * (98 / 256**size) ** max(k, 0)  # (two byte orders)
+    return total
 
 
 def _closed(run: int, short: float, long: float, bits: float) -> float:

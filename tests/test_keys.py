@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import os
 
 import numpy as np
-
 import pytest
 
 from seccomm.entropy import MIN_SECRET_BITS, estimate_bits
@@ -141,6 +141,13 @@ WEAK = {
     "a date and a job number and three control bytes": b"2026-12-04T02:15:30 job 12345\x01\x02\x03",
     "a passphrase between random bytes": bytes.fromhex(GOOD)[:4] + b"my training cluster's secret" + bytes(1),
     "a 40-character passphrase and five random bytes": WORDS40 + bytes.fromhex(GOOD)[:5],
+    # text in another encoding, or behind one
+    "a passphrase in UTF-16 with its byte-order mark": WORDS40.decode().encode("utf-16"),
+    "a passphrase in UTF-16-BE after a random byte": b"\x9d" + WORDS40.decode().encode("utf-16-be"),
+    "a passphrase in UTF-32": WORDS40.decode().encode("utf-32"),
+    "a passphrase run through base64": base64.b64encode(WORDS40),
+    "a passphrase in URL-safe base64 without padding": base64.urlsafe_b64encode(WORDS40 + b"?>").rstrip(b"="),
+    "a passphrase's hex digits as text": WORDS40[:32].hex().encode(),
 }
 
 
@@ -169,6 +176,8 @@ def test_strong_secrets_pass():
             os.unlink(path)
     worst = min(estimate_bits(os.urandom(32)).bits for _ in range(20_000))
     assert worst >= 128 + 8  # far from the threshold in practice
+    for n in (24, 32):  # ``openssl rand -base64 N``: judged as base64 text, and decoded
+        assert min(estimate_bits(base64.b64encode(os.urandom(n))).bits for _ in range(2_000)) >= 128
 
 
 def _stirling2(n, k):
@@ -210,9 +219,27 @@ def test_the_text_views_bound_matches_a_count(n, need, monkeypatch):
     rng = np.random.default_rng(n * 1000 + need)
     trials = 40_000
     hits = sum(text_bits(rng.bytes(n)) < need for _ in range(trials))
-    bound = text_rejection_bound(n, need)
+    bound = text_rejection_bound(n, need) + entropy.unit_rejection_bound(n, need)
     spread = 4 * (bound * trials) ** 0.5  # four standard deviations of the count
     assert hits - spread <= bound * trials <= hits * 1.15 + spread, (hits, bound * trials)
+
+
+def test_the_utf16_and_utf32_readings_bound_holds_over_a_count(monkeypatch):
+    """unit_rejection_bound against a Monte Carlo count of the UTF-16 and UTF-32 readings alone,
+    at a size and run length where they reject often (8 bytes, runs of 2, 51 bits): the count
+    never exceeds the bound beyond its spread."""
+    from seccomm import entropy
+
+    monkeypatch.setattr(entropy, "TEXT_RUN", 2)
+    rng = np.random.default_rng(7)
+    trials, n, need = 40_000, 8, 51
+    hits = 0
+    for _ in range(trials):
+        data = rng.bytes(n)
+        bits = [entropy._reading_bits(ch) for name, ch in entropy._readings(data) if name != "UTF-8"]
+        hits += min(bits) < need
+    bound = entropy.unit_rejection_bound(n, need)
+    assert 0 < hits <= bound * trials + 4 * (bound * trials) ** 0.5, (hits, bound * trials)
 
 
 def test_text_is_judged_by_its_characters():
