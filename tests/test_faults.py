@@ -301,3 +301,57 @@ def test_junk_on_the_fallback_box_does_not_hide_the_genuine_record():
         err, secs, msg = text.split(" ", 2)
         assert err == "ArgumentMismatchError" and float(secs) < 1.5, (r, text)
         assert "count: rank 0 passed 80, rank 1 passed 64" in msg, (r, text)
+
+
+_HELD = """
+import time
+import numpy as np
+from mpi4py import MPI
+from seccomm import SecCommError, SecureComm
+from seccomm.transports import TransportWrapper
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+
+class Hold(TransportWrapper):  # on-path: what rank 1 sends rank 0 in op 2 is held past the deadline
+    op = 0
+    def irecv(self, buf, peer):
+        if self.rank == 0 and peer == 1 and Hold.op == 2:
+            self.inner.irecv(np.empty(1 << 16, np.uint8), peer)  # (it lands here, never read)
+            return self.inner.comm.Irecv([np.empty(16, np.uint8), MPI.BYTE], 1, 999)  # (never done)
+        return self.inner.irecv(buf, peer)
+
+c = MPI.COMM_WORLD
+sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=2, wrap_transport=Hold)
+x = np.ones(1024, np.float32)
+res = "RETURNED"
+for k in range(1, 5):
+    Hold.op = k
+    try:
+        sc.bcast(x, root=1)
+    except SecCommError as e:
+        res = f"{type(e).__name__} {e.peer} {getattr(e, 'link', None)} {e}"
+        break
+    if c.rank == 1 and k == 2:
+        time.sleep(PAUSE_S)  # its own work between two ops
+out = c.gather(res)
+if c.rank == 0:
+    for r, ln in enumerate(out):
+        print(f"RESULT {r} {ln}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("pause_s", [0.5, 2.5])
+def test_a_rank_whose_message_was_held_is_not_blamed_for_stalling(pause_s):
+    """Rank 1, the root of a bcast, sends its frame in op 2 and returns; the frame is held on the
+    way past rank 0's 2 s deadline.  Rank 1 then works 0.5 s or 2.5 s and enters op 3, where
+    rank 0's give-up notice is waiting: the notice names op 2, which rank 1 has done, so rank 1
+    did not stall however briefly it has waited since.  Both ranks name the link (0, 1) (before,
+    at 2.5 s, both named rank 1 as the rank that stalled)."""
+    script = f"PAUSE_S = {pause_s}\n" + _HELD
+    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", script], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert sorted(results) == ["0", "1"], out.stdout
+    for r, text in results.items():
+        assert text.startswith(f"TransportTimeout {1 - int(r)} (0, 1) "), (r, text)
+        assert "each waited on the other" in text and "stalled" not in text, (r, text)

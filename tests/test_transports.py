@@ -155,8 +155,33 @@ def test_refusal_notice_carries_the_exception_and_the_op_number():
             kind = refusal_kind(seq, error)
             assert open_notice(m0, 1, seal_notice(m1, 0, 1, kind).tobytes(), 2) == (1, kind)
             assert refusal(kind) == (seq, error)
-    for kind in (3, 3 | 3 << 4, 3 | 15 << 4 | 1 << 8, -(1 << 8) | 3 | 1 << 4, 4, 1 << 8):
+    for kind in (
+        3,
+        3 | 3 << 4,
+        3 | 15 << 4 | 1 << 8,
+        -(1 << 8) | 3 | 1 << 4,
+        4,
+        1 << 4,
+        5 << 8 | 1 << 4,
+        -(1 << 8),
+    ):
         assert open_notice(m0, 1, seal_notice(m1, 0, 1, kind).tobytes(), 2) is None, kind
+
+
+def test_a_give_up_notice_carries_the_number_of_the_op_it_gave_up_in():
+    from seccomm.transports.mpi import open_notice, seal_notice, waited_kind
+
+    m0, m1 = _macs(0, 2), _macs(1, 2)
+    for label, seq in (
+        ("allreduce #7", 7),
+        ("bcast #1", 1),
+        ("close", 0),
+        ("setup: hello", 0),
+        ("x #2**60", 0),
+    ):
+        kind = waited_kind(label)
+        assert kind & 0xFF == 0 and kind >> 8 == seq, label
+        assert open_notice(m0, 1, seal_notice(m1, 0, 1, kind).tobytes(), 2) == (1, kind)
 
 
 def test_control_keys_are_per_session_and_pair_and_handed_to_the_transport():
@@ -193,12 +218,12 @@ def test_notices_before_the_key_are_neither_sent_nor_read():
     from seccomm.transports.mpi import MPITransport
 
     t = MPITransport(MPI.COMM_SELF, timeout=1)
-    t._notify(0)
+    t._notify(0, 0)
     assert t._nsent == [] and t._check_notices() is False
     t.authenticate_notices(_macs(0, 1))
-    t._notify(0)  # COMM_SELF: nobody else to tell, but it counts as sent (one notice per run)
+    t._notify(0, 0)  # COMM_SELF: nobody else to tell, but it counts as sent (one notice per run)
     assert t._nsent == [None]
-    t._notify(0)
+    t._notify(0, 0)
     assert t._nsent == [None]
     t.close()
     assert Transport().authenticate_notices(_macs(0, 1)) is None  # the base: no notices, no-op

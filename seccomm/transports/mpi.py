@@ -42,10 +42,12 @@ _DRAIN = 1024  # messages on the notice tag that are not notices, taken per peer
 #: a rank that has waited this share of the deadline on a peer that gave up on it did not stall:
 #: the two waited on each other (a rank that stalled elsewhere sees the notice at its first look)
 _MUTUAL_WAIT = 0.25
-#: kinds of give-up notice: gave up waiting on the blamed rank; stopped after a bad frame from the
-#: blamed rank; stopped after an error of its own (the blamed rank is the sender); refused its own
-#: arguments to an op (the blamed rank is the sender; the kind's low 4 bits are _REFUSED, the next
-#: 4 the exception, :data:`REFUSALS`, the bits above the op sequence number it refused)
+#: kinds of give-up notice: gave up waiting on the blamed rank (the kind's low 8 bits are _WAITED,
+#: the bits above the number of the op it gave up in, 0 outside an op: :func:`waited_kind`);
+#: stopped after a bad frame from the blamed rank; stopped after an error of its own (the blamed
+#: rank is the sender); refused its own arguments to an op (the blamed rank is the sender; the
+#: kind's low 4 bits are _REFUSED, the next 4 the exception, :data:`REFUSALS`, the bits above the
+#: op sequence number it refused)
 _WAITED, _ABORT, _FAILED, _REFUSED = 0, 1, 2, 3
 #: exceptions a refusal notice can name, by code (1, 2)
 REFUSALS = ("ValueError", "TypeError")
@@ -84,8 +86,16 @@ def refusal(kind: int) -> tuple[int, str]:
     return kind >> 8, REFUSALS[(kind >> 4 & 0xF) - 1]
 
 
+def waited_kind(op_label: str) -> int:
+    """The notice kind of a rank that gave up waiting in the op ``op_label`` ("allreduce #5":
+    its number rides in the kind; 0 for a label without one, such as setup or close)."""
+    head, _, num = op_label.rpartition(" #")
+    seq = int(num) if head and num.isdigit() else 0
+    return _WAITED | (seq if 0 < seq < 1 << 55 else 0) << 8
+
+
 def _known_kind(kind: int) -> bool:
-    if kind in (_WAITED, _ABORT, _FAILED):
+    if kind in (_ABORT, _FAILED) or (kind >= 0 and kind & 0xFF == _WAITED):
         return True
     return kind >= 0 and kind & 0xF == _REFUSED and 1 <= (kind >> 4 & 0xF) <= len(REFUSALS)
 
@@ -142,6 +152,7 @@ class MPITransport(Transport):
         self._grace = 5.0
         self._notice_macs = None  # PairMacs, set by authenticate_notices
         self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
+        self.gave_up_in: dict[int, int] = {}  # rank -> the op it gave up waiting in (0: unknown)
         self.aborted: set[int] = set()  # ranks that stopped after detecting an error
         self.failed: set[int] = set()  # of those, the ranks whose error was their own
         self.refused: dict[int, tuple[int, str]] = {}  # of those, rank -> (op seq, exception)
@@ -609,9 +620,11 @@ class MPITransport(Transport):
             self._forged(r)
             return True
         self.gave_up[r] = got[0]
-        if got[1] != _WAITED:
+        if got[1] & 0xFF == _WAITED:
+            self.gave_up_in[r] = got[1] >> 8
+        else:
             self.aborted.add(r)
-        if got[1] not in (_WAITED, _ABORT):
+        if got[1] & 0xFF != _WAITED and got[1] != _ABORT:
             self.failed.add(r)
         if got[1] & 0xF == _REFUSED:
             self.refused[r] = refusal(got[1])
@@ -642,7 +655,7 @@ class MPITransport(Transport):
             peer = nxt
         return peer
 
-    def _notify(self, peer: int, kind: int = _WAITED) -> None:
+    def _notify(self, peer: int, kind: int) -> None:
         """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
         each rank names the rank it waited on, or itself when it was the one that stalled, and
         receivers follow the chain), or, with
@@ -686,11 +699,16 @@ class MPITransport(Transport):
         Otherwise ``peer`` already gave up, and the blame follows its notice.  Two ranks that
         waited on each other name the link between them (:meth:`_link`), never themselves.
         Before :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
-        A rank that did not wait and finds the chain from ``peer`` leading back to itself was the
-        one that stalled: its notice names itself, so that no other rank takes the cycle its
+        A rank that finds that ``peer`` gave up on it in an earlier op than the one it is in did
+        that op's part (:meth:`_did_its_part`): it counts as waiting, so the two name the link.
+        Otherwise a rank that did not wait and finds the chain from ``peer`` leading back to
+        itself was the one that stalled: its notice names itself, so that no other rank takes the cycle its
         late notice would close for two ranks waiting on each other.
         """
-        self._notify(self.rank if not waited and self._leads_here(peer) else peer)
+        if not waited and self._did_its_part(peer, op_label):
+            waited = True  # (peer's wait was for a message of an op this rank had already done)
+        kind = waited_kind(op_label)
+        self._notify(self.rank if not waited and self._leads_here(peer) else peer, kind)
         if waited and self._notice_macs is not None:
             poll_until(
                 lambda: self._notices_settle(peer),
@@ -760,6 +778,13 @@ class MPITransport(Transport):
             op=op_label,
             timeout_s=timeout,
         )
+
+    def _did_its_part(self, peer: int, op_label: str) -> bool:
+        """Whether ``peer`` gave up waiting on this rank in an op before the one this rank is in
+        now (``op_label``): this rank did that op's part, so what ``peer`` waited for was lost
+        or held on the way, and this rank, however briefly it has waited since, did not stall."""
+        theirs, mine = self.gave_up_in.get(peer, 0), waited_kind(op_label) >> 8
+        return self.gave_up.get(peer) == self.rank and 0 < theirs < mine
 
     def _leads_here(self, peer: int) -> bool:
         """Whether the chain of notices from ``peer`` (who gave up waiting on whom) reaches
