@@ -56,12 +56,13 @@ def test_seccomm_attack_detects_every_class():
         "reflect-record",
         "replay-record",
         "drop-receipt",
+        "hold-frame",
     }
     for cls, r in rows.items():
-        n = 5 if cls == "drop-receipt" else 12  # (attack.LINK_TRIALS: each waits out two deadlines)
+        n = 5 if cls in ("drop-receipt", "hold-frame") else 12  # (attack.LINK_TRIALS)
         assert (r["trials"], r["detected"], r["silent"], r["na"]) == (n, n, 0, 0), (cls, r)
         assert r["expected"] == "detected"
-    assert "# OK: 173 attacks: 173 detected, 0 silently accepted, 0 not applicable" in out.stdout
+    assert "# OK: 178 attacks: 178 detected, 0 silently accepted, 0 not applicable" in out.stdout
 
 
 @pytest.mark.mpi
@@ -89,7 +90,7 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
     assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
-    assert "# OK: 60 attacks: 32 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
+    assert "# OK: 64 attacks: 36 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
 
 
 @pytest.mark.mpi

@@ -60,7 +60,13 @@ Link class ``drop-receipt`` (all ranks, at most :data:`LINK_TRIALS` trials, each
 receipt rank 1 sends rank 0 is dropped, so rank 0 waits on rank 1 in one op while rank 1 waits
 on rank 0 in the next.  *Detected* when
 every rank raises ``TransportTimeout`` naming the link ``(0, 1)``; *silently accepted* when a
-rank returns from every op.
+rank returns from every op.  Link class ``hold-frame`` (same trials and deadline, bcasts of
+4 KiB from the last rank ``s``, which sends to rank 0 directly): what ``s`` sends rank 0 in the
+second op is held on the way past rank 0's deadline, while ``s``, its part done, works 0.9
+deadlines before the third op, where rank 0's notice finds it soon after it began to wait (a
+notice of an op it had done: it did not stall).  *Detected* when every
+rank raises ``TransportTimeout`` naming the link ``(0, s)``: a rank that names itself as the
+one that stalled, or ``s`` as such, is not.
 
 A record trial counts as *detected* when every rank raises a ``SecCommError`` in that op (an
 ``AuthenticationError`` naming a rank other than itself, or ``ArgumentMismatchError``), and as
@@ -90,7 +96,7 @@ from .config import ReviewConfig
 OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop", "pad")
 SETUP_CLASSES = ("forge-node-map", "replay-setup", "forge-config")
 RECORD_CLASSES = ("reflect-record", "replay-record")
-LINK_CLASSES = ("drop-receipt",)
+LINK_CLASSES = ("drop-receipt", "hold-frame")
 CLASSES = OP_CLASSES + SETUP_CLASSES + RECORD_CLASSES + LINK_CLASSES
 
 
@@ -342,15 +348,55 @@ class ReceiptDrop(TransportWrapper):
         return self.inner.isend_receipt(buf, peer)
 
 
-#: the drop-receipt trial's frames [B], frames a hop (more than MPI's receipt_after: acknowledged),
+class FrameHold(TransportWrapper):
+    """``hold-frame``: what the last rank sends rank 0 in the second op is held on the way (it
+    lands in a receive nobody reads; rank 0's own receive never completes)."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.op = 0
+
+    def agree_start(self, *args, **kwargs):
+        self.op += 1  # (one agreement per op)
+        return self.inner.agree_start(*args, **kwargs)
+
+    def irecv(self, buf, peer):
+        if self.rank == 0 and peer == self.size - 1 and self.op == 2:
+            from mpi4py import MPI
+
+            comm = self.inner.comm
+            self._own.append(held := np.empty(1 << 16, np.uint8))
+            self.inner.irecv(held, peer)
+            self._own.append(never := np.empty(16, np.uint8))
+            return comm.Irecv([never, MPI.BYTE], peer, _NEVER_TAG)
+        return self.inner.irecv(buf, peer)
+
+
+#: a tag on which nothing is ever sent (the held receive's stand-in waits there)
+_NEVER_TAG = 32000
+#: the link trials' frames [B], frames a hop (more than MPI's receipt_after: acknowledged),
 #: deadline [s] (each trial waits out two; long enough for loaded cores) and most trials per run
 _LINK_CHUNK, _LINK_FRAMES, _LINK_TIMEOUT, LINK_TRIALS = 4096, 9, 1.0, 5
+
+
+def _link_ops(cls: str, sc, comm, x) -> None:
+    """The three ops of one trial of link class ``cls``."""
+    if cls == "drop-receipt":
+        for _k in range(3):
+            sc.allreduce(x, np.empty_like(x))
+        return
+    y, last = x[: _LINK_CHUNK // 4].copy(), comm.Get_size() - 1
+    for k in range(3):
+        sc.bcast(y, root=last)  # (binomial tree: rank 0 is the root's first child)
+        if k == 1 and comm.Get_rank() == last:
+            time.sleep(0.9 * _LINK_TIMEOUT)  # (its own work between two ops, shorter than the deadline)
 
 
 def run_link_class(
     comm, cls: str, trials: int, seed: int = 0, psk: bytes | None = None, config: ReviewConfig | None = None
 ) -> dict:
-    """Run ``min(trials, LINK_TRIALS)`` trials of link class ``cls`` (``drop-receipt``;
+    """Run ``min(trials, LINK_TRIALS)`` trials of link class ``cls`` (``drop-receipt``,
+    ``hold-frame``;
     collective over ``comm``, >= 2 ranks; see the module docstring: each trial waits out two
     deadlines) under ``config``'s suite and key exchange.  Returns the class's row (:func:`_row`),
     identical on every rank."""
@@ -364,7 +410,9 @@ def run_link_class(
     record = config.record(
         chunk_bytes=_LINK_CHUNK,
         note=f"drop-receipt runs at chunk_bytes {_LINK_CHUNK:,}, ring: {_LINK_FRAMES} frames a hop "
-        "(acknowledged)",
+        "(acknowledged)"
+        if cls == "drop-receipt"
+        else f"hold-frame: bcasts of {_LINK_CHUNK:,} B from root {size - 1}",
     )
     detected = silent = other = 0
     examples: list[str] = []
@@ -372,20 +420,20 @@ def run_link_class(
     trials = min(trials, LINK_TRIALS)
     for _ in range(trials):
         sc = SecureComm(
-            comm, config.suite, psk=psk, timeout=_LINK_TIMEOUT, algorithm="ring", wrap_transport=ReceiptDrop,
-            **settings,
+            comm, config.suite, psk=psk, timeout=_LINK_TIMEOUT, algorithm="ring",
+            wrap_transport=ReceiptDrop if cls == "drop-receipt" else FrameHold, **settings,
         )  # fmt: skip
         err = None
         try:
-            for _k in range(3):
-                sc.allreduce(x, np.empty_like(x))
+            _link_ops(cls, sc, comm, x)
         except SecCommError as e:
             err = e
         except ValueError as e:  # on every rank, before any traffic: the configuration cannot run it
             sc.close()
             return _row(cls, trials, 0, 0, "", record, na=trials, reason=f"not run: {e}", suite=config.suite)
         sc.close()
-        named = isinstance(err, TransportTimeout) and err.link == (0, 1) and err.peer != rank
+        link = (0, 1) if cls == "drop-receipt" else (0, size - 1)
+        named = isinstance(err, TransportTimeout) and err.link == link and err.peer != rank
         flags = np.array([int(err is None), int(err is not None and not named)], np.int64)
         comm.Allreduce(MPI.IN_PLACE, flags, MPI.SUM)
         if err is not None and (not examples or not named):

@@ -433,8 +433,9 @@ def _threat_model(d: Doc, rv: Review) -> None:
             "TransportTimeout naming the silent peer when nothing more comes from it; when a later "
             "frame of the same hop comes, it lands in the dropped frame's place and fails its tag "
             "(AuthenticationError naming that peer). Where a drop leaves two ranks waiting on each "
-            "other (a dropped receipt), every rank names the link between them (TransportTimeout "
-            "with link = (a, b)), never itself. No wait blocks forever.",
+            "other (a dropped receipt), or a frame is held past its receiver's deadline while its "
+            "sender goes on, every rank names the link between them (TransportTimeout with "
+            "link = (a, b)), never itself. No wait blocks forever.",
             "Out of scope: a compromised rank or host (it holds the keys), side channels, and traffic "
             "analysis. Sizes and timing leak: a frame is the payload plus 16 bytes and the message pattern "
             "reveals the collective, algorithm and message sizes; nothing is padded.",

@@ -693,23 +693,24 @@ class MPITransport(Transport):
         ``PeerAbortError`` when the chain ends at a rank that stopped after detecting an error.
 
         ``waited``: this rank had waited on ``peer`` past its own deadline, or for
-        :data:`_MUTUAL_WAIT` of it when ``peer``'s notice came.  Past its deadline it waits a
-        short grace period (at most ``min(timeout, 5)`` s) for the notice of ``peer`` -- alive
-        but itself stuck -- or of every other rank, so the blame lands on the rank that stopped.
-        Otherwise ``peer`` already gave up, and the blame follows its notice.  Two ranks that
-        waited on each other name the link between them (:meth:`_link`), never themselves.
-        Before :meth:`authenticate_notices` no notice is sent or awaited: the blame is ``peer``.
-        A rank that finds that ``peer`` gave up on it in an earlier op than the one it is in did
-        that op's part (:meth:`_did_its_part`): it counts as waiting, so the two name the link.
-        Otherwise a rank that did not wait and finds the chain from ``peer`` leading back to
-        itself was the one that stalled: its notice names itself, so that no other rank takes the cycle its
-        late notice would close for two ranks waiting on each other.
+        :data:`_MUTUAL_WAIT` of it when ``peer``'s notice came.  A rank that finds that ``peer``
+        gave up on it in an earlier op than the one it is in did that op's part
+        (:meth:`_did_its_part`) and counts as waiting too.  Otherwise a rank that did not wait
+        and finds the chain of notices from ``peer`` leading back to itself was the one that
+        stalled: its notice names itself, so that no other rank takes the cycle its late
+        notice would close for two ranks waiting on each other.  Then it waits a short grace
+        period (at most ``min(timeout, 5)`` s) until the chain from ``peer`` ends at a rank
+        whose own notice arrived (:meth:`_notices_settle`: ``peer`` alive but itself stuck, a
+        rank at the far end of a lost link, or one that stopped), so the blame lands on the
+        rank that stopped.  Two ranks that waited on each other name the link between them
+        (:meth:`_link`), never themselves.  Before :meth:`authenticate_notices` no notice is
+        sent or awaited: the blame is ``peer``.
         """
         if not waited and self._did_its_part(peer, op_label):
             waited = True  # (peer's wait was for a message of an op this rank had already done)
         kind = waited_kind(op_label)
         self._notify(self.rank if not waited and self._leads_here(peer) else peer, kind)
-        if waited and self._notice_macs is not None:
+        if self._notice_macs is not None:
             poll_until(
                 lambda: self._notices_settle(peer),
                 min(timeout, self._grace),
@@ -825,12 +826,14 @@ class MPITransport(Transport):
         )
 
     def _notices_settle(self, peer: int) -> bool:
-        """Whether the notice of ``peer`` (the rank this rank waited on) arrived: only it tells
-        whether ``peer`` is stuck behind another rank, waits on this one (a lost link), or
-        stopped; the others' notices do not (a third rank that gave up on ``peer`` is as
-        consistent with a dead ``peer`` as with one waiting on this rank)."""
+        """Whether the chain of notices from ``peer`` (the rank this rank waited on) ends at a
+        rank whose own notice arrived: only it tells whether that rank is stuck behind another,
+        waits on one that waits on it (a lost link), or stopped; a chain that ends at a rank
+        that sent none (dead, or its notice still on the way) is not settled.  The others'
+        notices do not settle it (a third rank that gave up on ``peer`` is as consistent with a
+        dead ``peer`` as with one waiting on this rank)."""
         self._check_notices()
-        return peer in self.gave_up
+        return self._blame(peer) in self.gave_up
 
     # -- setup collectives, topology, teardown -------------------------------------------------
     def _coll(self, req, op_label, timeout):
