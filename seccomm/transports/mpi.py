@@ -119,13 +119,20 @@ class MPITransport(Transport):
     def __init__(self, comm, timeout: float = 60.0, tag: int = 7):
         from mpi4py import MPI
 
+        if not isinstance(comm, MPI.Intracomm):  # (each rank alike: its own argument's type)
+            what = "an intercommunicator" if isinstance(comm, MPI.Intercomm) else f"a {type(comm).__name__}"
+            fix = " (merge it first: comm.Merge())" if isinstance(comm, MPI.Intercomm) else ""
+            raise TypeError(f"SecureComm needs an mpi4py.MPI.Intracomm, got {what}{fix}")
         self._MPI = MPI
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.timeout, self.tag = timeout, tag
         self._status = MPI.Status()
         self._byte = MPI.BYTE
         # Non-blocking duplicate: a rank that never joins ends in TransportTimeout, not a hang.
-        self.comm, req = comm.Idup()
+        try:
+            self.comm, req = comm.Idup()
+        except MPI.Exception as e:
+            raise _no_communicator(e) from None
         self._nreqs, self._nsent = [], []
         self._agreeing = None  # agree_start()'s persistent requests, made on first use
         self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
@@ -144,7 +151,11 @@ class MPITransport(Transport):
         self._rrec = np.zeros(64, np.uint8)  # a record received alone
         self._fb = None  # (standing receive, its buffer) of the peer's fallback record
         self._fb_sent: list = []  # this rank's fallback record and its send (once)
-        self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
+        try:
+            self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
+        except FrameError as e:  # (MPI failed the duplicate: _mpi_error's text does not fit)
+            raise _no_communicator(e.__context__ or e) from None
+        _LIVE[0] += 1
         # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
         # others which rank it blames, so every survivor names the rank that stopped, not the
         # neighbour that stalled because of it.  One small receive per peer, posted up front.
@@ -905,6 +916,7 @@ class MPITransport(Transport):
             self._free_agreeing()
             self._drain()
             self.comm.Free()
+            _LIVE[0] -= 1
         self.comm = None
 
     def _free_agreeing(self) -> None:
@@ -944,6 +956,24 @@ class MPITransport(Transport):
 
 #: tests of an argument exchange before its waits take over (agree)
 _AGREE_SPINS = 200
+
+
+#: private communicators of this process's MPITransports not yet closed
+_LIVE = [0]
+
+
+def _no_communicator(e) -> SecCommError:
+    """The error of a ``SecureComm`` whose private communicator MPI could not make (``e``: the
+    MPI error): most often the library's limit on live communicators (MPICH: 2,046 duplicates
+    of one communicator, measured), reached by ``SecureComm`` objects never closed."""
+    text = e.Get_error_string() if hasattr(e, "Get_error_string") else str(e)
+    first = text.splitlines()[0].strip().rstrip(":")
+    return SecCommError(
+        f"SecureComm: MPI could not make the private communicator this SecureComm needs "
+        f"(MPI_Comm_idup failed: {first}); this process has {_LIVE[0]:,} SecureComm objects open, "
+        f"and MPI libraries allow a limited number of live communicators (MPICH: about 2,046). "
+        f"close() the ones no longer in use, or build them with `with SecureComm(...) as sc:`"
+    )
 
 
 def _mpi_error(e, peer, op_label) -> FrameError:
