@@ -540,10 +540,11 @@ class SecureComm:
             if err is not e:
                 raise err from None
             raise
-        except Exception as e:
+        except BaseException as e:
             # Any other error on this rank inside the op (a bug, a failed reduction, an error of
-            # a wrapper): the ranks waiting on it raise PeerAbortError naming this rank at once,
-            # never a deadline; the caller here sees the original exception.
+            # a wrapper, KeyboardInterrupt, SystemExit): the ranks waiting on it raise
+            # PeerAbortError naming this rank at once, never a deadline; the caller here sees the
+            # original exception.
             self._broken = f"{run.op_label} failed ({type(e).__name__})"
             self._transport.fail()
             self._transport.cancel(run.pending)
@@ -620,8 +621,21 @@ class SecureComm:
                     None if fast is None else [fast, None, None],
                 )  # fmt: skip
             self._op(run, steps, tail, self._checker(run))
+        except BaseException as e:
+            if not isinstance(e, Exception):  # (KeyboardInterrupt, SystemExit ... anywhere in the call)
+                self._interrupted(name, e)
+            raise
         finally:
             self._busy.release()
+
+    def _interrupted(self, name: str, e: BaseException) -> None:
+        """A ``BaseException`` that is no ``Exception`` (``KeyboardInterrupt``, ``SystemExit``)
+        left the call ``name`` (in the op, the compiled swap, or before the op began): the others
+        may wait on this rank, so they are told at once (:meth:`Transport.fail`: they raise
+        ``PeerAbortError`` naming this rank), and the communicator is unusable here."""
+        if not self._broken:
+            self._broken = f"{name} interrupted on this rank ({type(e).__name__})"
+        self._transport.fail()
 
 
 #: largest buffer (bytes) whose checked call is kept as a plan; plans per communicator

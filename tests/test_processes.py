@@ -73,3 +73,56 @@ def test_too_many_open_securecomms_name_the_cause_and_the_fix():
     assert f"this process has {int(n):,} SecureComm objects open" in msg and "close()" in msg, line
     assert "MPI_Comm_idup failed" in msg and "abandoned" not in msg, line
     assert "AFTER CLOSE: BUILT" in out.stdout
+
+
+_INTERRUPT = """
+import os, signal, sys, threading, time
+import numpy as np
+from mpi4py import MPI
+from seccomm import SecCommError, SecureComm
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+KIND = sys.argv[1]
+c = MPI.COMM_WORLD
+sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=30)
+x = np.ones(8 << 20, np.float32)  # 32 MiB: each allreduce takes a while
+y = np.empty_like(x)
+sc.allreduce(x, y)
+c.Barrier()
+if c.rank == 1:
+    if KIND == "sigint":  # Ctrl-C: SIGINT while inside an op
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    else:  # sys.exit() from a thread the op calls back into: SystemExit inside the op
+        import seccomm.comm as m
+        real = m._quiet
+        m._quiet = lambda steps: (time.sleep(0.3), sys.exit(3))
+t0 = time.monotonic()
+try:
+    for _ in range(100):
+        sc.allreduce(x, y)
+    res = "RETURNED"
+except SecCommError as e:
+    res = f"{type(e).__name__} {e.peer} {time.monotonic() - t0:.2f} {e}"
+except BaseException as e:
+    res = f"{type(e).__name__} - {time.monotonic() - t0:.2f} {e!r}"
+out = c.gather(res)
+if c.rank == 0:
+    for r, ln in enumerate(out):
+        print(f"RESULT {r} {ln}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["sigint", "systemexit"])
+def test_keyboardinterrupt_or_systemexit_inside_an_op_stops_the_peer_at_once(kind):
+    """Rank 1 gets Ctrl-C (SIGINT) or raises SystemExit inside a 32 MiB allreduce (deadline
+    30 s): it sees its own exception, and rank 0 raises PeerAbortError naming rank 1 within a
+    few seconds, not TransportTimeout at the deadline (before: 30 s, 'rank 1 made no progress')."""
+    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", _INTERRUPT, kind], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert sorted(results) == ["0", "1"], out.stdout
+    err, peer, secs, msg = results["0"].split(" ", 3)
+    assert (err, peer) == ("PeerAbortError", "1") and float(secs) < 10, results
+    assert "rank 1 stopped this operation after an error of its own" in msg, results
+    own = "KeyboardInterrupt" if kind == "sigint" else "SystemExit"
+    assert results["1"].startswith(own), results
