@@ -128,6 +128,7 @@ class SecureComm:
     ):
         # Nothing may raise before the agreement below: a rank that stopped here would leave the
         # others waiting in a collective.  Bad values are collected and reported there.
+        self._pid = os.getpid()  # (a forked child refuses every call and closes nothing)
         timeout_raw = timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
         try:
             self.timeout = float(timeout_raw)
@@ -301,8 +302,15 @@ class SecureComm:
         Collective, like ``MPI_Comm_free``: it first waits (a non-blocking barrier, at most
         ``min(timeout, 10)`` seconds) for every rank to arrive, so that transfers still draining
         to a rank that already returned can finish; past that wait (a rank died or never closes)
-        it goes on alone.  Safe to call twice.
+        it goes on alone.  Safe to call twice.  In a forked child of the process that built it
+        (also at the child's exit) it only drops this object's keys: the communicator, its
+        messages and the crypto threads are the parent's.
         """
+        if os.getpid() != self._pid:
+            self._broken, self._pool = "closed", None
+            self._keys = self._ctx = self._control = self._agreement = None
+            self._device_ctx, self._plans = {}, {}
+            return
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -565,6 +573,8 @@ class SecureComm:
         per buffer, :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two
         arrays and the wire buffers its steps use until it is dropped (a full table is emptied;
         :meth:`close` drops all).  The first call runs the algorithm as registered."""
+        if os.getpid() != self._pid:
+            raise CommClosedError(_forked(name, self._pid))
         if not self._busy.acquire(False):  # (reentrant: the staged call below re-enters)
             raise ConcurrentUseError(_concurrent_use(name, self.rank))
         try:
@@ -686,6 +696,15 @@ def _names(code: int) -> tuple:
         if c.code == code:
             return c.name, list(c.algorithms)
     return f"collective code {code}", []
+
+
+def _forked(name: str, pid: int) -> str:
+    return (
+        f"{name}: this process (pid {os.getpid()}) is a fork of the one that built this SecureComm "
+        f"(pid {pid}); a child shares the parent's MPI connections and keys and must not use them "
+        f"(its frames would reuse the parent's nonces), so every call is refused, and close() and "
+        f"exit leave the parent's communicator alone. Use SecureComm in the process that built it"
+    )
 
 
 def _concurrent_use(name: str, rank: int) -> str:

@@ -126,3 +126,57 @@ def test_keyboardinterrupt_or_systemexit_inside_an_op_stops_the_peer_at_once(kin
     assert "rank 1 stopped this operation after an error of its own" in msg, results
     own = "KeyboardInterrupt" if kind == "sigint" else "SystemExit"
     assert results["1"].startswith(own), results
+
+
+_FORK = """
+import os, time
+import numpy as np
+from mpi4py import MPI
+import seccomm.comm
+from seccomm import SecCommError, SecureComm
+PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+c = MPI.COMM_WORLD
+sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=5)
+x = np.ones(1024, np.float32)
+y = np.empty_like(x)
+sc.allreduce(x, y)
+if c.rank == 0:
+    pid = os.fork()
+    if pid == 0:  # the child: every call refused at once, close() and the exit hook touch nothing
+        t0 = time.monotonic()
+        try:
+            sc.allreduce(x, y)
+            print("CHILD RETURNED", flush=True)
+        except SecCommError as e:
+            print(f"CHILD {type(e).__name__} {time.monotonic() - t0:.2f} {e}", flush=True)
+        sc.close()
+        seccomm.comm._close_open_comms()  # (seccomm's atexit hook)
+        os._exit(0)  # (sys.exit would also run mpi4py's MPI_Finalize, which MPI forbids in a child)
+    os.waitpid(pid, 0)
+try:
+    for _ in range(3):
+        sc.allreduce(x, y)
+    res = f"OK {y[0]:g}"
+except SecCommError as e:
+    res = f"{type(e).__name__} {e}"
+out = c.gather(res)
+if c.rank == 0:
+    for r, ln in enumerate(out):
+        print(f"RESULT {r} {ln}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_a_forked_child_refuses_every_call_and_leaves_the_parents_communicator_alone():
+    """Rank 0 forks after building a SecureComm.  The child's allreduce raises CommClosedError
+    at once naming the fork (before: it sent traffic as rank 0 and both ranks then timed out),
+    its close() and seccomm's exit hook do nothing to the parent's communicator, and the
+    parents' next allreduces return the right sum."""
+    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", _FORK], timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    child = next(ln for ln in out.stdout.splitlines() if ln.startswith("CHILD "))
+    _, err, secs, msg = child.split(" ", 3)
+    assert err == "CommClosedError" and float(secs) < 0.5, child
+    assert "is a fork of the one that built this SecureComm" in msg, child
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert results == {"0": "OK 2", "1": "OK 2"}, out.stdout
