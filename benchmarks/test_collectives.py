@@ -22,4 +22,6 @@ from seccomm.collectives import COLLECTIVES
 @pytest.mark.parametrize("collective", list(COLLECTIVES))
 def test_collective(collective_bench, collective, suite, nbytes):
     info = collective_bench(collective, suite, nbytes)
-    assert info["bytes"] > 0 and info["overhead_x"] > 0
+    assert info["bytes"] > 0
+    if info.get("timed", True):  # (--benchmark-disable: checked once, nothing timed)
+        assert info["overhead_x"] > 0

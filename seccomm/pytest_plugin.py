@@ -226,11 +226,34 @@ class _NativeRounds:
         self.times.append(time.perf_counter() - t0)
 
 
+def _checked_once(comm, coll, sc, send, recv, op, suite, nbytes, benchmark) -> dict:
+    """Under ``--benchmark-disable``: one native and one secure call, the secure result checked
+    against native MPI's on every rank (``AssertionError`` naming the differing elements); no
+    times, so the returned ``extra_info`` has none (``timed`` is False)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    ref = np.zeros_like(recv)
+    coll.reset(send, ref, rank, 0)
+    coll.native(comm, send, ref, op, 0)
+    coll.reset(send, recv, rank, 0)
+    benchmark.pedantic(coll.secure, (sc, send, recv, op, 0))  # (disabled: runs it once, untimed)
+    wrong = comm.allreduce(int(coll.wrong(recv, ref)), MPI.SUM)
+    assert wrong == 0, f"{coll.name} under {suite}: {wrong} element(s) differ from native MPI's result"
+    info = {"suite": suite, "collective": coll.name, "bytes": nbytes, "size_bytes": nbytes, "wrong": 0}
+    info["timed"] = False
+    benchmark.extra_info.update(info)
+    return benchmark.extra_info
+
+
 @pytest.fixture
 def collective_bench(benchmark, secure_comm, seccomm_world, request):
     """Return ``run(collective, suite, nbytes, dtype="float32", op="sum", **SecureComm kw)``;
     it records the bench row (:func:`seccomm.bench.rows.result_row`) in ``extra_info``, with
-    ``suite``, ``bytes`` (= ``size_bytes``), ``native_median_us`` and ``native_min_us`` besides."""
+    ``suite``, ``bytes`` (= ``size_bytes``), ``native_median_us`` and ``native_min_us`` besides.
+    Under pytest-benchmark's ``--benchmark-disable`` it runs each call once, checks its result
+    against native MPI's, and records no times (``extra_info["timed"]`` is False)."""
     import numpy as np
 
     from .bench.rows import result_row
@@ -256,6 +279,8 @@ def collective_bench(benchmark, secure_comm, seccomm_world, request):
             coll.secure(sc, send, recv, op, 0)
             comm.Barrier()
 
+        if getattr(benchmark, "disabled", False):
+            return _checked_once(comm, coll, sc, send, recv, op, suite, n.total * dt.itemsize, benchmark)
         benchmark.pedantic(once, setup=native, rounds=rounds, warmup_rounds=warmup, iterations=1)
         times = benchmark.stats.stats.data if benchmark.stats else [float("nan")]
         nat = np.array(native.times[-len(times) :])  # the rounds paired with the secure ones

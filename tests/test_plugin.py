@@ -70,6 +70,22 @@ def test_plugin_under_mpiexec(tmp_path):
 
 
 @pytest.mark.mpi
+def test_benchmark_disable_runs_each_call_once_and_checks_it(tmp_path):
+    """pytest-benchmark's --benchmark-disable (benchmarks as plain tests, as in CI): every
+    collective_bench test passes, each call run once and checked against native MPI, with no
+    timing asserted (before: every one failed on ``overhead_x=nan``); --benchmark-skip and
+    --benchmark-only still do what they say."""
+    out = run_bench(tmp_path, "--benchmark-disable")
+    n = len(COLLECTIVES) * 2 * 2
+    assert out.returncode == 0 and f"{n} passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "fixture was not used" not in out.stdout + out.stderr
+    skip = run_bench(tmp_path, "--benchmark-skip")
+    assert skip.returncode == 0 and f"{n} skipped" in skip.stdout, skip.stdout[-3000:]
+    only = run_bench(tmp_path, "--benchmark-only")
+    assert only.returncode == 0 and f"{n} passed" in only.stdout, only.stdout[-3000:]
+
+
+@pytest.mark.mpi
 def test_plugin_without_a_secret_stops_with_the_fix(tmp_path):
     """No secret on any rank and no opt-in: the session stops (exit 2) and says how to give one;
     with SECCOMM_INSECURE_BENCH_SECRET=1 the fixtures run, and every rank warns."""
