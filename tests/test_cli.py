@@ -56,6 +56,11 @@ def test_parse_size():
         (["--timeout", "nan"], "argument --timeout: must be a finite number, got 'nan'"),
         (["--chunk-bytes", "8"], "argument --chunk-bytes: must be in [16, 2_147_483_583], got 8"),
         (["--algorithm", "tree"], "invalid choice: 'tree'"),
+        (
+            ["--algorithm", "ring", "--collective", "bcast"],
+            "--algorithm ring applies to allreduce only (bcast runs binomial or chain by size)",
+        ),
+        (["--algorithm", "recursive_doubling", "--collective", "all"], "alltoall runs pairwise"),
         (["--root", "-1"], "argument --root: must be in [0, 16_777_216], got -1"),
         (["--root", "2", "--np", "2"], "--root 2 is not a rank of --np 2"),
         (["--scale", "0.5"], "--scale applies to --workload runs only"),

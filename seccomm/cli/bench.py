@@ -171,9 +171,22 @@ def config_from_args(a) -> BenchConfig:
         scale=a.scale,
         bucket_cap_mb=a.bucket_cap_mb,
     )
-    for check in (_check_sizes, _check_np, _check_workload):
+    for check in (_check_sizes, _check_np, _check_workload, _check_algorithm):
         check(cfg)
     return cfg
+
+
+def _check_algorithm(cfg: BenchConfig) -> None:
+    """``--algorithm`` chooses the allreduce algorithm only (``SecureComm.algorithm``): with any
+    other collective asked for it would be ignored, so it is an error."""
+    other = [c for c in cfg.collectives if c != "allreduce"]
+    if cfg.algorithm != "auto" and other:
+        algs = {c: list(COLLECTIVES[c].algorithms) for c in other}
+        runs = "; ".join(f"{c} runs {' or '.join(a)}{' by size' * (len(a) > 1)}" for c, a in algs.items())
+        raise UsageError(
+            f"--algorithm {cfg.algorithm} applies to allreduce only ({runs}): "
+            f"use --collective allreduce, or leave --algorithm out"
+        )
 
 
 def _check_applies(a) -> None:
