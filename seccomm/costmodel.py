@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from .collectives import COLLECTIVES as _RECORDS
-from .collectives import get_collective
+from .collectives import Tuning, get_collective
 from .collectives.cost import Step
 from .suites import SUITES
 
@@ -226,6 +226,14 @@ def best(
     )
 
 
+def seccomm_algorithm(collective: str, nbytes: float, prm: Params, topo: Topology) -> str:
+    """The algorithm ``SecureComm``'s "auto" rule runs for S = ``nbytes`` on ``topo.p`` ranks
+    (the record's ``pick`` with the default :class:`~seccomm.collectives.Tuning` and
+    ``prm.chunk_bytes``, float32 elements)."""
+    tuning = Tuning(chunk_bytes=prm.chunk_bytes)
+    return get_collective(collective).pick(tuning, int(nbytes), max(1, int(nbytes) // 4), topo.p)
+
+
 def busbw(collective: str, nbytes: float, seconds: float, p: int) -> float:
     """nccl-tests bus bandwidth [GB/s] (doc/PERFORMANCE.md)."""
     return 0.0 if seconds <= 0 else nbytes / seconds / 1e9 * get_collective(collective).busbw_factor(p)
@@ -383,21 +391,34 @@ def pingpong(
 
 def sweep(prm, nodes, rpn, nbytes, collective, encrypt, oversub, jitter) -> list[dict]:
     """One row per node count in ``nodes`` (``rpn`` ranks per node, ``nbytes`` [B] per rank,
-    ``oversub`` fat-tree taper, ``jitter`` [s] per step): the best plain and secure algorithm,
-    their times [us], busbw [GB/s] (nccl-tests' definition) and efficiency (busbw relative to
-    the smallest node count of the sweep).  ``ValueError`` on a bad topology (:class:`Topology`)
+    ``oversub`` fat-tree taper, ``jitter`` [s] per step): the algorithm ``SecureComm`` runs at
+    that size (:func:`seccomm_algorithm`; where the model has no cost for it, such as bcast's
+    chain, the fastest modelled one stands in, and ``runs`` names what runs), plain (without
+    crypto) and secure, their times [us], busbw [GB/s] (nccl-tests' definition) and efficiency
+    (busbw relative to the smallest node count of the sweep); and native, the fastest modelled
+    plaintext algorithm (as an MPI library tunes its choice: ``algorithm_native``,
+    ``native_us``, ``vs_native_x`` = secure / native).  ``ValueError`` on a bad topology (:class:`Topology`)
     or a negative size (:func:`predict`)."""
     rows = []
     for n in nodes:
         topo = Topology(n, rpn, oversub, jitter=jitter)
-        ap, tp = best(collective, nbytes, prm, topo, False, encrypt)
-        asec, ts = best(collective, nbytes, prm, topo, True, encrypt)
+        an, tn = best(collective, nbytes, prm, topo, False, encrypt)
+        runs = seccomm_algorithm(collective, nbytes, prm, topo)
+        if runs in get_collective(collective).cost:
+            asec, ts = runs, predict(collective, runs, nbytes, prm, topo, True, encrypt)
+        else:
+            asec, ts = best(collective, nbytes, prm, topo, True, encrypt)
+        tp = predict(collective, asec, nbytes, prm, topo, False, encrypt)
         rows.append(
             {
                 "nodes": n,
                 "ranks": topo.p,
-                "algorithm_plain": ap,
+                "algorithm_plain": asec,
                 "algorithm_secure": asec,
+                "runs": runs,
+                "algorithm_native": an,
+                "native_us": tn * 1e6,
+                "vs_native_x": ts / tn if tn else 1.0,
                 "plain_us": tp * 1e6,
                 "secure_us": ts * 1e6,
                 "overhead_x": ts / tp if tp else 1.0,

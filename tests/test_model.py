@@ -255,15 +255,22 @@ def _secure(rows, i=-1):
         ("--preset", "ib-ndr400", "eth-100", lambda x, y: y[-1]["plain_us"] > x[-1]["plain_us"]),
         ("--nodes", "1,2", "1,2,4,...,64", lambda x, y: [r["nodes"] for r in y] == [1, 2, 4, 8, 16, 32, 64]),
         ("--ranks-per-node", "8", "4", lambda x, y: [r["ranks"] for r in y] == [4 * r["nodes"] for r in y]),
-        ("--message", "25MiB", "100MiB", lambda x, y: y[-1]["plain_us"] > 3 * x[-1]["plain_us"]),
+        (
+            "--message",
+            "25MiB",
+            "100MiB",
+            lambda x, y: (
+                y[-1]["native_us"] > 3 * x[-1]["native_us"] and y[-1]["plain_us"] > x[-1]["plain_us"]
+            ),
+        ),
         ("--collective", "allreduce", "allgather", lambda x, y: y[-1]["plain_us"] < x[-1]["plain_us"]),
         (
             "--encrypt",
             "all",
             "inter-node",
-            lambda x, y: _secure(y) < _secure(x) and y[0]["overhead_x"] == 1.0,
+            lambda x, y: _secure(y, 0) < _secure(x, 0) and y[0]["overhead_x"] == 1.0,
         ),
-        ("--oversubscription", "1", "4", lambda x, y: y[-1]["plain_us"] > x[-1]["plain_us"]),
+        ("--oversubscription", "1", "4", lambda x, y: y[-1]["native_us"] > x[-1]["native_us"]),
         ("--jitter-us", "0", "50", lambda x, y: y[-1]["plain_us"] > x[-1]["plain_us"]),
         (
             "--crypto-threads",
@@ -443,3 +450,22 @@ def test_calibrate_and_validate_cli(tmp_path, capsys):
     assert cli.main(["project", "--validate", str(res), "--calibration", str(cal)]) == 0
     out = capsys.readouterr().out
     assert "|error|  >= 64 KiB: median 0.0%" in out
+
+
+@pytest.mark.parametrize("collective", list(m.COLLECTIVES))
+def test_the_secure_projection_runs_what_securecomm_runs(collective):
+    """The secure column projects the algorithm SecureComm's auto rule picks at that size (never
+    one it does not implement, as rabenseifner or hierarchical); the plain column may take the
+    fastest modelled one, as an MPI library would."""
+    from seccomm.collectives import get_collective
+
+    rec = get_collective(collective)
+    prm = m.get_preset("ib-ndr400")
+    for nbytes in (4096, 256 << 10, 25 * MIB):
+        for r in m.sweep(prm, [1, 8, 512], 8, nbytes, collective, "all", 2.0, 2e-6):
+            assert r["runs"] in rec.algorithms, r
+            assert r["algorithm_secure"] == r["runs"] or r["runs"] not in rec.cost, r
+            assert r["algorithm_native"] in rec.cost and r["algorithm_plain"] == r["algorithm_secure"]
+            assert r["native_us"] <= r["plain_us"] + 1e-9  # (the fastest modelled: never slower)
+    rows = m.sweep(prm, [512], 8, 25 * MIB, "allreduce", "all", 2.0, 2e-6)
+    assert rows[0]["algorithm_secure"] == "ring" and rows[0]["algorithm_native"] == "rabenseifner"
