@@ -198,11 +198,54 @@ def test_finish_codes_leave_the_result_alone(suite):
         (dict(red=9), "reduction"),
         (dict(tail=bytes(15)), "tail: 15 bytes"),
         (dict(snonce=bytearray(11)), "nonce of 12 bytes"),
+        (dict(rnonce=bytearray(13)), "nonce of 12 bytes"),
+        (dict(shdr=bytearray(88)), "header of 89"),  # (shorter: the frame's AAD read past it)
+        (dict(rhdr=bytearray(90)), "header of 89"),
     ],
 )
 def test_bad_arguments_are_refused(change, match):
     with pytest.raises(ValueError, match=match):
         _self_swap(AESGCM(KEY), "float32", 16, **change)
+
+
+@built
+def test_an_mpi_error_at_the_start_is_reported_not_lost():
+    """A send MPI refuses (peer 5 of a world of one): start() returns MPIERR with MPI's code
+    kept, never a count of a receive that was not posted."""
+    from mpi4py import MPI
+
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10, peer=5)
+    try:
+        assert sw.start(1, 0, 0) == express.MPIERR
+        assert MPI.Get_error_class(sw.mpi_error) == MPI.ERR_RANK
+    finally:
+        sw.requests()
+        p["comm"].Free()
+
+
+class ShortMac(Mirror):
+    """An HMAC stand-in whose digest is 31 bytes: the swap reads 32."""
+
+    def copy(self):
+        return ShortMac(self.h.copy())
+
+    def finalize(self):
+        return self.h.finalize()[:31]
+
+
+@built
+def test_a_digest_shorter_than_32_bytes_is_refused():
+    """The record's tag comes from 32 bytes of the pair's digest: a shorter one is an error at
+    the op's start, never a read past it."""
+    from cryptography.hazmat.primitives import hashes, hmac
+
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10, mac=ShortMac(hmac.HMAC(KEY, hashes.SHA256())))
+    try:
+        with pytest.raises(ValueError, match="HMAC too short"):
+            sw.start(1, 0, 0)
+    finally:
+        sw.requests()
+        p["comm"].Free()
 
 
 @built

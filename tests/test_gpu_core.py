@@ -319,3 +319,35 @@ def test_nvrtc_compiles_the_runtime_module_without_spills():
         if "spill" in ln and "0 bytes spill stores, 0 bytes spill loads" not in ln
     ]
     assert not spills, "\n".join(spills)
+
+
+def test_the_host_shim_runs_clean_under_asan_and_ubsan(tmp_path):
+    """Every host entry point of the GPU core on exact-size buffers, built with AddressSanitizer
+    and UndefinedBehaviorSanitizer (any finding stops the run): memory errors that give the right
+    bytes by luck (an index one before a table, a read one past a buffer) fail here."""
+    cc = shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no gcc or clang")
+    here = KERNELS.parents[2] / "tests"
+    exe = tmp_path / "drv"
+    flags = ["-std=c99", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    build = subprocess.run(
+        [
+            cc,
+            *flags,
+            "-I",
+            str(KERNELS),
+            str(here / "sanitize_driver.c"),
+            str(KERNELS / "host_shim.c"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode and "sanitize" in build.stderr:
+        pytest.skip(f"this compiler cannot build with the sanitizers: {build.stderr[-300:]}")
+    assert build.returncode == 0, build.stderr[-3000:]
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
+    run = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "CLEAN", run.stdout[-2000:] + run.stderr[-3000:]
