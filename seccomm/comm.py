@@ -536,7 +536,7 @@ class SecureComm:
         except SecCommError as e:
             # a frame that failed, or a wait that expired, because the ranks disagree on the
             # call: the argument records tell, and that is the error every rank raises
-            found = self._transport.agree_settle(2.0)  # (None at once when the check already ran)
+            found = self._transport.agree_settle(min(2.0, self.timeout))  # (None at once when checked)
             err = found if isinstance(found, ArgumentMismatchError) else e
             self._broken = f"{run.op_label} failed ({type(err).__name__})"
             if isinstance(err, (AuthenticationError, FrameError)):

@@ -59,10 +59,10 @@ def test_seccomm_attack_detects_every_class():
         "hold-frame",
     }
     for cls, r in rows.items():
-        n = 5 if cls in ("drop-receipt", "hold-frame") else 12  # (attack.LINK_TRIALS)
+        n = 3 if cls in ("drop-receipt", "hold-frame") else 12  # (attack.LINK_TRIALS)
         assert (r["trials"], r["detected"], r["silent"], r["na"]) == (n, n, 0, 0), (cls, r)
         assert r["expected"] == "detected"
-    assert "# OK: 178 attacks: 178 detected, 0 silently accepted, 0 not applicable" in out.stdout
+    assert "# OK: 174 attacks: 174 detected, 0 silently accepted, 0 not applicable" in out.stdout
 
 
 @pytest.mark.mpi
@@ -75,7 +75,8 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = _table(out.stdout)
     for cls, r in rows.items():
-        assert r["detected"] + r["silent"] + r["na"] == r["trials"] == 4, (cls, r)
+        n = 3 if cls in ("drop-receipt", "hold-frame") else 4  # (attack.LINK_TRIALS)
+        assert r["detected"] + r["silent"] + r["na"] == r["trials"] == n, (cls, r)
         if cls == "flip-tag":
             assert (r["na"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "a none frame carries no tag" in r["rest"], r
@@ -86,11 +87,11 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
             assert (r["silent"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "4 trial(s) in which a rank returned" in r["rest"], r
         else:
-            assert (r["detected"], r["expected"]) == (4, "detected"), (cls, r)
+            assert (r["detected"], r["expected"]) == (n, "detected"), (cls, r)
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
     assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
-    assert "# OK: 64 attacks: 36 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
+    assert "# OK: 62 attacks: 34 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
 
 
 @pytest.mark.mpi
@@ -150,3 +151,31 @@ def test_a_trial_without_a_different_frame_is_not_applicable():
     t.altered, t.na_reason = True, ""
     other = frame[::-1].copy()
     assert np.array_equal(t._substitute(frame, [other], "x"), other) and t.altered
+
+
+@pytest.mark.mpi
+def test_two_ranks_run_every_class_but_redirect_and_state_the_confidence():
+    """The default classes on 2 ranks: redirect (it needs 3) is not applicable, said why, not a
+    usage error; the last lines give the miss-rate bound per trial count; the example column is
+    cut at a word."""
+    out = _attack("--trials", "2", "--np", "2")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = _table(out.stdout)
+    assert rows["redirect"]["na"] == 2 and "needs >= 3 ranks" in rows["redirect"]["rest"], rows["redirect"]
+    assert "miss rate below 1 - 0.05^(1/n) at 95 % confidence (77.6% for 2 trials)" in out.stdout
+    for r in rows.values():
+        assert len(r["rest"]) <= 110 and (r["rest"].endswith("…") or not r["rest"].endswith(" ")), r
+
+
+def test_the_miss_bound_and_the_cut():
+    from seccomm.compliance.attack import _cut, miss_bound
+
+    assert miss_bound(50) == pytest.approx(0.0582, abs=1e-4) and miss_bound(3) == pytest.approx(
+        0.632, abs=1e-3
+    )
+    assert 2.9 / 1000 < miss_bound(1000) < 3.0 / 1000  # the rule of three
+    assert _cut("short", 10) == "short"
+    assert (
+        _cut("TransportTimeout: allreduce #2: rank 1 made no progress", 30)
+        == "TransportTimeout: allreduce…"
+    )

@@ -209,7 +209,10 @@ def _under_mpiexec(tmp_path, n: int, *args, **env_extra):
             ["bench", "--np", "3"],
             "seccomm bench: error: --np 3 does not apply under a launcher, which started 2",
         ),
-        (["attack", "--trials", "5"], "start 3 or more ranks (mpiexec -n 3 ...), or leave redirect out"),
+        (
+            ["attack", "--trials", "5", "--classes", "drop,redirect"],
+            "start 3 or more ranks (mpiexec -n 3 ...), or leave redirect out",
+        ),
         (["bench", "--encrypt", "inter-node", "-e", "8"], "all 2 ranks are on one node, so no hop would be"),
         (["report", "--compliance"], "the evidence needs 3 ranks or more (the redirect attack)"),
         (

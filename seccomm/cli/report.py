@@ -14,6 +14,7 @@ import tempfile
 from ..compliance.config import ReviewConfig
 from ..compliance.report import DEFAULT_CHUNK_BYTES, load_bench
 from ..suites import SUITES
+from .attack import DEFAULT_TRIALS
 from .usage import UsageError, check_dir, check_file, check_outputs, int_in, launcher_np
 
 HELP = "Write a compliance report with live evidence (attacker harness, wire checks)."
@@ -29,7 +30,10 @@ def add_arguments(p) -> None:
         "--np", type=int_in(3, 64), help="local ranks when not under a launcher (default 3; redirect needs 3)"
     )
     p.add_argument(
-        "--trials", type=int_in(1, 10**6), default=200, help="attacker-harness trials per class (default 200)"
+        "--trials",
+        type=int_in(1, 10**6),
+        default=DEFAULT_TRIALS,
+        help=f"attacker-harness trials per class (default {DEFAULT_TRIALS}; the link classes run 3)",
     )
     p.add_argument(
         "--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the attack schedule (default 0)"

@@ -376,7 +376,7 @@ class FrameHold(TransportWrapper):
 _NEVER_TAG = 32000
 #: the link trials' frames [B], frames a hop (more than MPI's receipt_after: acknowledged),
 #: deadline [s] (each trial waits out two; long enough for loaded cores) and most trials per run
-_LINK_CHUNK, _LINK_FRAMES, _LINK_TIMEOUT, LINK_TRIALS = 4096, 9, 1.0, 5
+_LINK_CHUNK, _LINK_FRAMES, _LINK_TIMEOUT, LINK_TRIALS = 4096, 9, 1.0, 3
 
 
 def _link_ops(cls: str, sc, comm, x) -> None:
@@ -693,8 +693,9 @@ def run_class(
             if rank == attacker
             else None
         )
-        # short deadlines where a rank is left waiting by design (drop; swap's allgather phase)
-        wait = 0.15 if cls == "drop" else 0.3 if cls == "swap" else timeout
+        # short deadlines where a rank is left waiting by design (drop; pad: the fallback record a
+        # sender whose op went well never sends; swap's allgather phase)
+        wait = 0.15 if cls in ("drop", "pad") else 0.3 if cls == "swap" else timeout
         sc = SecureComm(
             comm, config.suite, psk=psk, timeout=wait, algorithm=alg, wrap_transport=wrap, **settings
         )
@@ -887,11 +888,27 @@ def run_classes(
         if rank == 0:
             log(
                 f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
-                f"{r['not_applicable']:>5} {r['expected']:>18} {r['seconds']:9.1f}  {explain(r)[:110]}"
+                f"{r['not_applicable']:>5} {r['expected']:>18} {r['seconds']:9.1f}  {_cut(explain(r), 110)}"
             )
     if pair != MPI.COMM_NULL:
         pair.Free()
     return rows
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at a word with an ellipsis when longer (the
+    whole text is in the JSON rows)."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    return (head.rsplit(" ", 1)[0] if " " in head else head).rstrip(",;:") + "…"
+
+
+def miss_bound(trials: int, confidence: float = 0.95) -> float:
+    """The one-sided upper confidence bound of a class's miss rate when none of ``trials``
+    trials was missed: ``1 - (1 - confidence) ** (1 / trials)`` (the exact binomial, Clopper
+    and Pearson 1934; about 3 / trials at 95 %, the "rule of three")."""
+    return 1.0 - (1.0 - confidence) ** (1.0 / trials) if trials > 0 else 1.0
 
 
 def explain(r: dict) -> str:
@@ -954,4 +971,12 @@ def verdict(rows: list[dict], suite: str, seconds: float) -> str:
     head = f"FAILED ({', '.join(bad)})" if bad else "OK"
     if not get_suite(suite).authenticated:
         counts += f"; suite {suite} authenticates no frame: silently accepted is what it should give"
-    return f"# {head}: {counts}{f' (n/a: {chr(44).join(na)})' if na else ''}, {seconds:.0f} s"
+    line = f"# {head}: {counts}{f' (n/a: {chr(44).join(na)})' if na else ''}, {seconds:.0f} s"
+    ran = sorted({r["trials"] for r in rows if r["trials"] and not r["not_applicable"]})
+    if ran and get_suite(suite).authenticated:
+        bounds = ", ".join(f"{miss_bound(n):.1%} for {n} trials" for n in ran)
+        line += (
+            f"\n# confidence: a class with none of n trials missed has a miss rate below "
+            f"1 - 0.05^(1/n) at 95 % confidence ({bounds}); --trials for more"
+        )
+    return line
