@@ -176,6 +176,5 @@ def test_the_miss_bound_and_the_cut():
     assert 2.9 / 1000 < miss_bound(1000) < 3.0 / 1000  # the rule of three
     assert _cut("short", 10) == "short"
     assert (
-        _cut("TransportTimeout: allreduce #2: rank 1 made no progress", 30)
-        == "TransportTimeout: allreduce…"
+        _cut("TransportTimeout: allreduce #2: rank 1 made no progress", 30) == "TransportTimeout: allreduce…"
     )

@@ -489,3 +489,28 @@ def test_the_summary_line_gives_a_ciphers_overhead_against_none_too():
     assert summary_line(rows, "allgather", "none") is None
     alone = [r for r in rows if r["variant"] != "none"]  # (no none run: no second ratio)
     assert summary_line(alone, "allreduce", "aes-256-gcm").endswith("0.84x vs native")
+
+
+def test_the_header_says_what_the_run_does():
+    """A workload run's header gives its own loop (20 iterations, 5 warm-up), not the sweep's
+    by-size rule; one rank is 'rank', not 'ranks'."""
+    from seccomm.bench import BenchConfig
+
+    assert BenchConfig(workload="resnet50").loop_text() == "warmup iters: 5 iters: 20"
+    assert "by size" in BenchConfig().loop_text()
+    out = run_cmd([*SECCOMM, "bench", "--np", "1", "-b", "4K", "-e", "4K"], timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "cores for 1 rank on this node" in out.stdout, out.stdout
+
+
+def test_every_launcher_example_gives_the_job_secret():
+    """The README's and the GPU page's torchrun lines and the DDP hook snippet say where the
+    job secret comes from (every rank needs one under a launcher)."""
+    root = Path(__file__).resolve().parents[1]
+    for page in ("README.md", "docs/gpu.md"):
+        for line in (root / page).read_text().splitlines():
+            if "torchrun --nproc" in line:
+                assert "SECCOMM_PSK" in line, (page, line)
+    readme = (root / "README.md").read_text()
+    snippet = readme[readme.index("from seccomm.torch import SecureHookState") - 200 :][:400]
+    assert "SECCOMM_PSK_FILE" in snippet

@@ -59,6 +59,9 @@ class BenchConfig:
 
     def loop_text(self) -> str:
         """The header's description of the loop."""
+        if self.workload:  # (one step's buckets: loop(None))
+            iters, warmup = self.loop(None)
+            return f"warmup iters: {warmup} iters: {iters}"
         iters = "by size (4 MiB / S in [20, 1000])" if self.iters is None else str(self.iters)
         warmup = "by size (iters / 5, at least 5)" if self.warmup is None else str(self.warmup)
         return f"warmup iters: {warmup} iters: {iters}"

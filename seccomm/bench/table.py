@@ -126,8 +126,8 @@ class Report:
             how = "a pool" if self.crypto_threads > 1 else "the calling thread: no pool"
             self.line(
                 f"# crypto threads: {self.crypto_threads} a rank ({how}; {node_cores()} cores for "
-                f"{local} ranks on this node; SecureComm crypto_threads, SECCOMM_CRYPTO_THREADS, "
-                "default: the node's cores / its ranks, at most 8)"
+                f"{local} rank{'s' * (local != 1)} on this node; SecureComm crypto_threads, "
+                "SECCOMM_CRYPTO_THREADS, default: the node's cores / its ranks, at most 8)"
             )
         over = oversubscription(local, node_cores())
         if over:
