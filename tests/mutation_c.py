@@ -23,7 +23,8 @@ source:
   ``tests/test_express.py`` (the compiled swap in process) and the two-rank scenarios of
   ``tests/test_collectives_mpi.py`` (real ranks: paired, express, tamper, nonce_unique ...).
 
-A mutant that does not compile is *stillborn* (left out of the score); one that makes a test
+The tests of each source must pass on the unmutated copy first (else the run stops).  A mutant
+that does not compile is *stillborn* (left out of the score); one that makes a test
 fail, or runs past ``--timeout``, is *killed*; one that passes every test *survives*.  Survivors
 written down in ``docs/testing.md`` (a row ``| `FILE:LINE` ... | reason |`` of the C/CUDA table)
 as equivalent are left out of the score too.  Prints per file: sampled, stillborn, killed,
@@ -153,6 +154,9 @@ def main(argv=None) -> int:
             how, tests = TARGETS[f]
             original = (ROOT / f).read_text()
             pool = generate(ROOT / f, Path(tmp) / "mutants" / Path(f).name)
+            if run_tests(work, tests, args.timeout, env) != "survived":  # (the unmutated source)
+                print(f"{f}: its tests fail without any mutant: fix them first", file=sys.stderr)
+                return 1
             order = random.Random(f"{args.seed}:{f}").sample(pool, len(pool))
             counts = {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0}
             t0 = time.time()

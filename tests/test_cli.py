@@ -514,3 +514,30 @@ def test_every_launcher_example_gives_the_job_secret():
     readme = (root / "README.md").read_text()
     snippet = readme[readme.index("from seccomm.torch import SecureHookState") - 200 :][:400]
     assert "SECCOMM_PSK_FILE" in snippet
+
+
+def test_a_sweep_that_does_not_fit_in_memory_is_refused_before_any_rank_starts(monkeypatch, capsys):
+    """The largest size's estimate (seccomm.bench.memory: per rank 2.5 S + 3.5 S per keyed suite
+    + 1.5 S for none, measured) times the ranks against the node's available memory: one line,
+    exit 2, nothing started (before: a traceback per rank, MemoryError)."""
+    from seccomm.bench import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2 << 30)
+    assert cli.main(["bench", "-b", "256M", "-e", "256M", "--suites", "none,aes-256-gcm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("seccomm bench: error: -e/--maxbytes 268,435,456 B needs about 4.2 GB")
+        and "\n" not in err
+    )
+    assert "2 rank(s) x 2.1 GB" in err and "2.1 GB is available" in err, err
+    assert memory.rank_bytes(1 << 20, ["aes-256-gcm"]) == (60 << 20) + 6 * (1 << 20)
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)  # (nothing readable: no check)
+    assert memory.memory_error(1 << 40, ["aes-256-gcm"], 2) is None
+
+
+@pytest.mark.mpi
+def test_under_a_launcher_a_sweep_that_does_not_fit_is_refused_on_every_rank(tmp_path):
+    env = dict(os.environ, SECCOMM_PSK="5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
+    out = run_cmd([mpiexec(), "-n", "2", *SECCOMM, "bench", "-b", "64G", "-e", "64G"], timeout=120, env=env)
+    assert out.returncode == 2 and out.stderr.count("needs about") == 1, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr

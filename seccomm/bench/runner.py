@@ -39,6 +39,11 @@ def main_ranks(cfg) -> int:
                 flush=True,
             )
         return 2
+    too_big = _memory_error(comm, cfg)
+    if too_big is not None:  # (every rank alike, before any SecureComm)
+        if rank == 0:
+            print(f"seccomm bench: error: {too_big}", file=sys.stderr, flush=True)
+        return 2
     try:
         secret, source = bench_secret(comm)
     except BenchSecretError as e:  # every rank: no usable common secret; one rank says why
@@ -101,6 +106,20 @@ def main_ranks(cfg) -> int:
         report.footer()
         report.write_files()
     return 1 if total_wrong else 0
+
+
+def _memory_error(comm, cfg) -> str | None:
+    """Under a launcher: the refusal (:func:`~.memory.memory_error`) of the first node where the
+    sweep's largest size does not fit its ranks, the same on every rank; None when it fits."""
+    from mpi4py import MPI
+
+    from .memory import memory_error
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node.Get_size()
+    node.Free()
+    mine = None if cfg.workload else memory_error(cfg.maxbytes, cfg.suites, local)
+    return next((m for m in comm.allgather(mine) if m is not None), None)
 
 
 def _does_crypto(suite: str) -> bool:

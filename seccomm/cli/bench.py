@@ -130,6 +130,7 @@ def run(args, argv) -> int:
             )
         check_outputs(lambda: check_paths(cfg))
         check_cores(cfg.np, args.oversubscribe, "seccomm bench")
+        check_memory(cfg, cfg.np)
         return relaunch(cfg.np, argv, prog="seccomm bench")
     launcher_np(args.np)
     check_outputs(lambda: check_paths(cfg))
@@ -248,6 +249,17 @@ def _check_np(cfg: BenchConfig) -> None:
             f"--np {cfg.np} is not sensible on {cores} cores: use 1..{max(64, 8 * cores)} "
             f"locally, or your own launcher (mpiexec -n N seccomm bench) across nodes"
         )
+
+
+def check_memory(cfg: BenchConfig, local_ranks: int) -> None:
+    """The sweep's largest size fits this node's free memory (:mod:`seccomm.bench.memory`: an
+    estimate per rank, times the ranks started here), else ``UsageError`` before any rank
+    starts.  A workload run is sized by its model and not checked here."""
+    from ..bench.memory import memory_error
+
+    why = None if cfg.workload else memory_error(cfg.maxbytes, cfg.suites, local_ranks)
+    if why:
+        raise UsageError(why)
 
 
 def _check_workload(cfg: BenchConfig) -> None:
