@@ -112,3 +112,28 @@ def test_project_and_bench_write_their_plots(tmp_path):
     cmd = [*SECCOMM, "bench", "-e", "1K", "-f", "4", "-n", "2", "-w", "0", "--collective", "allreduce,bcast"]
     out = run_cmd([*cmd, "--plot", str(b)], timeout=300, env=env, cwd=tmp_path)
     assert out.returncode == 0 and b.read_text().startswith("<?xml"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("lo, hi", [(0.8, 1.88), (1.10, 1.88), (0.97, 1.04), (1.0, 3.5)])
+def test_a_narrow_overhead_axis_is_labelled_across_its_range(lo, hi):
+    """Overheads between ``lo`` and ``hi`` (as a bench run's 1.10x-1.88x): labelled ticks in the
+    data's range, none more than a quarter of it apart, so no part of a line crosses an
+    unlabelled half (before: labels at 0.8x, 0.9x and 1x only)."""
+    rows = rows_of(["allreduce"])
+    for r in rows:
+        f = (r["size_bytes"] - SIZES[0]) / (SIZES[-1] - SIZES[0])
+        r["overhead_x"] = 1.0 if r["variant"] == "native" else lo + (hi - lo) * f
+    fig = plot.bench_figure(rows)
+    over = fig.axes[0]
+    fig.canvas.draw()
+    ymin, ymax = over.get_ylim()
+    shown = sorted(
+        float(t.get_text().rstrip("x"))
+        for t in over.get_yticklabels()
+        if t.get_text() and ymin <= t.get_position()[1] <= ymax
+    )
+    inside = [v for v in shown if min(lo, 1.0) <= v <= max(hi, 1.0)]
+    assert len(inside) >= 3, shown
+    a, b = min(lo, 1.0), max(hi, 1.0)  # (the data: native's 1x too)
+    gaps = [y - x for x, y in zip([a, *inside], [*inside, b])]
+    assert max(gaps) <= (b - a) / 4 + 1e-9, (shown, gaps)
