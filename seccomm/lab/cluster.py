@@ -7,10 +7,12 @@ every rank, and tears everything down when the block ends: normally, on an error
 :class:`Interrupted`).  Signals are ignored while the teardown runs.
 
 Ranks are placed in blocks of ``ranks_per_host`` per host with MPICH's MPMD syntax, each through
-``ip netns exec HOST unshare --uts sh -c 'hostname "$0" && exec "$@"' HOST ...``: a host's ranks
-share its namespace and its host name (what seccomm's topology keys on, so that
-``encrypt="inter-node"`` applies between hosts).  ``UCX_TLS=tcp,self`` and
-``MPIR_CVAR_NOLOCAL=1`` keep MPICH off shared memory, so rank-to-rank traffic between hosts
+``ip netns exec HOST unshare --uts --mount sh -c WRAPPER HOST SHM ...``: a host's ranks share its
+namespace, its host name (what seccomm's topology keys on, so that ``encrypt="inter-node"``
+applies between hosts) and its own ``/dev/shm`` (``SHM``, :func:`.netns.shm_dir`, bound there in
+the rank's mount namespace; teardown deletes it, so nothing is left in the machine's).
+``UCX_TLS=tcp,self`` and ``MPIR_CVAR_NOLOCAL=1`` keep MPICH off shared memory, so rank-to-rank
+traffic between hosts
 crosses the emulated links (between ranks of one host it stays inside the host: loopback).
 """
 
@@ -32,7 +34,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 #: environment of every rank: MPICH over TCP (UCX), no shared memory between ranks
 MPI_ENV = {"UCX_TLS": "tcp,self", "MPIR_CVAR_NOLOCAL": "1", "PYTHONUNBUFFERED": "1"}
 #: the per-rank wrapper: the host's namespace and host name, then the command
-WRAPPER = 'hostname "$0" && exec "$@"'
+#: each rank, in its host's namespace: the host name, and the host's own /dev/shm ($1, bound in a
+#: mount namespace of the rank's own: the machine's /dev/shm is never written)
+WRAPPER = 'hostname "$0" && mount --bind "$1" /dev/shm && shift && exec "$@"'
 
 
 class Interrupted(BaseException):
@@ -127,7 +131,20 @@ class Cluster:
             h, dev = self.spec.host(i), (devices[i] if devices else "eth0")
             cmd += [":"] if i else []
             cmd += ["-n", str(self.spec.ranks_per_host), "ip", "netns", "exec", h]
-            cmd += ["unshare", "--uts", "sh", "-c", WRAPPER, h, "env", f"UCX_NET_DEVICES={dev}", *argv]
+            shm = str(netns.shm_dir(self.spec.prefix, h))
+            cmd += [
+                "unshare",
+                "--uts",
+                "--mount",
+                "sh",
+                "-c",
+                WRAPPER,
+                h,
+                shm,
+                "env",
+                f"UCX_NET_DEVICES={dev}",
+            ]
+            cmd += argv
         return cmd
 
     def run(self, argv, time_limit: float, devices=None, env=None, stdout=None) -> RunResult:

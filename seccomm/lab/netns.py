@@ -8,13 +8,20 @@ duplex: each direction at the link rate).  Nothing is made in the caller's names
 Every process the lab starts carries ``SECCOMM_LAB_RUN=<prefix>`` in its environment; teardown
 ends them by that mark (the ranks, ``mpiexec`` and its proxy, tunnel daemons), then deletes the
 run's namespaces, which removes every link and bridge in them.
+
+Every host also has its own ``/dev/shm``: a directory of the run (:func:`shm_dir`) that its ranks
+see there (a bind mount in a mount namespace of their own), as separate machines do; MPI's
+shared-memory files of ranks that were killed stay in it and teardown deletes it, so nothing of
+a run remains in the machine's ``/dev/shm``, however the run ended.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import subprocess
 import time
 from pathlib import Path
@@ -114,9 +121,22 @@ def build(spec: ClusterSpec) -> None:
         _host(spec, i)
 
 
+def run_dir(prefix: str) -> Path:
+    """The run's own files (every host's ``/dev/shm``), under the temporary directory."""
+    return Path(tempfile.gettempdir()) / f"seccomm-lab-{prefix}"
+
+
+def shm_dir(prefix: str, host: str) -> Path:
+    """What the ranks of ``host`` see as ``/dev/shm``."""
+    return run_dir(prefix) / host / "shm"
+
+
 def _host(spec: ClusterSpec, i: int) -> None:
     h, port = spec.host(i), f"{spec.prefix}p{i}"
     _namespace(h)
+    shm = shm_dir(spec.prefix, h)
+    shm.mkdir(parents=True, exist_ok=True)
+    shm.chmod(0o1777)  # (as /dev/shm: every user may create files, each its own)
     ip("-n", spec.switch_ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", h)
     _link_up(spec.switch_ns, port, spec.mtu, f"{spec.prefix}r{spec.rack_of(i)}")
     ip("-n", h, "addr", "add", f"{spec.address(i)}/16", "dev", "eth0")
@@ -178,6 +198,7 @@ def teardown(prefix: str) -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
     for sock in Path("/var/run/wireguard").glob(f"{prefix}*.sock"):
         sock.unlink(missing_ok=True)
+    shutil.rmtree(run_dir(prefix), ignore_errors=True)  # (every host's /dev/shm)
 
 
 def leftovers(prefix: str) -> list[str]:
@@ -190,4 +211,5 @@ def leftovers(prefix: str) -> list[str]:
         + [f"link {line.split(':')[1].strip()}" for line in links]
         + [f"process {pid}" for pid in marked_pids(prefix)]
         + [f"socket {s}" for s in socks]
+        + ([f"files {run_dir(prefix)}"] if run_dir(prefix).exists() else [])
     )

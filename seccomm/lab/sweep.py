@@ -14,7 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..launch import fresh_secret_file, python_argv
+from ..keys import new_secret_file
+from ..launch import python_argv
 from . import tunnel
 from .cluster import Cluster
 from .spec import ClusterSpec, format_rate
@@ -28,7 +29,10 @@ def bench_on(cluster: Cluster, bench_args: list[str], network: str, time_limit: 
     """Run ``seccomm bench BENCH_ARGS`` on every rank of ``cluster`` over ``network``; the run's
     record: network, exit status, wall and CPU seconds, bytes on each link, the bench's JSON."""
     devices = tunnel.up(cluster.spec, cluster.env()) if network == "wireguard" else None
-    secret, folder = fresh_secret_file(), tempfile.mkdtemp(prefix="seccomm-lab-")  # as the bench's
+    folder = tempfile.mkdtemp(
+        prefix="seccomm-lab-"
+    )  # (0700; its hosts see it, not /dev/shm: theirs is their own)
+    secret = new_secret_file(folder)
     out = Path(folder, "bench.json")
     header = f"{cluster.spec.describe()}, network {network}"
     try:
