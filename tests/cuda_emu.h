@@ -22,7 +22,7 @@
 #include <vector>
 
 struct dim3 { unsigned x, y, z; };
-struct uint4 { unsigned x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };  // (aligned as CUDA's: a misaligned access is UB, caught below)
 
 namespace emu {
 inline std::mutex error_lock;

@@ -49,6 +49,11 @@ def build(outdir: Path, source: str | None = None) -> ctypes.CDLL:
             "-Werror",
             "-Wno-unused-parameter",
             "-Wno-unknown-pragmas",
+            # a misaligned vector access (uint4 at an address not a multiple of 16) faults on a
+            # GPU; here UBSan's alignment check stops the process instead of passing by luck (its
+            # report goes to stderr: run pytest with -s to read it)
+            "-fsanitize=alignment",
+            "-fno-sanitize-recover=alignment",
             "-shared",
             "-fPIC",
             "-pthread",
