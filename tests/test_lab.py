@@ -154,6 +154,26 @@ def test_bad_arguments_one_line_before_anything_is_built(capsys, monkeypatch, ar
     assert err.startswith("seccomm cluster: error: ") and msg in err and "\n" not in err, err
 
 
+def test_a_tunnel_asked_for_but_not_installed_is_refused_before_anything_is_built(capsys, monkeypatch):
+    """--tunnel wireguard without wireguard-go: exit 2 and the install line, nothing built
+    (before: '# wireguard: skipped', the plain runs, exit 0)."""
+
+    def never(*_a, **_k):
+        raise AssertionError("a cluster was built although the tunnel asked for cannot run")
+
+    monkeypatch.setattr(netns, "build", never)
+    monkeypatch.setattr(privilege, "userns_argv", never)
+    monkeypatch.setattr(
+        tunnel, "missing", lambda: "wireguard-go not installed (apt-get install wireguard-go)"
+    )
+    assert cli.main(["cluster", "--hosts", "2", "--tunnel", "wireguard"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "seccomm cluster: error: --tunnel wireguard: wireguard-go not installed (apt-get install "
+        "wireguard-go); install it, or leave --tunnel out"
+    ), err
+
+
 def test_without_privileges_one_line_says_what_is_needed(capsys, monkeypatch):
     monkeypatch.setattr(privilege, "privileged", lambda: False)
     monkeypatch.setattr(privilege, "userns_works", lambda: False)

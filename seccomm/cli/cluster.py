@@ -69,6 +69,12 @@ def run(args, argv) -> int:
         raise UsageError(f"--at {at} is not a benched size ({', '.join(map(str, cfg.sizes()))})")
     if args.json:
         check_file("--json", args.json)
+    if args.tunnel:  # asked for: without it the run would not answer the question (exit 2)
+        from ..lab import tunnel
+
+        why = tunnel.missing()
+        if why:
+            raise UsageError(f"--tunnel {args.tunnel}: {why}; install it, or leave --tunnel out")
     if not privilege.privileged():
         if privilege.in_userns() or not privilege.userns_works():
             raise UsageError(privilege.NEEDS)
@@ -97,10 +103,9 @@ def _sweep(args, specs, bench_args, cfg, at) -> int:
     from ..lab.sweep import scaling_rows, scaling_table, sweep
 
     networks = ["plain"]
-    if args.tunnel:
-        why = tunnel.missing()
-        print(f"# {args.tunnel}: " + (f"skipped: {why}" if why else tunnel.version()), flush=True)
-        networks += [] if why else [args.tunnel]
+    if args.tunnel:  # (installed: checked before anything was built)
+        print(f"# {args.tunnel}: {tunnel.version()}", flush=True)
+        networks.append(args.tunnel)
     try:
         runs = sweep(specs, bench_args, networks, args.time_limit, log=lambda s: print(s, flush=True))
     except Interrupted as e:
