@@ -131,11 +131,24 @@ def scaling_table(rows: list[dict], size: int, collective: str) -> list[str]:
     head = f"# {'hosts':>5} {'ranks':>5} {'variant':>18} {'time [us]':>11} {'busbw [GB/s]':>12} "
     head += f"{'overhead [x]':>12} {'link [%]':>8} {'efficiency':>10}"
     lines = [f"#\n# scaling: {collective} at {size} B (the same bench rows as above)", head]
+    over = False
     for r in rows:
         link = "-" if r["link_share"] != r["link_share"] else f"{100 * r['link_share']:.0f}"
+        if r["link_share"] > 1.0:
+            link, over = link + "*", True
         eff = "-" if r["efficiency"] != r["efficiency"] else f"{r['efficiency']:.2f}"
         lines.append(
             f"  {r['hosts']:>5} {r['ranks']:>5} {r['variant']:>18} {r['time_us']:>11.1f} "
             f"{r['busbw_gbps']:>12.3f} {r['overhead_x']:>12.2f} {link:>8} {eff:>10}"
+        )
+    lines.append(
+        "# link [%] = busbw x 8 / the host link's rate: the share of a link that a ring's traffic "
+        "at this busbw would take (busbw counts the bytes a flat ring sends on every hop)"
+    )
+    if over:
+        lines.append(
+            "# * above 100: the host links carried fewer bytes than a flat ring's at this busbw "
+            "(tbf holds each link to its rate, with a burst of 250 us), so the share overstates "
+            "the link's use; the run's line above gives the bytes the links did carry"
         )
     return lines
