@@ -132,6 +132,7 @@ def test_a_link_share_above_the_rate_is_marked_and_explained():
     "args,msg",
     [
         (["--hosts", "0"], "hosts must be in 1..64"),
+        (["--hosts", "16,64"], "--hosts 64: the lab runs at most 32 hosts"),
         (["--hosts", "2,x"], "bad --hosts '2,x'"),
         (["--hosts", ","], "give at least one host count"),
         (["--link", "fast"], "bad link rate 'fast'"),

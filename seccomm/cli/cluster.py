@@ -126,10 +126,16 @@ def _sweep(args, specs, bench_args, cfg, at) -> int:
     return 0 if runs and all(r["returncode"] == 0 for r in runs) else 1
 
 
+#: most hosts a run is started with: the names and addresses go to MAX_HOSTS (64), but 64-host
+#: runs failed to connect their ranks where 16 and 32 ran
+RUN_MAX_HOSTS = 32
+
+
 def _specs(a) -> list:
     """One :class:`~seccomm.lab.ClusterSpec` per host count (in the order given, each once);
     ``UsageError`` on bad values."""
     from ..lab import ClusterSpec, parse_rate
+    from ..lab.spec import MAX_HOSTS
 
     try:
         counts = list(dict.fromkeys(int(x) for x in a.hosts.split(",") if x.strip()))
@@ -137,6 +143,13 @@ def _specs(a) -> list:
         raise UsageError(f"bad --hosts {a.hosts!r}: a comma list of host counts, e.g. 1,2,4,8") from None
     if not counts:
         raise UsageError("--hosts: give at least one host count, e.g. 1,2,4,8")
+    big = [n for n in counts if n > RUN_MAX_HOSTS]
+    if big and all(1 <= n <= MAX_HOSTS for n in counts):
+        raise UsageError(
+            f"--hosts {','.join(map(str, big))}: the lab runs at most {RUN_MAX_HOSTS} hosts; above that "
+            f"MPICH's UCX transport fails to connect every pair of ranks over the emulated switch "
+            f"('No route to host', with 64 hosts on a 2-core machine): use {RUN_MAX_HOSTS} or fewer"
+        )
     try:
         link = parse_rate(a.link)
         shape = (a.ranks_per_host, link, a.hosts_per_rack, a.oversubscription, a.mtu)
