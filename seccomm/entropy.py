@@ -30,7 +30,9 @@ The estimate of a byte string ``s`` of ``n`` bytes is the minimum over six views
   fewest bits of any reading.  A passphrase padded with a few control bytes, with an accented
   letter in it, or saved as "Unicode" with a byte-order mark, is still a passphrase;
 - the text view of what ``s`` encodes when it is all hex digits or base64 text that decodes
-  (:func:`decoded`): a passphrase run through ``base64`` is still a passphrase.
+  (:func:`decoded`) to :data:`DECODED_MIN` bytes or more, or to text only: a passphrase run
+  through ``base64`` is still a passphrase, and ``openssl rand -base64 24`` (24 random bytes,
+  which hold a run of 12 text characters about once in 7,700 draws) is judged as base64 text.
 
 What it does not see: text behind any other transform (each byte with its high bit set, a byte
 inserted every 11 characters or fewer so that no run reaches :data:`TEXT_RUN`, a passphrase
@@ -62,6 +64,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 MIN_SECRET_BITS = 128
+#: the decoded view judges what a hex or base64 secret encodes when it is this long (a random
+#: secret's length: :data:`seccomm.keys.MIN_SECRET_BYTES`) or all text (a short passphrase)
+DECODED_MIN = 32
 #: characters a run of text needs for the text view to count it as text (2 bits a character)
 TEXT_RUN = 12
 _TEXT_BITS, _BYTE_BITS = 2.0, 8.0
@@ -227,8 +232,9 @@ def estimate_bits(data: bytes) -> Estimate:
     if text < best.bits:
         best = Estimate(text, "text among other bytes", "characters")
     inner = decoded(data)
-    if inner is not None and (text := text_bits(inner)) < best.bits:
-        best = Estimate(text, "encoded text", "decoded characters")
+    if inner is not None and (len(inner) >= DECODED_MIN or all(_is_text(c) for c, _ in _utf8(inner))):
+        if (text := text_bits(inner)) < best.bits:
+            best = Estimate(text, "encoded text", "decoded characters")
     return best
 
 

@@ -146,6 +146,9 @@ WEAK = {
     "a passphrase in UTF-16-BE after a random byte": b"\x9d" + WORDS40.decode().encode("utf-16-be"),
     "a passphrase in UTF-32": WORDS40.decode().encode("utf-32"),
     "a passphrase run through base64": base64.b64encode(WORDS40),
+    "a 24-character passphrase run through base64 (32 characters)": base64.b64encode(
+        b"my training secret 2026!"
+    ),
     "a passphrase in URL-safe base64 without padding": base64.urlsafe_b64encode(WORDS40 + b"?>").rstrip(b"="),
     "a passphrase's hex digits as text": WORDS40[:32].hex().encode(),
 }
@@ -176,8 +179,8 @@ def test_strong_secrets_pass():
             os.unlink(path)
     worst = min(estimate_bits(os.urandom(32)).bits for _ in range(20_000))
     assert worst >= 128 + 8  # far from the threshold in practice
-    for n in (24, 32):  # ``openssl rand -base64 N``: judged as base64 text, and decoded
-        assert min(estimate_bits(base64.b64encode(os.urandom(n))).bits for _ in range(2_000)) >= 128
+    for n in (24, 32):  # ``openssl rand -base64 N``: judged as base64 text, and decoded (32 B)
+        assert min(estimate_bits(base64.b64encode(os.urandom(n))).bits for _ in range(20_000)) >= 128
 
 
 def _stirling2(n, k):
