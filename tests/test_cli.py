@@ -517,8 +517,8 @@ def test_every_launcher_example_gives_the_job_secret():
 
 
 def test_a_sweep_that_does_not_fit_in_memory_is_refused_before_any_rank_starts(monkeypatch, capsys):
-    """The largest size's estimate (seccomm.bench.memory: per rank 2.5 S + 3.5 S per keyed suite
-    + 1.5 S for none, measured) times the ranks against the node's available memory: one line,
+    """The largest size's estimate (seccomm.bench.memory: per rank 3.5 S + 2.5 S per keyed suite
+    + 0.5 S for none, measured) times the ranks against the node's available memory: one line,
     exit 2, nothing started (before: a traceback per rank, MemoryError)."""
     from seccomm.bench import memory
 
@@ -526,10 +526,10 @@ def test_a_sweep_that_does_not_fit_in_memory_is_refused_before_any_rank_starts(m
     assert cli.main(["bench", "-b", "256M", "-e", "256M", "--suites", "none,aes-256-gcm"]) == 2
     err = capsys.readouterr().err.strip()
     assert (
-        err.startswith("seccomm bench: error: -e/--maxbytes 268,435,456 B needs about 4.2 GB")
+        err.startswith("seccomm bench: error: -e/--maxbytes 268,435,456 B needs about 3.6 GB")
         and "\n" not in err
     )
-    assert "2 rank(s) x 2.1 GB" in err and "2.1 GB is available" in err, err
+    assert "2 rank(s) x 1.8 GB" in err and "2.1 GB is available" in err, err
     assert memory.rank_bytes(1 << 20, ["aes-256-gcm"]) == (60 << 20) + 6 * (1 << 20)
     monkeypatch.setattr(memory, "available_bytes", lambda: None)  # (nothing readable: no check)
     assert memory.memory_error(1 << 40, ["aes-256-gcm"], 2) is None

@@ -1,11 +1,11 @@
 """How much memory a ``seccomm bench`` sweep needs on one node, checked before any rank starts.
 
 Per rank, for a message of S bytes (nccl-tests' S: the whole array), measured with ``ru_maxrss``
-on 2 ranks at S = 256 MiB (allreduce, ``-n 3 -w 1``): 6.0 S with ``--suites aes-256-gcm``, 7.5 S
-with ``none,aes-256-gcm``, 11.0 S with ``none,aes-256-gcm,chacha20-poly1305``, each over the
-interpreter's 60 MB.  So: 2.5 S for the send buffer, native MPI's result and MPI's own copies,
-3.5 S for each keyed suite (its result, its send and receive frames, the wire copies of the
-pipelined hops) and 1.5 S for ``none`` (its result and frames, no ciphertext).
+on 2 ranks at S = 256 MiB (allreduce, ``-n 3 -w 1``, AMD EPYC): 6.0 S with ``--suites
+aes-256-gcm``, 6.5 S with ``none,aes-256-gcm``, 9.0 S with ``none,aes-256-gcm,chacha20-poly1305``,
+each over the interpreter's 60 MB.  So: 3.5 S for the send buffer, native MPI's result, the one
+result buffer the suites share and MPI's own copies; 2.5 S for each keyed suite (its send and
+receive frames, the wire copies of the pipelined hops) and 0.5 S for ``none`` (no ciphertext).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 #: bytes a rank uses before any buffer (the interpreter, numpy, mpi4py, cryptography)
 BASE_BYTES = 60 << 20
 #: multiples of S: every run; each keyed suite; the none suite (see the module docstring)
-PER_RUN, PER_KEYED, PER_NONE = 2.5, 3.5, 1.5
+PER_RUN, PER_KEYED, PER_NONE = 3.5, 2.5, 0.5
 
 
 def rank_bytes(nbytes: int, suites: list[str]) -> int:
@@ -61,7 +61,7 @@ def memory_error(maxbytes: int, suites: list[str], local_ranks: int) -> str | No
         return None
     return (
         f"-e/--maxbytes {maxbytes:,} B needs about {per * local_ranks / 1e9:.1f} GB on this node "
-        f"({local_ranks} rank(s) x {per / 1e9:.1f} GB: the send buffer, native MPI's result and "
-        f"each suite's result and frames), and {free / 1e9:.1f} GB is available: use a smaller -e, "
+        f"({local_ranks} rank(s) x {per / 1e9:.1f} GB: the send buffer, the results and each "
+        f"suite's frames), and {free / 1e9:.1f} GB is available: use a smaller -e, "
         f"fewer --suites, or fewer ranks"
     )

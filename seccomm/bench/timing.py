@@ -11,9 +11,10 @@ import numpy as np
 def measure(comm, variants: list, call, reset, wrong, iters: int, warmup: int, check: bool):
     """``(times, wrong_counts)``: ``times[v, it]`` as :func:`interleaved_times`; with ``check``,
     ``wrong_counts[v]`` = ``wrong(variants[v])`` (elements that differ from the first variant,
-    native MPI) summed over ranks after one call of every variant, else None for each (nothing
-    was checked: not 0, which would claim a check).  ``reset()`` runs before the checked calls
-    and before the timed loop.  Collective over ``comm``."""
+    native MPI) summed over ranks, each taken right after that variant's one checked call (so
+    the variants after the first may share one result buffer), else None for each (nothing was
+    checked: not 0, which would claim a check).  ``reset()`` runs before the checked calls and
+    before the timed loop.  Collective over ``comm``."""
     from mpi4py import MPI
 
     if not check:
@@ -21,10 +22,10 @@ def measure(comm, variants: list, call, reset, wrong, iters: int, warmup: int, c
         return interleaved_times(comm, variants, call, iters, warmup), [None] * len(variants)
     counts = np.zeros(len(variants), np.int64)
     reset()
-    for v in variants:
+    for i, v in enumerate(variants):
         call(v)
-    for i, v in enumerate(variants[1:], 1):
-        counts[i] = wrong(v)
+        if i:
+            counts[i] = wrong(v)
     comm.Allreduce(MPI.IN_PLACE, counts, MPI.SUM)
     reset()
     return interleaved_times(comm, variants, call, iters, warmup), counts
