@@ -209,6 +209,15 @@ def test_bad_arguments_are_refused(change, match):
 
 
 @built
+@pytest.mark.parametrize("name, size", [("snonce", 12), ("shdr", 89), ("rnonce", 12), ("rhdr", 89)])
+def test_buffers_the_swap_writes_must_be_writable(name, size):
+    """The swap writes each op's nonces and headers in place: a read-only buffer (bytes) is
+    refused, never written through."""
+    with pytest.raises(BufferError, match="not writable"):
+        _self_swap(AESGCM(KEY), "float32", 10, **{name: bytes(size)})
+
+
+@built
 def test_an_mpi_error_at_the_start_is_reported_not_lost():
     """A send MPI refuses (peer 5 of a world of one): start() returns MPIERR with MPI's code
     kept, never a count of a receive that was not posted."""
