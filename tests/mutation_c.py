@@ -91,10 +91,13 @@ def compiles(work: Path, how: str, env: dict) -> bool:
     """Whether the mutated copy compiles as its tests compile it (the same compilers and flags,
     ``-Werror`` included: the host shim, the Poly1305 shim and the kernel emulator for the CUDA
     sources, the extension for ``_pairswap.c``)."""
-    if how == "ext":
+    if how == "ext":  # (optional in setup.py: a failed build exits 0 and leaves no module)
+        for old in (work / "seccomm").glob("_pairswap*.so"):
+            old.unlink()
         cmd = [sys.executable, "setup.py", "build_ext", "--inplace", "--force"]
-    else:
-        cmd = [sys.executable, "-c", _BUILD_GPU]
+        subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+        return any((work / "seccomm").glob("_pairswap*.so"))
+    cmd = [sys.executable, "-c", _BUILD_GPU]
     return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True).returncode == 0
 
 
