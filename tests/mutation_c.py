@@ -94,6 +94,7 @@ def compiles(work: Path, how: str, env: dict) -> bool:
     if how == "ext":  # (optional in setup.py: a failed build exits 0 and leaves no module)
         for old in (work / "seccomm").glob("_pairswap*.so"):
             old.unlink()
+        shutil.rmtree(work / "build", ignore_errors=True)  # (else its last module is copied in)
         cmd = [sys.executable, "setup.py", "build_ext", "--inplace", "--force"]
         subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
         return any((work / "seccomm").glob("_pairswap*.so"))
