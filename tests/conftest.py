@@ -151,6 +151,28 @@ def run_cmd(
         drop_orphan_shm(shm)
 
 
+#: the end of an inline rank script (:func:`rank_results`): rank 0 prints every rank's ``res``
+RESULTS_TAIL = """
+from mpi4py import MPI as _MPI
+_out = _MPI.COMM_WORLD.gather(res)
+if _MPI.COMM_WORLD.rank == 0:
+    for _r, _ln in enumerate(_out):
+        print(f"RESULT {_r} {_ln}", flush=True)
+"""
+
+
+def rank_results(script: str, n: int, *args, timeout: float = 120, env=None) -> tuple[dict, str]:
+    """Run ``script`` (Python source that sets ``res``, a one-line string, on every rank) on
+    ``n`` real ranks with ``args``; returns ({rank as str: res}, stdout) after checking that
+    the launch succeeded and every rank reported."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable, "-c", script + RESULTS_TAIL, *map(str, args)]
+    out = run_cmd(cmd, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert sorted(results, key=int) == [str(r) for r in range(n)], out.stdout[-2000:]
+    return results, out.stdout
+
+
 def _run_cmd(cmd, timeout, what, **kw) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw, start_new_session=True

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mpiexec, run_cmd
+from conftest import mpiexec, rank_results, run_cmd
 
 
 def _results(stdout):
@@ -191,10 +191,6 @@ for k in range(3):
     except SecCommError as e:
         res = f"{type(e).__name__} {e.peer} {getattr(e, 'link', None)} {e}"
         break
-out = c.gather(res)
-if c.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -204,10 +200,7 @@ def test_dropped_receipts_name_the_link_not_a_rank_that_did_its_part():
     on rank 1 in one op while rank 1 waits on rank 0 in the next.  Every rank raises
     TransportTimeout naming the link 0-1 (``link == (0, 1)``); none names itself as the rank
     that stalled, and rank 2 names no rank of its own links."""
-    out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", _DROP_RECEIPTS], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert sorted(results) == ["0", "1", "2"], out.stdout
+    results, _ = rank_results(_DROP_RECEIPTS, 3)
     for r, text in results.items():
         err, peer, link = text.split(" ")[:3]
         assert err == "TransportTimeout" and link == "(0," and "1)" in text, (r, text)
@@ -233,10 +226,6 @@ for k in range(4):
     except SecCommError as e:
         res = f"{type(e).__name__} {e.peer} {getattr(e, 'link', None)} {e}"
         break
-out = c.gather(res)
-if c.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -249,10 +238,7 @@ def test_a_rank_that_stalls_between_ops_is_named_by_every_rank_itself_included(s
     link, and the late notice of a stalled rank (inside the others' grace period at 3 s) names
     itself, so it closes no cycle that would make ranks 0 and 2 name a link."""
     script = f"STALL_S = {stall_s}\n" + _STALL
-    out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", script], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert sorted(results) == ["0", "1", "2"], out.stdout
+    results, _ = rank_results(script, 3)
     for r, text in results.items():
         assert text.startswith("TransportTimeout 1 None "), (r, text)
     assert "gave up waiting on this rank (rank 1): it stalled" in results["1"], results
@@ -279,10 +265,6 @@ try:
     res = "RETURNED"
 except SecCommError as e:
     res = f"{type(e).__name__} {time.monotonic() - t0:.2f} {e}"
-out = c.gather(res)
-if c.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -293,10 +275,7 @@ def test_junk_on_the_fallback_box_does_not_hide_the_genuine_record():
     Three junk messages wait there first (a record of no op, 17 bytes, 4 KiB): each is dropped
     and the receive posted again, and both ranks raise the disagreement at once, not a FrameError
     at the 3 s deadline."""
-    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", _FALLBACK_JUNK], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert sorted(results) == ["0", "1"], out.stdout
+    results, _ = rank_results(_FALLBACK_JUNK, 2)
     for r, text in results.items():
         err, secs, msg = text.split(" ", 2)
         assert err == "ArgumentMismatchError" and float(secs) < 1.5, (r, text)
@@ -332,10 +311,6 @@ for k in range(1, 5):
         break
     if c.rank == 1 and k == 2:
         time.sleep(PAUSE_S)  # its own work between two ops
-out = c.gather(res)
-if c.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -348,10 +323,7 @@ def test_a_rank_whose_message_was_held_is_not_blamed_for_stalling(pause_s):
     did not stall however briefly it has waited since.  Both ranks name the link (0, 1) (before,
     at 2.5 s, both named rank 1 as the rank that stalled)."""
     script = f"PAUSE_S = {pause_s}\n" + _HELD
-    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", script], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert sorted(results) == ["0", "1"], out.stdout
+    results, _ = rank_results(script, 2)
     for r, text in results.items():
         assert text.startswith(f"TransportTimeout {1 - int(r)} (0, 1) "), (r, text)
         assert "each waited on the other" in text and "stalled" not in text, (r, text)

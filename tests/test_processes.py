@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import mpiexec, run_cmd
+from conftest import rank_results, run_cmd
 
 _INTERCOMM = """
 import time
@@ -23,10 +23,6 @@ try:
     res = "BUILT"
 except TypeError as e:
     res = f"TypeError {time.monotonic() - t0:.2f} {e}"
-out = w.gather(res)
-if w.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -34,10 +30,7 @@ if w.rank == 0:
 def test_an_intercommunicator_is_refused_at_once_on_every_rank():
     """4 ranks, two groups joined by an intercommunicator: every rank raises TypeError naming
     Intracomm and the fix at once (before: the setup ran out its 10 s deadline)."""
-    out = run_cmd([mpiexec(), "-n", "4", sys.executable, "-c", _INTERCOMM], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert sorted(results) == ["0", "1", "2", "3"], out.stdout
+    results, _ = rank_results(_INTERCOMM, 4)
     for r, text in results.items():
         err, secs, msg = text.split(" ", 2)
         assert err == "TypeError" and float(secs) < 1.0, (r, text)
@@ -104,10 +97,6 @@ except SecCommError as e:
     res = f"{type(e).__name__} {e.peer} {time.monotonic() - t0:.2f} {e}"
 except BaseException as e:
     res = f"{type(e).__name__} - {time.monotonic() - t0:.2f} {e!r}"
-out = c.gather(res)
-if c.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -117,10 +106,7 @@ def test_keyboardinterrupt_or_systemexit_inside_an_op_stops_the_peer_at_once(kin
     """Rank 1 gets Ctrl-C (SIGINT) or raises SystemExit inside a 32 MiB allreduce (deadline
     30 s): it sees its own exception, and rank 0 raises PeerAbortError naming rank 1 within a
     few seconds, not TransportTimeout at the deadline (before: 30 s, 'rank 1 made no progress')."""
-    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", _INTERRUPT, kind], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert sorted(results) == ["0", "1"], out.stdout
+    results, _ = rank_results(_INTERRUPT, 2, kind)
     err, peer, secs, msg = results["0"].split(" ", 3)
     assert (err, peer) == ("PeerAbortError", "1") and float(secs) < 10, results
     assert "rank 1 stopped this operation after an error of its own" in msg, results
@@ -159,10 +145,6 @@ try:
     res = f"OK {y[0]:g}"
 except SecCommError as e:
     res = f"{type(e).__name__} {e}"
-out = c.gather(res)
-if c.rank == 0:
-    for r, ln in enumerate(out):
-        print(f"RESULT {r} {ln}", flush=True)
 """
 
 
@@ -172,11 +154,9 @@ def test_a_forked_child_refuses_every_call_and_leaves_the_parents_communicator_a
     at once naming the fork (before: it sent traffic as rank 0 and both ranks then timed out),
     its close() and seccomm's exit hook do nothing to the parent's communicator, and the
     parents' next allreduces return the right sum."""
-    out = run_cmd([mpiexec(), "-n", "2", sys.executable, "-c", _FORK], timeout=120)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    child = next(ln for ln in out.stdout.splitlines() if ln.startswith("CHILD "))
+    results, stdout = rank_results(_FORK, 2)
+    child = next(ln for ln in stdout.splitlines() if ln.startswith("CHILD "))
     _, err, secs, msg = child.split(" ", 3)
     assert err == "CommClosedError" and float(secs) < 0.5, child
     assert "is a fork of the one that built this SecureComm" in msg, child
-    results = dict(ln.split(" ", 2)[1:] for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
-    assert results == {"0": "OK 2", "1": "OK 2"}, out.stdout
+    assert results == {"0": "OK 2", "1": "OK 2"}, stdout
