@@ -218,6 +218,17 @@ def test_buffers_the_swap_writes_must_be_writable(name, size):
 
 
 @built
+@pytest.mark.parametrize("bad, error", [(2**70, OverflowError), ("48", TypeError)])
+def test_finish_refuses_a_count_that_is_not_an_integer_it_can_read(bad, error):
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10)
+    try:
+        with pytest.raises(error):
+            sw.finish(bad)
+    finally:
+        p["comm"].Free()
+
+
+@built
 def test_an_mpi_error_at_the_start_is_reported_not_lost():
     """A send MPI refuses (peer 5 of a world of one): start() returns MPIERR with MPI's code
     kept, never a count of a receive that was not posted."""
