@@ -253,6 +253,28 @@ class ShortMac(Mirror):
         return self.h.finalize()[:31]
 
 
+class BrokenMac(Mirror):
+    """An HMAC stand-in whose copy() fails (as a closed or foreign object would)."""
+
+    def copy(self):
+        raise RuntimeError("this MAC cannot be copied")
+
+
+@built
+def test_an_error_of_the_pair_mac_is_raised_at_the_op_start():
+    """The record's tag needs a copy of the pair's HMAC: its error is the op's error, raised by
+    start(), never a record built on nothing."""
+    from cryptography.hazmat.primitives import hashes, hmac
+
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10, mac=BrokenMac(hmac.HMAC(KEY, hashes.SHA256())))
+    try:
+        with pytest.raises(RuntimeError, match="cannot be copied"):
+            sw.start(1, 0, 0)
+    finally:
+        sw.requests()
+        p["comm"].Free()
+
+
 @built
 def test_a_digest_shorter_than_32_bytes_is_refused():
     """The record's tag comes from 32 bytes of the pair's digest: a shorter one is an error at
