@@ -50,10 +50,6 @@ class PairMacs:
         h.update(b"seccomm/1 " + label + b"|" + struct.pack(">II", a, b))
         return h
 
-    def lower(self, peer: int) -> bool:
-        """Whether this rank is the lower of the pair (its sent tags are the first half)."""
-        return self.rank < peer
-
     def split(self, digest: bytes, peer: int) -> tuple[bytes, bytes]:
         """``(sent, received)``: the tags of a message this rank sends to ``peer`` and of one
         ``peer`` sends to this rank, from the pair's digest of it."""
