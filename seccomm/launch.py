@@ -319,7 +319,8 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
     process's seccomm, whatever the current directory) and return their exit status.
     Ctrl-C, SIGTERM and SIGHUP stop every rank: one line on standard error (``prog``: interrupted),
     exit status 128 + the signal; these signals then stay ignored (the caller is ending); MPICH's
-    shared-memory files the stopped ranks leave are removed (:func:`drop_orphan_shm`).
+    shared-memory files the stopped ranks leave are removed (:func:`drop_orphan_shm`), as they
+    are after a run that failed (exit status not 0).
     ``LaunchError`` when no ``mpiexec`` is found or the job secret set is unusable (before
     anything starts)."""
     mpiexec = find_mpiexec()
@@ -348,6 +349,8 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
         rc = proc.wait()
         for p in pumps:
             p.join()
+        if rc != 0:  # (ranks that failed or were killed may not have reached MPI_Finalize)
+            drop_orphan_shm(shm)
         return rc
     except (KeyboardInterrupt, _Stopped) as e:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # stop once: later signals (GNU

@@ -327,3 +327,17 @@ def test_orphan_mpich_shared_memory_is_removed_and_nothing_else(tmp_path, monkey
     m.close()
     assert gone == [orphan] and not orphan.exists()
     assert old.exists() and mapped.exists() and held.exists() and other.exists()
+
+
+@pytest.mark.mpi
+def test_a_failed_run_leaves_no_shared_memory_files(tmp_path, monkeypatch):
+    """Ranks that end without MPI_Finalize (here: each makes an MPICH-named file, as MPICH's
+    segment, and exits 3) leave nothing in the shared-memory folder once relaunch returns."""
+    monkeypatch.setattr(launch, "SHM_DIR", tmp_path)
+    code = (
+        "import os, sys; open(os.path.join(sys.argv[1], f'mpich_shm_t{os.getpid()}_0'), 'wb').write(b'x'); "
+        "os._exit(3)"
+    )
+    monkeypatch.setattr(launch, "python_argv", lambda *a: [sys.executable, "-c", code, str(tmp_path)])
+    rc = launch.relaunch(2, [], prog="test")
+    assert rc != 0 and not list(tmp_path.glob("mpich_shm_*")), list(tmp_path.iterdir())
