@@ -8,7 +8,7 @@ whose bound is below 128 bits.  It rejects what people really write by mistake (
 byte, a repeated word, a counter, a short password, text, text wrapped in a few other bytes)
 and almost never a random 32-byte secret (see "False rejections" below).
 
-The estimate of a byte string ``s`` of ``n`` bytes is the minimum over six views of it:
+The estimate of a byte string ``s`` of ``n`` bytes is the minimum over these views of it:
 
 - ``s`` itself, and its first differences ``s[i+1] - s[i]``, second differences and XOR
   differences (mod 256): a counter, a ramp or a Gray code is constant in one of them; each
@@ -29,10 +29,12 @@ The estimate of a byte string ``s`` of ``n`` bytes is the minimum over six views
   other byte 8 bits (so an accented letter continues the text without lowering the count); the
   fewest bits of any reading.  A passphrase padded with a few control bytes, with an accented
   letter in it, or saved as "Unicode" with a byte-order mark, is still a passphrase;
-- the text view of what ``s`` encodes when it is all hex digits or base64 text that decodes
-  (:func:`decoded`) to :data:`DECODED_MIN` bytes or more, or to text only: a passphrase run
-  through ``base64`` is still a passphrase, and ``openssl rand -base64 24`` (24 random bytes,
-  which hold a run of 12 text characters about once in 7,700 draws) is judged as base64 text.
+- the whole estimate of what ``s`` encodes when it is all hex digits or base64 text that
+  decodes (:func:`decoded`) to :data:`DECODED_MIN` bytes or more, or to text only, and of the
+  text of a UTF-16 or UTF-32 reading whose characters are nine in ten ASCII text (as UTF-8), up
+  to three levels deep: a passphrase or a repeated word run through ``base64`` or saved as
+  UTF-16 is still one, and ``openssl rand -base64 24`` (24 random bytes, which hold a run of 12
+  text characters about once in 7,700 draws) is judged as base64 text.
 
 What it does not see: text behind any other transform (each byte with its high bit set, a byte
 inserted every 11 characters or fewer so that no run reaches :data:`TEXT_RUN`, a passphrase
@@ -50,7 +52,9 @@ distinct symbols (16 or fewer of 32) or a period, which :func:`false_rejection_b
 exactly from the distribution of symbol counts (each difference view of uniform bytes is again
 uniform and independent): below ``2**-54``; or (c) a UTF-16 or UTF-32 reading holds at least
 10 ASCII text characters (:func:`unit_rejection_bound`): below ``2**-79``; or (d) every byte is
-a base64 character (the decoded view): ``(67/256)**32 < 2**-61``.  Together below ``2**-26``
+a base64 character (the decoded view): ``(67/256)**32 < 2**-61``; or (e) a UTF-16 or UTF-32
+reading of at least 8 characters is nine in ten ASCII text (the transcoded view): far below
+``2**-100`` (:func:`unit_rejection_bound` counts it).  Together below ``2**-26``
 (one draw in 67 million): the price of refusing a passphrase wrapped in a few other bytes.
 :func:`~seccomm.keys.new_secret_file` draws again in that case, so the local launcher never fails.
 """
@@ -220,7 +224,7 @@ def decoded(data: bytes) -> bytes | None:
         return None
 
 
-def estimate_bits(data: bytes) -> Estimate:
+def estimate_bits(data: bytes, _depth: int = 0) -> Estimate:
     """The conservative estimate of ``data`` (bytes of the secret itself, hex already decoded)."""
     per_char, kind = char_class(data)
     best = None
@@ -231,11 +235,34 @@ def estimate_bits(data: bytes) -> Estimate:
     text = text_bits(data)
     if text < best.bits:
         best = Estimate(text, "text among other bytes", "characters")
+    if _depth >= _MAX_DEPTH:
+        return best
     inner = decoded(data)
     if inner is not None and (len(inner) >= DECODED_MIN or all(_is_text(c) for c, _ in _utf8(inner))):
-        if (text := text_bits(inner)) < best.bits:
-            best = Estimate(text, "encoded text", "decoded characters")
+        got = estimate_bits(inner, _depth + 1)  # (every view of what it encodes: repeats too)
+        if got.bits < best.bits:
+            best = Estimate(got.bits, "encoded " + got.kind, "decoded " + got.view)
+    for name, chars in _readings(bytes(data)):
+        wide = _wide_text(name, list(chars))
+        if wide is not None:
+            got = estimate_bits(wide, _depth + 1)  # (every view of the text: repeats too)
+            if got.bits < best.bits:
+                best = Estimate(got.bits, f"{name} {got.kind}", got.view)
     return best
+
+
+#: how deep the decoded and transcoded views look (base64 of base64 of UTF-16 text: 3)
+_MAX_DEPTH = 3
+
+
+def _wide_text(name: str, chars: list) -> bytes | None:
+    """A UTF-16 or UTF-32 reading whose characters are ASCII text, all but one in ten (a
+    byte-order mark, a byte before it), as UTF-8 bytes: the views then judge the text itself
+    (its repeats, its period) as they judge an ASCII secret; else None."""
+    if name == "UTF-8" or not chars:
+        return None
+    text = [c for c, _ in chars if ord(c) < 0x80 and _is_text(c)]
+    return "".join(text).encode() if len(text) * 10 >= 9 * len(chars) else None
 
 
 def false_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
@@ -251,6 +278,7 @@ def false_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
     total = text_rejection_bound(n, need)  # (all printable is one of its cases)
     total += unit_rejection_bound(n, need)
     total += (len(_BASE64) / 256) ** n  # (the decoded view: every byte a base64 character)
+    total += _transcoded_bound(n)
     for dropped, m in ((0, n), (1, n - 1), (2, n - 2), (1, n - 1)):
         total += _low_entropy_probability(m, need - 8 * dropped)
         total += sum(256.0 ** -(m - p) for p in range(1, m // 2 + 1))
@@ -313,6 +341,19 @@ def unit_rejection_bound(n: int = 32, need: float = MIN_SECRET_BITS) -> float:
             m = (n - skip) // size
             if m >= TEXT_RUN and k <= m:
                 total += 2 * math.comb(m, max(k, 0)) * (98 / 256**size) ** max(k, 0)  # (two byte orders)
+    return total
+
+
+def _transcoded_bound(n: int) -> float:
+    """P(some UTF-16 or UTF-32 reading of ``n`` uniform bytes is nine in ten ASCII text), union
+    over readings: at least ``ceil(0.9 m)`` of its ``m`` units are, each with ``98 / 256**size``."""
+    total = 0.0
+    for size in (2, 4):
+        for skip in range(size):
+            m = (n + size - 1 - skip) // size + (1 if skip else 0)  # (a cut unit and the skipped bytes count)
+            k = math.ceil(0.9 * m)
+            if m:
+                total += 2 * math.comb(m, k) * (98 / 256**size) ** k
     return total
 
 

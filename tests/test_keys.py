@@ -151,6 +151,18 @@ WEAK = {
     ),
     "a passphrase in URL-safe base64 without padding": base64.urlsafe_b64encode(WORDS40 + b"?>").rstrip(b"="),
     "a passphrase's hex digits as text": WORDS40[:32].hex().encode(),
+    # repeats and text behind an encoding: every view judges what the encoding holds
+    "one letter 64 times in UTF-32": ("z" * 64).encode("utf-32"),
+    "one letter 64 times in UTF-16 with its byte-order mark": ("z" * 64).encode("utf-16"),
+    "a word repeated, in UTF-32": ("password" * 8).encode("utf-32"),
+    "one letter 64 times run through base64": base64.b64encode(b"z" * 64),
+    "a passphrase run through base64 twice": base64.b64encode(base64.b64encode(WORDS40)),
+    "the hex of the base64 of a passphrase in UTF-16": base64.b64encode(WORDS40.decode().encode("utf-16"))
+    .hex()
+    .encode(),
+    "a 55-character passphrase in UTF-32": "the quick brown fox jumps over the lazy dog and then ru".encode(
+        "utf-32"
+    ),
 }
 
 
