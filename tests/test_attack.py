@@ -162,7 +162,7 @@ def test_two_ranks_run_every_class_but_redirect_and_state_the_confidence():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = _table(out.stdout)
     assert rows["redirect"]["na"] == 2 and "needs >= 3 ranks" in rows["redirect"]["rest"], rows["redirect"]
-    assert "miss rate below 1 - 0.05^(1/n) at 95 % confidence (77.6% for 2 trials)" in out.stdout
+    assert "miss rate below 1 - 0.05^(1/n) at 95 % confidence (77.6 % for 2 trials)" in out.stdout
     for r in rows.values():
         assert len(r["rest"]) <= 110 and (r["rest"].endswith("…") or not r["rest"].endswith(" ")), r
 

@@ -211,7 +211,7 @@ def test_bench_end_to_end(tmp_path, nranks, how):
     assert text.count("one core, worst of all ranks") == 3  # a rate line per suite with crypto
     threads = int(env.get("SECCOMM_CRYPTO_THREADS", 0)) or min(8, max(1, (os.cpu_count() or 1) // nranks))
     assert doc["crypto_threads"] == threads  # (SecureComm's default: the node's cores / its ranks)
-    assert f"# crypto threads: {threads} a rank (" in text and f"for {nranks} ranks on this node" in text
+    assert f"# crypto threads: {threads} per rank (" in text and f"for {nranks} ranks on this node" in text
     assert set(doc["crypto_rates"]) == set(variants) - {"native", "none"}
     ag = [r for r in rows if r["collective"] == "allgather" and r["size_bytes"] == 2048]
     assert all(r["count"] == 512 for r in ag)  # S is the total gathered array

@@ -125,7 +125,7 @@ class Report:
             self.crypto_threads = keyed[0].crypto_threads
             how = "a pool" if self.crypto_threads > 1 else "the calling thread: no pool"
             self.line(
-                f"# crypto threads: {self.crypto_threads} a rank ({how}; {node_cores()} cores for "
+                f"# crypto threads: {self.crypto_threads} per rank ({how}; {node_cores()} cores for "
                 f"{local} rank{'s' * (local != 1)} on this node; SecureComm crypto_threads, "
                 "SECCOMM_CRYPTO_THREADS, default: the node's cores / its ranks, at most 8)"
             )

@@ -332,8 +332,9 @@ def _print_rows(a, rows: list[dict]) -> None:
         )
     print(
         "# algorithm: the one SecureComm runs at this size (a~b: the model has no cost of b, which "
-        "runs; a stands in); plain: it without crypto; native: the fastest modelled plaintext "
-        "algorithm, as an MPI library tunes its choice"
+        "runs; a stands in); plain: it without crypto; secure: it with crypto; overhead = secure / "
+        "plain; eff: busbw / busbw at the first node count; native: the fastest modelled plaintext "
+        "algorithm, as an MPI library tunes its choice; vs native = secure / native"
     )
     print(
         f"# {'nodes':>6} {'ranks':>7} {'algorithm':>15} {'plain [us]':>12} {'secure [us]':>12} "

@@ -854,7 +854,8 @@ def run_classes(
     rows = []
     if rank == 0:
         log(
-            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class, "
+            f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class "
+            f"(the link classes at most {min(trials, LINK_TRIALS)}), "
             f"seed {seed}; "
             f"every class on ranks 0-1 except redirect, the setup, record and link classes (all ranks); "
             f"{config.describe()}"
@@ -974,9 +975,10 @@ def verdict(rows: list[dict], suite: str, seconds: float) -> str:
     line = f"# {head}: {counts}{f' (n/a: {chr(44).join(na)})' if na else ''}, {seconds:.0f} s"
     ran = sorted({r["trials"] for r in rows if r["trials"] and not r["not_applicable"]})
     if ran and get_suite(suite).authenticated:
-        bounds = ", ".join(f"{miss_bound(n):.1%} for {n} trials" for n in ran)
+        bounds = ", ".join(f"{100 * miss_bound(n):.1f} % for {n} trials" for n in ran)
         line += (
             f"\n# confidence: a class with none of n trials missed has a miss rate below "
-            f"1 - 0.05^(1/n) at 95 % confidence ({bounds}); --trials for more"
+            f"1 - 0.05^(1/n) at 95 % confidence ({bounds}); --trials for more (the link classes "
+            f"run at most {LINK_TRIALS})"
         )
     return line
