@@ -144,7 +144,10 @@ def _as_bytes(v, what):
         try:
             return bytes.fromhex(v.strip())
         except ValueError:
-            raise KeyScheduleError(f"{what} is not valid hex") from None
+            raw = "; pass bytes for a secret's raw bytes" if what == "psk argument" else ""
+            raise KeyScheduleError(
+                f"{what} is not valid hex (read as hex digits, e.g. from openssl rand -hex 32{raw})"
+            ) from None
     raise KeyScheduleError(f"{what} must be bytes or a hex string, got {type(v).__name__}")
 
 

@@ -516,11 +516,17 @@ def test_key_schedule_caches_raw_keys_and_keyed_suites_apart(monkeypatch):
             assert suite.keyed(key).open(slot, bytearray(16)) is not None
 
 
+HEX_HINT = " (read as hex digits, e.g. from openssl rand -hex 32"
+
+
 def test_each_source_names_itself_in_its_errors(no_env):
     """The exact refusals of the psk argument and SECCOMM_PSK (SECCOMM_PSK_FILE: above), and
     the message when no source is set, with every way to set one."""
     cases = [
-        (lambda: load_secret("zz"), "psk argument is not valid hex"),
+        (
+            lambda: load_secret("zz"),
+            "psk argument is not valid hex" + HEX_HINT + "; pass bytes for a secret's raw bytes)",
+        ),
         (lambda: load_secret(12), "psk argument must be bytes or a hex string, got int"),
         (lambda: load_secret(b"abc"), "psk argument holds 3 bytes; at least 32 needed"),
     ]
@@ -529,7 +535,7 @@ def test_each_source_names_itself_in_its_errors(no_env):
             fn()
         assert str(e.value) == msg
     for value, msg in (
-        ("zz", "SECCOMM_PSK is not valid hex"),
+        ("zz", "SECCOMM_PSK is not valid hex" + HEX_HINT + ")"),
         (GOOD[:16], "SECCOMM_PSK holds 8 bytes; at least 32 needed"),
     ):
         no_env.setenv("SECCOMM_PSK", value)
