@@ -49,6 +49,15 @@ ALGORITHMS = ("auto", *_coll.get_collective("allreduce").algorithms)
 _OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
 
 
+def _mark_forked():  # (os.register_at_fork: a flag read per call, not a getpid() system call)
+    for sc in list(_OPEN):
+        sc._forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
+
+
 @atexit.register
 def _close_open_comms():  # before mpi4py finalizes MPI (its atexit hook was registered earlier)
     for sc in list(_OPEN):
@@ -129,6 +138,7 @@ class SecureComm:
         # Nothing may raise before the agreement below: a rank that stopped here would leave the
         # others waiting in a collective.  Bad values are collected and reported there.
         self._pid = os.getpid()  # (a forked child refuses every call and closes nothing)
+        self._forked = False  # set in a forked child (_mark_forked), read on every call
         timeout_raw = timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
         try:
             self.timeout = float(timeout_raw)
@@ -306,7 +316,7 @@ class SecureComm:
         (also at the child's exit) it only drops this object's keys: the communicator, its
         messages and the crypto threads are the parent's.
         """
-        if os.getpid() != self._pid:
+        if self._forked:
             self._broken, self._pool = "closed", None
             self._keys = self._ctx = self._control = self._agreement = None
             self._device_ctx, self._plans = {}, {}
@@ -573,7 +583,7 @@ class SecureComm:
         per buffer, :data:`PLAN_SLOTS` plans per communicator; a plan holds references to its two
         arrays and the wire buffers its steps use until it is dropped (a full table is emptied;
         :meth:`close` drops all).  The first call runs the algorithm as registered."""
-        if os.getpid() != self._pid:
+        if self._forked:
             raise CommClosedError(_forked(name, self._pid))
         if not self._busy.acquire(False):  # (reentrant: the staged call below re-enters)
             raise ConcurrentUseError(_concurrent_use(name, self.rank))

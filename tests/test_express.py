@@ -261,29 +261,19 @@ class BrokenMac(Mirror):
 
 
 @built
-def test_an_error_of_the_pair_mac_is_raised_at_the_op_start():
-    """The record's tag needs a copy of the pair's HMAC: its error is the op's error, raised by
-    start(), never a record built on nothing."""
+@pytest.mark.parametrize(
+    "mac, error, match",
+    [(BrokenMac, RuntimeError, "cannot be copied"), (ShortMac, ValueError, "HMAC too short")],
+)
+def test_an_error_of_the_pair_mac_is_raised_at_the_op_start(mac, error, match):
+    """The record's tag needs a copy of the pair's HMAC and 32 bytes of its digest: a copy that
+    fails, or a shorter digest, is the op's error, raised by start(), never a record built on
+    nothing or a read past the digest."""
     from cryptography.hazmat.primitives import hashes, hmac
 
-    sw, p = _self_swap(AESGCM(KEY), "float32", 10, mac=BrokenMac(hmac.HMAC(KEY, hashes.SHA256())))
+    sw, p = _self_swap(AESGCM(KEY), "float32", 10, mac=mac(hmac.HMAC(KEY, hashes.SHA256())))
     try:
-        with pytest.raises(RuntimeError, match="cannot be copied"):
-            sw.start(1, 0, 0)
-    finally:
-        sw.requests()
-        p["comm"].Free()
-
-
-@built
-def test_a_digest_shorter_than_32_bytes_is_refused():
-    """The record's tag comes from 32 bytes of the pair's digest: a shorter one is an error at
-    the op's start, never a read past it."""
-    from cryptography.hazmat.primitives import hashes, hmac
-
-    sw, p = _self_swap(AESGCM(KEY), "float32", 10, mac=ShortMac(hmac.HMAC(KEY, hashes.SHA256())))
-    try:
-        with pytest.raises(ValueError, match="HMAC too short"):
+        with pytest.raises(error, match=match):
             sw.start(1, 0, 0)
     finally:
         sw.requests()

@@ -657,14 +657,19 @@ class MPITransport(Transport):
     def _blame(self, peer: int) -> int:
         """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end,
         or to the first rank on it that stopped after detecting an error."""
+        return self._walk(peer)[0]
+
+    def _walk(self, peer: int) -> tuple[int, bool]:
+        """``(end, here)``: the end of the chain of notices from ``peer`` (:meth:`_blame`) and
+        whether it led back to this rank (the rank before it is then the end)."""
         seen = {self.rank}
         while peer in self.gave_up and peer not in seen and peer not in self.aborted:
             seen.add(peer)
             nxt = self.gave_up[peer]
             if nxt in seen:
-                break
+                return peer, nxt == self.rank
             peer = nxt
-        return peer
+        return peer, False
 
     def _notify(self, peer: int, kind: int) -> None:
         """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
@@ -720,7 +725,7 @@ class MPITransport(Transport):
         if not waited and self._did_its_part(peer, op_label):
             waited = True  # (peer's wait was for a message of an op this rank had already done)
         kind = waited_kind(op_label)
-        self._notify(self.rank if not waited and self._leads_here(peer) else peer, kind)
+        self._notify(self.rank if not waited and self._walk(peer)[1] else peer, kind)
         if self._notice_macs is not None:
             poll_until(
                 lambda: self._notices_settle(peer),
@@ -797,17 +802,6 @@ class MPITransport(Transport):
         or held on the way, and this rank, however briefly it has waited since, did not stall."""
         theirs, mine = self.gave_up_in.get(peer, 0), waited_kind(op_label) >> 8
         return self.gave_up.get(peer) == self.rank and 0 < theirs < mine
-
-    def _leads_here(self, peer: int) -> bool:
-        """Whether the chain of notices from ``peer`` (who gave up waiting on whom) reaches
-        this rank before it ends or reaches a rank that stopped after an error."""
-        seen: set[int] = set()
-        while peer in self.gave_up and peer not in seen and peer not in self.aborted:
-            seen.add(peer)
-            peer = self.gave_up[peer]
-            if peer == self.rank:
-                return True
-        return False
 
     def _link(self, culprit: int, waited: bool):
         """``(a, b)`` when the chain of notices ends in two ranks that gave up on each other
