@@ -1,4 +1,4 @@
-"""The "by hand" encrypted allreduce beside native MPI and seccomm, timed in one run (issue 15).
+"""The "by hand" encrypted allreduce beside native MPI and seccomm, timed in one run.
 
 The by-hand allreduce is what a user could write in 30 lines without seccomm: each rank seals its
 whole buffer once with ``cryptography``'s AESGCM (one random 96-bit nonce per call, NIST SP

@@ -14,7 +14,7 @@ the slowest rank over 200 calls (µs):
 - ``ring_noadd``: the same steps without the add (the second step sends memory not just written);
 - ``step1``: the first step alone.
 
-On this 2-core VM (docs/performance.md 1n) some launches run ``ring`` 3.5-5x slower than
+On a 2-core VM some launches run ``ring`` 3.5-5x slower than
 others, and ``MPI_Allreduce`` too in some of them, while ``rd``, ``ring_clean``, ``ring_noadd``
 and ``step1`` stay put: what changes between launches is the price of a message whose bytes one
 core has just written and the other core then reads (MPICH's single-copy intranode path, CMA,

@@ -1,4 +1,4 @@
-"""seccomm's own per-call path at small and mid sizes, side by side with native MPI (issue 15).
+"""seccomm's own per-call path at small and mid sizes, side by side with native MPI.
 
     mpiexec -bind-to core -n 2 python benchmarks/lean_path.py [--against CHECKOUT] [--sizes 4K,64K]
 
@@ -10,15 +10,14 @@ native.
 ``--python-path``: also run each suite with the compiled two-rank swap off (seccomm.express:
 its plans made with ``SECCOMM_EXPRESS=0``), side by side with it on.
 
-``--against CHECKOUT``: also run the ``seccomm`` package of another checkout (a git worktree of
-an older commit), loaded in the same processes under the name ``seccomm_base``, so both are
-measured side by side in one run (docs/performance.md, section 1h).  Each version gets two
-communicators per suite, built in the order new, base, base, new, and its time is the mean of the
-two: on this machine the communicator built first was up to 1.4x slower in some runs, whichever
-version it was.  Even so, the checkout measured against a copy of itself came out 1.03-1.12x
-slower than the copy (docs/performance.md 1j): read a ratio against that, measured the same day
-(``--against`` a plain copy of this checkout's ``seccomm`` folder).  The secret below is a fixed
-benchmark key, not a job secret."""
+``--against CHECKOUT``: also run the ``seccomm`` package of another checkout (a git worktree of an
+older commit), loaded in the same processes under the name ``seccomm_base``, so both are measured
+side by side in one run.  Each version gets two communicators per suite, built in the order new,
+base, base, new, and its time is the mean of the two: on a 2-core machine the communicator built
+first was up to 1.4x slower in some runs, whichever version it was.  Even so, the checkout measured
+against a copy of itself came out 1.03-1.12x slower than the copy: read a ratio against that
+spread, measured on the same machine just before or after (``--against`` a plain copy of this
+checkout's ``seccomm`` folder).  The secret below is a fixed benchmark key, not a job secret."""
 
 import argparse
 import importlib.util

@@ -1,8 +1,8 @@
 /* seccomm._pairswap: the repeated two-rank swap of one sealed frame each way, compiled.
  *
  * This is the hot path of a repeated small allreduce on two ranks over MPI (recursive doubling's
- * one swap, docs/performance.md 1m): per op it writes the op's number into the two slots' nonce
- * and AAD header, computes the op's argument record (its tag through the agreement's
+ * one swap; timed by benchmarks/lean_path.py): per op it writes the op's number into the two
+ * slots' nonce and AAD header, computes the op's argument record (its tag through the agreement's
  * `cryptography` HMAC object), seals the frame (`cryptography`'s AEAD `encrypt_into`), posts the
  * send (frame and record trailer, as seccomm.engine.OpRun.swap_step sends them) and the receive
  * (MPI_Isend / MPI_Irecv on the communicator's handle), polls the receive, checks the length and

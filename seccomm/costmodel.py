@@ -245,8 +245,9 @@ def _gbps(rate_gbit: float) -> float:
 
 
 #: each suite's seal and open rate relative to AES-256-GCM's, on a CPU with AES-NI: the raw
-#: ``cryptography`` rates at 1 MiB measured on the development machine (docs/performance.md,
-#: "seal/open": AES-GCM 2.51/2.54 GB/s, ChaCha20-Poly1305 1.91/2.03, GMAC 5.36/7.22)
+#: ``cryptography`` rates at 1 MiB measured by benchmarks/seal_open_ratio.py (docs/performance.md,
+#: "Framing layer vs raw cryptography": AES-GCM 2.51/2.54 GB/s, ChaCha20-Poly1305 1.91/2.03,
+#: GMAC 5.36/7.22)
 CPU_SUITE_RATIOS = {
     "aes-256-gcm": (1.0, 1.0),
     "chacha20-poly1305": (1.91 / 2.51, 2.03 / 2.54),
@@ -278,7 +279,7 @@ def _preset(intra: Link, inter: Link, gamma, aes_rate, threads, chunk, source, r
 
 _CPU_SUITES_SOURCE = (
     "ChaCha20-Poly1305 and AES-256-GMAC: the AES-GCM rate times their measured rate relative to "
-    "AES-GCM on an AES-NI CPU (docs/performance.md, seal/open table)"
+    "AES-GCM on an AES-NI CPU (docs/performance.md, 'Framing layer vs raw cryptography')"
 )
 PRESETS: dict[str, Params] = {
     "ib-ndr400": _preset(

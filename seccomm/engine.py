@@ -79,7 +79,7 @@ RECEIPT_LABEL = b"receipt"  # its control label (seccomm.control)
 #: a clear hop of at least this many payload bytes is acknowledged (on a transport with
 #: receipts), so that it may go from the caller's memory even as the op's last sends: a copy
 #: of it costs more than a receipt and the record sent alone (at 256-512 KiB the two were
-#: within this machine's noise: docs/performance.md 1l)
+#: within a 2-core machine's noise, measured with benchmarks/lean_path.py --against)
 ACK_CLEAR_BYTES = 1 << 20
 
 

@@ -1,8 +1,9 @@
-"""The compiled path of a repeated small allreduce on two ranks (issue 15 item 3).
+"""The compiled path of a repeated small allreduce on two ranks.
 
 A repeated ``allreduce`` (sum) of one frame each way on two ranks over MPI (recursive doubling's
 one swap, on a plan a repeated call keeps) spends most of its time in Python glue: about 56
-Python-level calls per op, against seal, post, wait, open and add (docs/performance.md 1j).
+Python-level calls per op, against seal, post, wait, open and add (a py-spy profile; the two paths
+side by side: ``benchmarks/lean_path.py --python-path``).
 :class:`seccomm._pairswap.Swap`, built from ``seccomm/_pairswap.c`` at install, does the whole
 usual case of one such op in C: the op's number into nonce and AAD header, the argument record's
 tag (the agreement's HMAC object), seal (``cryptography``'s ``encrypt_into``), the two MPI calls,

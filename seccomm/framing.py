@@ -45,7 +45,7 @@ SLOT_ALIGN = 64
 #: a slot's body starts this many bytes into the slot: a multiple of SLOT_ALIGN, so a body is as
 #: aligned as its buffer (Workspace.get aligns it).  A ``none`` or GMAC frame is reduced where it
 #: arrived: with its body 101 bytes into a slot, ``none`` allreduce took 1.08-1.18x its aligned
-#: time at 64 KiB-1 MiB on two ranks (docs/performance.md 1i)
+#: time at 64 KiB-1 MiB on two ranks (measured with benchmarks/lean_path.py --against)
 BODY_AT = -(-(NONCE_BYTES + AAD_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
 _LEAD = BODY_AT - NONCE_BYTES - AAD_BYTES  # unused bytes before the nonce
 

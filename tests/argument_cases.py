@@ -1,5 +1,5 @@
-"""Buffers and arguments on real ranks (issue 17), run as scenarios of tests/mpi_worker.py
-(``layouts``, ``nan_minmax``); tests/test_arguments_mpi.py launches them.
+"""Buffers and arguments on real ranks, run as scenarios of tests/mpi_worker.py (``layouts``,
+``nan_minmax``); tests/test_arguments_mpi.py launches them.
 
 Every case keeps its correct value as the assertion: native MPI on the same buffers (mpi4py
 takes any contiguous buffer, in its memory order), or numpy's reduction over every rank's input.
@@ -82,9 +82,9 @@ def _refused(comm, rec, psk, label, call, words):
 
 
 def layouts(comm, rec, psk):
-    """issue 17 item 6: a Fortran-ordered contiguous array works like its flat buffer, as in MPI:
-    every collective, both allreduce algorithms, several frames per hop; one shape in two orders
-    and a strided view are refused with the reason."""
+    """A Fortran-ordered contiguous array works like its flat buffer, as in MPI: every collective,
+    both allreduce algorithms, several frames per hop; one shape in two orders and a strided view
+    are refused with the reason."""
     for alg in ("ring", "recursive_doubling"):
         sc = SecureComm(comm, "aes-256-gcm", psk=psk, algorithm=alg, chunk_bytes=CHUNK, timeout=20)
         for dt in (np.int32, np.float64):
@@ -111,10 +111,10 @@ def _with_nan(comm, dname, n, holder, where):
 
 
 def nan_minmax(comm, rec, psk):
-    """issue 17 item 6: max/min with a NaN on one rank give NaN there on every rank (numpy
-    semantics, kept on purpose: MPICH's MPI_MAX/MPI_MIN keep or drop it depending on which rank
-    holds it); every other element is the exact max/min.  Both allreduce algorithms, one frame
-    and several, the NaN on the first and on the last rank; reduce_scatter too."""
+    """Max/min with a NaN on one rank give NaN there on every rank (numpy semantics, kept on
+    purpose: MPICH's MPI_MAX/MPI_MIN keep or drop it depending on which rank holds it); every other
+    element is the exact max/min.  Both allreduce algorithms, one frame and several, the NaN on the
+    first and on the last rank; reduce_scatter too."""
     for alg in ("ring", "recursive_doubling"):
         sc = SecureComm(comm, "aes-256-gcm", psk=psk, algorithm=alg, chunk_bytes=CHUNK, timeout=20)
         for dname in ("float16", "bfloat16", "float32", "float64"):
@@ -161,10 +161,10 @@ def _unchanged(arr, saved) -> bool:
 
 
 def readonly_send(comm, rec, psk):
-    """issue 17 item 2(a): a send-only input may be read-only, as in native MPI: bcast's root
-    buffer, allreduce/reduce_scatter/allgather/alltoall ``sendbuf``; the results equal native
-    MPI's, and the read-only memory is unchanged afterwards (no copy-in-place into it).  Every
-    suite, both bcast trees and allreduce algorithms, one frame and several, a crypto pool."""
+    """A send-only input may be read-only, as in native MPI: bcast's root buffer,
+    allreduce/reduce_scatter/allgather/alltoall ``sendbuf``; the results equal native MPI's, and
+    the read-only memory is unchanged afterwards (no copy-in-place into it).  Every suite, both
+    bcast trees and allreduce algorithms, one frame and several, a crypto pool."""
     p, dt = comm.size, np.float32
     for suite in ("none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"):
         for alg, chain in (("ring", 0), ("recursive_doubling", 1 << 20)):
@@ -262,11 +262,11 @@ def _refusal_cases(p, r, bad):
 
 
 def refusal(comm, rec, psk):
-    """issue 17 item 2(b): one rank refuses its own arguments (ValueError/TypeError) while the
-    others may already wait on it: it raises its own exception, and every other rank raises
-    PeerAbortError naming it, the op and the exception, at once (a timeout of 20 s, checked
-    under 5 s), in that op (its refusal record stands in for its argument record); then the
-    SecureComm is unusable on every rank (CommClosedError on the refusing one)."""
+    """One rank refuses its own arguments (ValueError/TypeError) while the others may already wait
+    on it: it raises its own exception, and every other rank raises PeerAbortError naming it, the
+    op and the exception, at once (a timeout of 20 s, checked under 5 s), in that op (its refusal
+    record stands in for its argument record); then the SecureComm is unusable on every rank
+    (CommClosedError on the refusing one)."""
     p, r = comm.size, comm.rank
     for bad in sorted({0, p - 1}):
         for name, exc, call in _refusal_cases(p, r, bad):
@@ -340,10 +340,10 @@ def _calls(comm, n=1000, root=0):
 
 
 def threads(comm, rec, psk):
-    """issue 17 item 5: a second thread calling a collective on a SecureComm while a first is
-    inside one gets ConcurrentUseError at once, saying what to do; it sends nothing, so the call
-    in progress completes with the right result and the SecureComm stays usable.  One SecureComm
-    per thread on one MPI communicator, used at once, works."""
+    """A second thread calling a collective on a SecureComm while a first is inside one gets
+    ConcurrentUseError at once, saying what to do; it sends nothing, so the call in progress
+    completes with the right result and the SecureComm stays usable.  One SecureComm per thread on
+    one MPI communicator, used at once, works."""
     err_cls = getattr(seccomm, "ConcurrentUseError", None)
     pairs = [("allreduce", i) for i in ("allreduce", "reduce_scatter", "allgather", "bcast", "alltoall")]
     pairs += [("bcast", "allreduce"), ("alltoall", "bcast")]
@@ -431,7 +431,8 @@ def _one_per_thread(comm, rec, psk):
 
 
 #: (label, collective, bytes, chunk_bytes): sends large enough for MPICH's rendezvous protocol;
-#: before the fix the root of this bcast raised TransportTimeout (docs/design.md, "Completion")
+#: without receipts the root of this bcast would wait on its held sends and raise TransportTimeout
+#: (docs/design.md, "Completion")
 COMPLETION = [
     ("bcast 64 MiB, 64 KiB frames", "bcast", 64 << 20, 64 << 10, "aes-256-gcm"),
     # clear frames go from the caller's memory where a later step waits for them, never the op's
@@ -449,11 +450,12 @@ PAUSERS = {"the others pause": lambda r: r != 0, "rank 0 pauses": lambda r: r ==
 
 
 def completion(comm, rec, psk):
-    """issue 17 item 3: a collective that has delivered everything completes on every rank at
-    once, even when the others then stop calling MPI for longer than the deadline (a checkpoint
-    write): every rank returns with the right result, none raises TransportTimeout, and the next
-    op, once every rank is back, runs as usual.  Before, MPICH held the root's last large sends
-    until the receivers made progress again, and the root blamed them after the deadline."""
+    """A collective that has delivered everything completes on every rank at once, even when the
+    others then stop calling MPI for longer than the deadline (a checkpoint write): every rank
+    returns with the right result, none raises TransportTimeout, and the next op, once every rank
+    is back, runs as usual.  MPICH may hold a rank's last large sends until the receivers call MPI
+    again; the receipts let the root return once the receivers have them, instead of blaming the
+    receivers after the deadline."""
     p, r = comm.size, comm.rank
     cases = [(f"{c[0]}, {who}", *c[1:], pauses) for c in COMPLETION for who, pauses in PAUSERS.items()]
     for label, name, nbytes, chunk, suite, pauses in cases:
@@ -560,11 +562,11 @@ def _tuned(sc, bad, r):
 
 
 def agreement(comm, rec, psk):
-    """issue 17 item 1: one rank passes another root, op, dtype, count, collective or algorithm
-    than the others, to each collective, at 64 B (one eager frame) and at 256 KiB (rendezvous
-    transfers, the chain bcast, several frames per hop): every rank raises ArgumentMismatchError
-    in that op, at once (a timeout of 20 s, checked under 5 s), with the same message naming the
-    argument and which rank passed what; the SecureComm is then unusable."""
+    """One rank passes another root, op, dtype, count, collective or algorithm than the others, to
+    each collective, at 64 B (one eager frame) and at 256 KiB (rendezvous transfers, the chain
+    bcast, several frames per hop): every rank raises ArgumentMismatchError in that op, at once (a
+    timeout of 20 s, checked under 5 s), with the same message naming the argument and which rank
+    passed what; the SecureComm is then unusable."""
     p, r = comm.size, comm.rank
     bad = p - 1
     for n in (16, 65536):

@@ -739,11 +739,11 @@ def _setup_error(err) -> bool:
 
 @scenario
 def setup_downgrade(comm, rec):
-    """issue 13 finding 1: ranks on two simulated hosts with encrypt='inter-node'.  Honest: frames
-    between hosts carry no plaintext window, frames inside a host do (the search can fail).  Host
-    keys rewritten in transit so that every rank sees every peer on its own host: a setup error
-    on every rank and no plaintext window on the wire.  node_ids claiming one node for two hosts:
-    still encrypted between the hosts."""
+    """A host downgrade in setup: ranks on two simulated hosts with encrypt='inter-node'.  Honest:
+    frames between hosts carry no plaintext window, frames inside a host do (the search can fail).
+    Host keys rewritten in transit so that every rank sees every peer on its own host: a setup
+    error on every rank and no plaintext window on the wire.  node_ids claiming one node for two
+    hosts: still encrypted between the hosts."""
     from seccomm.compliance.attack import AttackTransport, _SimulatedHost, two_hosts
     from seccomm.compliance.evidence import find_plaintext, gradients
     from seccomm.transports import RecordingTransport
@@ -804,10 +804,10 @@ def setup_downgrade(comm, rec):
 
 @scenario
 def setup_replay(comm, rec):
-    """issue 13 finding 2: session A is set up and used; session B's setup then receives session
-    A's messages (rank 0's, or every other rank's) on ranks 1..p-1: a setup error on every rank,
-    at once (no rank waits out its deadline); an honest session B on the same communicator and
-    secret seals no (key, nonce) pair that session A sealed"""
+    """A replayed setup: session A is set up and used; session B's setup then receives session A's
+    messages (rank 0's, or every other rank's) on ranks 1..p-1: a setup error on every rank, at
+    once (no rank waits out its deadline); an honest session B on the same communicator and secret
+    seals no (key, nonce) pair that session A sealed"""
     import time
 
     from seccomm.compliance.attack import AttackTransport
@@ -971,13 +971,13 @@ def wire(comm, rec):
 
 @scenario
 def wire_policy(comm, rec):
-    """issue 14: every frame sealed exactly where the encrypt policy says, for every policy, node
-    map (node_ids), encrypting suite, collective and algorithm; no plaintext in a sealed frame;
-    no keystream shared by two origins (tests/wire_cases.py)"""
+    """Every frame sealed exactly where the encrypt policy says, for every policy, node map
+    (node_ids), encrypting suite, collective and algorithm; no plaintext in a sealed frame; no
+    keystream shared by two origins (tests/wire_cases.py)"""
     wire_cases.wire_policy(comm, rec, PSK)
 
 
-#: issue 17's scenarios (tests/argument_cases.py), each called with the suite's PSK
+#: the buffer and argument scenarios (tests/argument_cases.py), each called with the suite's PSK
 ARGUMENT_SCENARIOS = (
     "layouts", "nan_minmax", "readonly_send", "refusal", "threads", "completion", "agreement"
 )  # fmt: skip
@@ -1017,15 +1017,14 @@ def _express_done(sc, what="done") -> int:
 
 @scenario
 def express(comm, rec):
-    """issue 15 item 3: the compiled swap of a repeated two-rank allreduce (seccomm.express).
-    On both ranks, on one (the other in the Python path: its frames and records are the
-    compiled ones' and the reverse, so each opens what the other sealed) or on neither: every
-    result bitwise native MPI's over repeated calls (in place too, NaN and inf included, keys
-    rotated every few ops), the compiled swap used exactly where it applies (sum of float32,
-    float64, int32, int64, uint8 under an AEAD).  Then the cases it hands back: a peer that
-    comes late (the wait), a frame altered on the wire (AuthenticationError naming its sender,
-    the result never written), a peer that stops (TransportTimeout naming it), and 1 MiB
-    frames whose last send is left for the next op."""
+    """The compiled swap of a repeated two-rank allreduce (seccomm.express).  On both ranks, on one
+    (the other in the Python path: its frames and records are the compiled ones' and the reverse,
+    so each opens what the other sealed) or on neither: every result bitwise native MPI's over
+    repeated calls (in place too, NaN and inf included, keys rotated every few ops), the compiled
+    swap used exactly where it applies (sum of float32, float64, int32, int64, uint8 under an
+    AEAD).  Then the cases it hands back: a peer that comes late (the wait), a frame altered on the
+    wire (AuthenticationError naming its sender, the result never written), a peer that stops
+    (TransportTimeout naming it), and 1 MiB frames whose last send is left for the next op."""
     if comm.size != 2:
         return
     r, built = comm.rank, seccomm.express.built()  # (not built: the Python path on both ranks, checked
@@ -1178,16 +1177,15 @@ def express(comm, rec):
 
 @scenario
 def paired(comm, rec):
-    """issue 15: on two ranks an op's argument record rides in its first message to the peer.
-    Repeated calls (a plan's prepared swap), a ring of several frames, bcast (a record alone one
-    way), an op of no elements (alone both ways), and a rank whose transport is wrapped (its
-    record copied in and out) with one whose is not: every result as native MPI's.  A
-    disagreement in a repeated call, whichever rank gets the larger message, and two ranks that
-    each name the other (or itself) as bcast's root, raise the same ArgumentMismatchError on both
-    ranks within 5 s; a record altered, or replayed from the op
-    before (same arguments), raises AuthenticationError naming its sender on its receiver, under
-    an authenticating suite; under ``none`` (nothing is authenticated) the replay goes through
-    and the altered record reads as a disagreement."""
+    """On two ranks an op's argument record rides in its first message to the peer.  Repeated calls
+    (a plan's prepared swap), a ring of several frames, bcast (a record alone one way), an op of no
+    elements (alone both ways), and a rank whose transport is wrapped (its record copied in and
+    out) with one whose is not: every result as native MPI's.  A disagreement in a repeated call,
+    whichever rank gets the larger message, and two ranks that each name the other (or itself) as
+    bcast's root, raise the same ArgumentMismatchError on both ranks within 5 s; a record altered,
+    or replayed from the op before (same arguments), raises AuthenticationError naming its sender
+    on its receiver, under an authenticating suite; under ``none`` (nothing is authenticated) the
+    replay goes through and the altered record reads as a disagreement."""
     if comm.size != 2:
         return
     r = comm.rank
@@ -1333,9 +1331,9 @@ def paired(comm, rec):
 
 @scenario
 def op_replay(comm, rec):
-    """issue 14: a frame of op k replayed into op k+1, only the op sequence fields differing:
-    AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every
-    other rank that waits on it, nothing of op k in any recvbuf (tests/wire_cases.py)"""
+    """A frame of op k replayed into op k+1, only the op sequence fields differing:
+    AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every other
+    rank that waits on it, nothing of op k in any recvbuf (tests/wire_cases.py)"""
     wire_cases.op_replay(comm, rec, PSK)
 
 

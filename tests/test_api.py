@@ -34,7 +34,7 @@ def sc():
 
 @pytest.fixture
 def fresh():
-    """A SecureComm of its own, for a test whose argument errors leave it unusable (issue 17)."""
+    """A SecureComm of its own, for a test whose argument errors leave it unusable."""
     from mpi4py import MPI
 
     with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK) as s:
@@ -209,7 +209,7 @@ def test_bad_buffers(fresh):
             fn()
     assert sc._seq == seq  # rejected before an operation began (no frame, no sequence number)
     with pytest.raises(CommClosedError, match="allreduce #1 refused its arguments on this rank"):
-        sc.allreduce(x, x.copy())  # issue 17: the other ranks' op took that number; build a new one
+        sc.allreduce(x, x.copy())  # the other ranks' op took that number; build a new one
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "uint8", "int32", "int64"])
@@ -344,7 +344,7 @@ def test_argument_errors_name_the_buffer(fresh):
             fn()
 
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK) as root:
-        root.bcast(ro)  # the root only reads its buffer: read-only is fine there (issue 17)
+        root.bcast(ro)  # the root only reads its buffer: read-only is fine there
 
 
 class DeviceArray:

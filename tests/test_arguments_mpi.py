@@ -1,5 +1,5 @@
-"""Buffers and arguments on real ranks (issue 17): the scenarios of tests/argument_cases.py, run
-by tests/mpi_worker.py in one mpiexec launch per world size, many cases each."""
+"""Buffers and arguments on real ranks: the scenarios of tests/argument_cases.py, run by
+tests/mpi_worker.py in one mpiexec launch per world size, many cases each."""
 
 from __future__ import annotations
 

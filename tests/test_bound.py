@@ -1,4 +1,4 @@
-"""The bound printed per bench row (seccomm.bench.bound; docs/performance.md "The bound")."""
+"""The bound printed per bench row (seccomm.bench.bound; docs/bench.md, "The bound")."""
 
 from __future__ import annotations
 

@@ -258,9 +258,9 @@ BENCH_TINY = ["bench", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--suites",
 
 @pytest.mark.mpi
 def test_ranks_run_the_seccomm_that_started_them_whatever_the_current_directory(tmp_path):
-    """Issue 17 item 4: run from a folder that holds a folder named ``seccomm`` (the parent of a
-    clone), by a console script as a user runs it, the ranks bench starts import the seccomm of
-    the command, not that folder."""
+    """Run from a folder that holds a folder named ``seccomm`` (the parent of a clone), by a
+    console script as a user runs it, the ranks bench starts import the seccomm of the command, not
+    that folder."""
     cwd = tmp_path / "parent-of-a-clone"
     (cwd / "seccomm").mkdir(parents=True)
     for f in ("__init__.py", "__main__.py"):
@@ -280,8 +280,8 @@ def _one_core():
 
 @pytest.mark.mpi
 def test_bench_refuses_more_ranks_than_cores_unless_oversubscribe(tmp_path):
-    """Issue 17 item 7: on one core, ``--np 2`` is refused before any rank starts; with
-    ``--oversubscribe`` it runs, warns, and the table header says so."""
+    """On one core, ``--np 2`` is refused before any rank starts; with ``--oversubscribe`` it runs,
+    warns, and the table header says so."""
     env = clean_env(tmp_path)
     cmd = [*SECCOMM, *BENCH_TINY, "--np", "2"]
     refused = run_cmd(cmd, timeout=120, env=env, preexec_fn=_one_core)

@@ -309,10 +309,10 @@ def test_a_clear_frame_of_another_collective_is_a_disagreement(paired):
 )
 @pytest.mark.parametrize("paired", [False, True])
 def test_ranks_that_disagree_on_the_call_raise_a_mismatch_on_every_rank(what, shown, paired):
-    """Issue 17 item 1: before any frame, every rank raises ``ArgumentMismatchError`` with the
-    same message, naming the argument and which rank passed what; none returns a result.
-    Paired (the record in the first frame): also the rank that got a larger message than it
-    expected, which reads the other's record on the fallback box."""
+    """Before any frame, every rank raises ``ArgumentMismatchError`` with the same message, naming
+    the argument and which rank passed what; none returns a result.  Paired (the record in the
+    first frame): also the rank that got a larger message than it expected, which reads the other's
+    record on the fallback box."""
     for alg in ("ring", "recursive_doubling"):
         res = world_run(2, _disagreeing(what), algorithm=alg, chunk_bytes=64, paired=paired)
         assert all(isinstance(e, ArgumentMismatchError) for e in res), (what, alg, res)
@@ -689,7 +689,7 @@ def test_a_tampered_frame_is_refused_on_a_device_engine_rank(host_backend):
     assert isinstance(res[1], SecCommError), res
 
 
-# -- the plan of a repeated call (issue 15) ---------------------------------------------------------
+# -- the plan of a repeated call ------------------------------------------------------------------
 def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
     """The same arrays and arguments again: the plan runs (no argument checks, same results as a
     checked call, every algorithm); other arguments, another plan; an array changed in place
@@ -803,7 +803,7 @@ def test_a_plan_never_takes_an_argument_of_another_type():
         assert "op" in msg, msg
 
 
-# -- buffer layouts and refusals, in process (issue 17; real ranks: tests/argument_cases.py) ---------
+# -- buffer layouts and refusals, in process (real ranks: tests/argument_cases.py) ----------------
 def test_fortran_order_moves_memory_order_and_two_orders_of_one_shape_are_refused():
     def body(sc):
         p, r = sc.size, sc.rank

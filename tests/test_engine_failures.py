@@ -393,10 +393,10 @@ def _receipt_run(p, name, kw, slow=0.0, edit=None, ops=1):
 
 @pytest.mark.parametrize("name, p, kw", RECEIPT_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in RECEIPT_CASES])
 def test_a_rank_returns_only_once_its_receivers_have_every_frame(name, p, kw):
-    """Issue 17's completion, the other side: a sender of a hop of many frames returns only once
-    the receiver has them all (its receipt), even when the receiver takes its time: a rank
-    that then stops calling MPI cannot leave a receiver waiting on its queued sends.  Every
-    receipt a rank sends, its peer waits for, and a hop of few frames has none."""
+    """Completion, the sender's side: a sender of a hop of many frames returns only once the
+    receiver has them all (its receipt), even when the receiver takes its time: a rank that then
+    stops calling MPI cannot leave a receiver waiting on its queued sends.  Every receipt a rank
+    sends, its peer waits for, and a hop of few frames has none."""
     res, log = _receipt_run(p, name, kw, slow=0.01)
     assert all(isinstance(out, list) for out, _ in res), res
     senders = {(recv, send) for kind, *who in log if kind == "in" for recv, send in [who]}

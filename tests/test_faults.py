@@ -149,9 +149,9 @@ def test_forged_abort_notice_before_the_genuine_one():
 @pytest.mark.mpi
 @pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
 def test_any_error_inside_an_op_stops_every_rank_at_once(algorithm):
-    """Issue 14: rank 1 raises a plain RuntimeError inside an allreduce (not a SecCommError).
-    Rank 1 sees its RuntimeError; ranks 0 and 2 raise PeerAbortError naming rank 1 (blamed: rank
-    1 itself) well before the 30 s deadline, instead of waiting it out and blaming a rank."""
+    """Rank 1 raises a plain RuntimeError inside an allreduce (not a SecCommError).  Rank 1 sees
+    its RuntimeError; ranks 0 and 2 raise PeerAbortError naming rank 1 (blamed: rank 1 itself) well
+    before the 30 s deadline, instead of waiting it out and blaming a rank."""
     out = _run_worker(1, algorithm, "raise", nolocal=False)
     results = {int(r[1]): r[2:] for r in _results(out.stdout)}
     assert sorted(results) == [0, 1, 2], out.stdout + out.stderr[-2000:]

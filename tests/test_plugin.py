@@ -159,11 +159,11 @@ def _doc(ratios: dict, noise=None, native=50.0) -> dict:
 
 def test_gate_holds_on_noise_and_catches_a_2x_slowdown():
     """Synthetic results, 40 groups: a rerun of the same code with every group's ratio off by a
-    factor of up to 1.5 either way (beyond the run-to-run spread measured, docs/performance.md)
-    passes at the default 40 %; with one suite's path 2x slower it fails that suite's family and no
-    other suite's; with one collective's path 2x slower, that collective's and no other
-    collective's.  A family measured while native MPI itself ran 3x slower in its groups (other
-    load on the machine): INCONCLUSIVE, also when that load hides a 2x regression."""
+    factor of up to 1.5 either way (beyond the run-to-run spread measured: docs/performance.md,
+    "Regression gate") passes at the default 40 %; with one suite's path 2x slower it fails that
+    suite's family and no other suite's; with one collective's path 2x slower, that collective's
+    and no other collective's.  A family measured while native MPI itself ran 3x slower in its
+    groups (other load on the machine): INCONCLUSIVE, also when that load hides a 2x regression."""
     import numpy as np
 
     suites = ("none", "aes-256-gcm", "chacha20-poly1305", "aes-256-gmac")

@@ -1,8 +1,8 @@
 """The setup transcript (seccomm.handshake) on an in-process world of threads (tests/threadworld.py):
-fresh keys per session, every setup message authenticated, failures on every rank at once, and
-the property of issue 13: no (key, nonce) pair sealed in a second session built with the same
-secret repeats one of the first session's, whatever setup messages of the first an attacker
-replays into the second (the second then refuses to start, on every rank).
+fresh keys per SecureComm, every setup message authenticated, failures on every rank at once,
+and no (key, nonce) pair sealed by a second SecureComm built with the same secret repeats one of
+the first one's, whatever setup messages of the first an attacker replays into the second (the
+second then refuses to start, on every rank).
 
 The same attacks on real ranks: tests/mpi_worker.py ``setup_downgrade`` and ``setup_replay``, and
 ``seccomm attack`` (tests/test_attack.py)."""
@@ -147,7 +147,9 @@ def test_node_map_from_authenticated_hosts_and_node_ids():
 
 @pytest.mark.parametrize("kx", KEY_EXCHANGES)
 def test_forged_host_key_fails_on_every_rank(kx):
-    """Finding 1: rank 3's host key rewritten on its way to rank 0 only."""
+    """Rank 3's hello rewritten on its way to rank 0 only, to claim rank 0's host (accepted, it
+    would put their hops in the clear under encrypt="inter-node"): every rank raises
+    ConfigMismatchError naming rank 3."""
     world = World(4, [1, 1, 2, 2])
     trs = world.transports()
 
@@ -188,7 +190,7 @@ def test_altered_key_delivery_fails_on_every_rank(kx):
 
 @pytest.mark.parametrize("kx", KEY_EXCHANGES)
 def test_replayed_setup_fails_on_every_rank(kx):
-    """Finding 2: session A's hello, key delivery and finished of rank 0 replayed to ranks 1..3
+    """Session A's hello, key delivery and finished of rank 0 replayed to ranks 1..3
     during session B's setup: every rank raises a setup error, none waits out a deadline."""
     world = World(4)
     trs = world.transports()

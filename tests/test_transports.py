@@ -145,8 +145,8 @@ def test_notice_round_trip_and_every_forgery_rejected():
 
 
 def test_refusal_notice_carries_the_exception_and_the_op_number():
-    """Issue 17: a rank that refused its arguments to its op #seq says so in the notice's kind;
-    kinds of no known exception are not notices."""
+    """A rank that refused its arguments to its op #seq says so in the notice's kind; kinds of no
+    known exception are not notices."""
     from seccomm.transports.mpi import REFUSALS, open_notice, refusal, refusal_kind, seal_notice
 
     m0, m1 = _macs(0, 2), _macs(1, 2)

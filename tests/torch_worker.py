@@ -168,9 +168,9 @@ def tamper(rank, world, rec):
 
 
 def agreement(rank, world, rec):
-    """issue 17 items 1 and 2(b) over torch.distributed: ranks that pass another bcast root
-    raise ArgumentMismatchError in that op; a rank that refuses its arguments stops the others
-    in that op (its refusal record joins the op's all-gather), not at their deadline."""
+    """Argument agreement and refusals over torch.distributed: ranks that pass another bcast root
+    raise ArgumentMismatchError in that op; a rank that refuses its arguments stops the others in
+    that op (its refusal record joins the op's all-gather), not at their deadline."""
     import time
 
     from seccomm import ArgumentMismatchError, PeerAbortError, SecureComm

@@ -3,7 +3,7 @@
 map, and a frame of one operation replayed into the next.
 
 The expected protection of a frame is written out here from the documented policy
-(``seccomm/policy.py``'s docstring, README "Options of SecureComm"), not read from
+(``seccomm/policy.py``'s docstring, the options in docs/usage.md), not read from
 ``seccomm.policy``: ``encrypt="all"`` seals every frame; ``"inter-node"`` seals a direction-key
 frame when its two ranks are on different nodes and a group-key frame (allgather, bcast, the
 allgather half of the ring allreduce: sealed once by its origin, forwarded unchanged) when the

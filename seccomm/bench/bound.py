@@ -1,5 +1,5 @@
 """The best time a perfect implementation could reach, per bench row: how far seccomm is from the
-machine's limit, not only from plaintext (formulas and sources: docs/performance.md, "The bound").
+machine's limit, not only from plaintext (formulas and sources: docs/bench.md, "The bound").
 
 Every rank measures, at the start of ``seccomm bench`` and on one core, what one frame of each
 suite costs to seal and to open, at two payload sizes: a small frame and the chunk size in use.  A

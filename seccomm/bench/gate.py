@@ -3,7 +3,7 @@ native MPI *measured in the same rounds*, and judge whole families of groups, no
 
 pytest-benchmark's ``--benchmark-compare-fail=median:10%`` compares absolute medians of two runs;
 on a 2-core machine shared with other jobs, two runs of unchanged code differed by up to +128 %
-(13 of 48 groups flagged, issue 18).  Here:
+(13 of 48 groups flagged).  Here:
 
 - per group (collective, variant, size S), the *ratio* to native MPI of the same run:
   ``collective_bench`` alternates native and secure rounds, and the ratio is the median over
@@ -24,7 +24,7 @@ A change that makes seccomm's path 2x slower doubles the ratio wherever seccomm'
 dominates (every secure variant measured here, ``none`` included): about +100 % for the suite or
 collective it touches.  Not caught: a regression confined to one (collective, suite) pair, which
 moves neither family's median (the worst single groups are listed).  Measurements:
-docs/performance.md, "Regression gate".
+docs/performance.md, "Regression gate"; usage: docs/pytest-plugin.md.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ class Report:
                 "# bound add: native + the crypto of the row's algorithm at those costs (one core "
                 "does both); bound ovl: max(native, crypto) (crypto on spare cores); vs bound: time "
                 "/ bound add (below 1: overlapped, or native slower than seccomm's own plaintext "
-                "path: compare none); docs/performance.md 1d"
+                "path: compare none); docs/bench.md, 'The bound'"
             )
 
     def rows(self, rows):

@@ -52,7 +52,7 @@ def _choose(tuning, nbytes, count, p) -> str:
     """``tuning.algorithm``; "auto": recursive doubling at or below ``small_bytes`` or for fewer
     elements than ranks, and on two ranks at or below ``chunk_bytes`` (one frame each way: the
     same bytes, crypto and reduction as the ring's two steps, in one step: 0.74-0.93x the ring's
-    time at 128 KiB-1 MiB with AES-GCM, docs/performance.md 1h); else ring."""
+    time at 128 KiB-1 MiB with AES-GCM; compare with ``seccomm bench --algorithm``); else ring."""
     if tuning.algorithm != "auto":
         return tuning.algorithm
     if nbytes <= tuning.small_bytes or count < p or (p == 2 and nbytes <= tuning.chunk_bytes):

@@ -37,11 +37,11 @@ Setup classes (each trial is one ``SecureComm`` construction on all ranks, psk a
 turn; :mod:`seccomm.handshake`):
 
 - ``forge-node-map``: ranks on two simulated hosts with ``encrypt="inter-node"``; on its way to
-  every rank, every other rank's hello is rewritten to claim this rank's host (the downgrade of
-  finding 1: every hop would go in the clear);
+  every rank, every other rank's hello is rewritten to claim this rank's host (a downgrade: if
+  accepted, every hop would go in the clear);
 - ``replay-setup``: session A is set up and used; the setup of session B then gets session A's
-  messages (rank 0's, or every other rank's) in place of B's on ranks 1..p-1 (finding 2: forced
-  key and nonce re-use);
+  messages (rank 0's, or every other rank's) in place of B's on ranks 1..p-1 (if accepted:
+  forced key and nonce re-use);
 - ``forge-config``: one settings field of one rank's hello altered on its way to one rank, or
   to all others (a downgrade of the suite, policy, chunk size, limits...).
 

@@ -60,8 +60,8 @@ class SecureHookState:
     ``"auto"``: MPI under gloo when :func:`mpi_world` allows it, else torch (``seccomm train``'s
     default).  Under ``nccl`` "auto" is always torch (frames stay on the GPU).  Why MPI for CPU
     buckets: gloo point-to-point costs ~0.5-1 ms a message on loopback TCP, MPI over shared memory
-    microseconds (docs/performance.md section 3).  With "mpi"/"auto", MPI is initialised in this
-    process (``mpi4py``), so the ranks must end normally (``MPI_Finalize`` at exit).
+    microseconds (docs/performance.md, "PyTorch DDP").  With "mpi"/"auto", MPI is initialised in
+    this process (``mpi4py``), so the ranks must end normally (``MPI_Finalize`` at exit).
     ``batch_p2p``, ``device``: see :class:`~seccomm.transports.torch.TorchTransport`.  Other
     keyword arguments go to :class:`~seccomm.comm.SecureComm` (``suite``, ``chunk_bytes``,
     ``psk``, ``algorithm``, ...).

@@ -68,8 +68,8 @@ class TorchTransport(Transport):
     since gloo's transports read host pointers only).
     """
 
-    # gloo point-to-point costs ~0.5-1 ms a message on loopback TCP (measured, docs/performance.md):
-    # recursive doubling's fewer messages win up to a few MiB
+    # gloo point-to-point costs ~0.5-1 ms a message on loopback TCP (docs/performance.md,
+    # "PyTorch DDP"): recursive doubling's fewer messages win up to a few MiB
     small_bytes_default = 2 << 20
 
     def __init__(self, group=None, timeout: float = 60.0, batch_p2p: bool | None = None, device=None):
