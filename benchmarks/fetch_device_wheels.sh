@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Run HERE (with registry access) before a device call: the lent H200 image has CuPy, torch,
-# numpy, ml_dtypes, pytest and hypothesis for its Python 3.12, but no registry and no
-# cryptography or MPICH.  Puts the missing wheels in .whl/ (ignored by git; carried by the call).
+# Run on a machine with registry access, before benchmarks/device_check.sh on a GPU machine
+# without one (benchmarks/README.md).  That machine is expected to have CuPy, torch, numpy,
+# ml_dtypes and pytest for Python 3.12, but no cryptography, MPICH or mpi4py: this puts their
+# wheels (CPython 3.12, manylinux x86_64) in .whl/, which git ignores; copy it along with the
+# checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude

@@ -1573,8 +1573,8 @@ def device_kernels(comm, rec):
     """the device engine driving the GPU kernels themselves (seccomm/gpu/cuda/aead.cu through GPUAEAD, run
     on the CPU by tests/cuda_emu.h) on even ranks, the CPU engine on odd ranks: the frames of the
     real kernels interoperate in every collective, the fused ring hop included, and a tampered
-    frame is caught on a kernel rank.  A reduced matrix: the emulator runs one OS thread per CUDA
-    thread."""
+    frame is caught on a kernel rank.  A reduced matrix: the emulator runs every CUDA thread of a block
+    on one OS thread (fibers), slowly."""
     import tempfile
     from pathlib import Path
 

@@ -1,9 +1,10 @@
 """Device buffers in ``SecureComm`` calls: CuPy arrays and torch CUDA tensors (through DLPack).
 
-Until the engine seals on the device, a collective on device buffers is staged: the send buffer
-is copied to pinned host memory, the CPU engine runs, and the result is copied back (two PCIe
-copies of the payload).  Frames then travel over whichever transport the ``SecureComm`` has --
-MPI, or :class:`~seccomm.transports.nccl.NCCLTransport`, which stages them back to the device.  No MPI
+Device buffers the device engine does not take (bfloat16, which CuPy lacks, or a suite or
+dtype without kernels) are staged: the send buffer is copied to pinned host memory, the CPU
+engine runs, and the result is copied back (two PCIe copies of the payload).  Frames then travel
+over whichever transport the ``SecureComm`` has -- MPI, or
+:class:`~seccomm.transports.nccl.NCCLTransport`, which stages them back to the device.  No MPI
 call ever sees a device pointer, so this works with MPI libraries that are not CUDA-aware, and
 no non-blocking MPI operation is ever posted on device memory.
 

@@ -8,7 +8,7 @@ Averaging matches DDP's default ``allreduce_hook``: the bucket is divided by the
 then summed.  The bucket keeps its dtype (float32, float64, float16, bfloat16 reduce in that
 type with numpy/ml_dtypes, as MPI would; no gloo reduction is involved, so bfloat16 works where
 gloo's own allreduce refuses it).  CUDA buckets (``nccl`` backend) go to ``SecureComm`` as they
-are: float32/float16 buckets run on the device engine (seccomm's kernels seal on the GPU and the
+are: float32, float64 and float16 buckets run on the device engine (seccomm's kernels seal on the GPU and the
 device frames go to NCCL without leaving it); bfloat16 buckets are staged through pinned host
 memory (CuPy has no bfloat16); without CuPy, CUDA buckets are staged through host memory by
 torch (two copies of the bucket, and two of each frame for NCCL).  A bucket that fails authentication

@@ -13,7 +13,8 @@ Under ``nccl`` two things change (both selectable for tests with ``batch_p2p``/`
   ``ncclGroupStart``/``ncclGroupEnd``), as NCCL's own documentation prescribes for exchanges.
 - **Device staging.** NCCL moves device memory only: each frame is copied to a tensor on
   ``device`` before sending, and received frames are copied back to the host buffer the engine
-  opens (two copies per frame, over PCIe, until the GPU AEAD path seals on the device).
+  opens (two copies per frame, over PCIe), unless the frames are already on the device (the
+  device engine seals them there).
 
 Every wait has a deadline: gloo's ``Work.wait(timeout)``, or polling ``Work.is_completed()``
 (NCCL completion is a CUDA event query) until the deadline.  A silent peer gives
