@@ -1,4 +1,4 @@
-"""Mutation testing of seccomm's security-critical modules with mutmut (issue 14).
+"""Mutation testing of seccomm's security-critical modules with mutmut.
 
 Usage, from the README's test setup (``pip install -e '.[test]'``), in the checkout::
 
@@ -14,16 +14,19 @@ temporary directory, so the checkout is never mutated; ``--keep DIR`` keeps that
 ``cd DIR && mutmut show NAME`` prints a survivor's diff.
 
 Prints, per module: mutants, killed (timeouts count as killed, as in mutmut), survived, no tests,
-the survivors written down as equivalent in ``docs/testing.md`` (a table row
-``| `NAME` | reason |``), and the score = killed / (mutants - equivalent).  Then every survivor
-that is not written down, and every written-down name that no longer survives (stale).  Exit
-status 1 when a module scores below ``--target`` (default 95 %).  Takes about 90 minutes for all
-modules on 2 shared cores (docs/testing.md has the measured time).
+the survivors written down as equivalent in ``tests/mutation_survivors.csv`` (a header row
+``mutant,reason``, then one row per survivor: its name as ``mutmut show`` prints it and why no
+test can tell it from the original), and the score = killed / (mutants - equivalent).  Then every
+survivor that is not written down, every written-down name that no longer survives (stale), and
+every row whose name belongs to no module of ``only_mutate``.  Exit status 1 when a module scores
+below ``--target`` (default 95 %).  Takes about 90 minutes for all modules on 2 shared cores
+(docs/testing.md has the measured time).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import re
@@ -35,10 +38,10 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "testing.md"
+SURVIVORS = ROOT / "tests" / "mutation_survivors.csv"
 KILLED = {1, 3, 36, -24, 24, 152, 255}  # mutmut.stats.status_by_exit_code: killed and timeout
 NO_TESTS = {5, 33}
-EQUIVALENT_ROW = re.compile(r"^\|\s*`([\w.ǁ]+__mutmut_\d+)`\s*\|")
+MUTANT = re.compile(r"[\w.ǁ]+__mutmut_\d+")
 
 
 def config() -> dict:
@@ -90,16 +93,46 @@ def results(work: Path, modules: list[str]) -> dict[str, dict[str, int]]:
     return out
 
 
-def equivalents() -> dict[str, str]:
-    """The survivors written down as equivalent in docs/testing.md: {mutant name: reason}."""
-    if not DOC.exists():
-        return {}
+def read_rows(path: Path, header: list[str]) -> list[dict[str, str]]:
+    """The rows of a survivors file (CSV, first row ``header``) as dicts, each cell stripped.  A
+    wrong header, a row with another number of cells, or an empty cell raises ValueError naming
+    the file and line."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        got = next(reader, None)
+        if got != header:
+            raise ValueError(f"{path}: the first row must be {','.join(header)}, not {got}")
+        rows = []
+        for cells in reader:
+            where = f"{path}:{reader.line_num}"
+            if len(cells) != len(header):
+                raise ValueError(f"{where}: {len(cells)} cells, not {len(header)} ({','.join(header)})")
+            row = dict(zip(header, (c.strip() for c in cells)))
+            empty = [k for k, v in row.items() if not v]
+            if empty:
+                raise ValueError(f"{where}: empty {', '.join(empty)}")
+            rows.append(row)
+    return rows
+
+
+def equivalents(path: Path = SURVIVORS) -> dict[str, str]:
+    """The survivors written down as equivalent: {mutant name: reason}, from ``path``.  A name
+    that is not a mutmut mutant's, or one written down twice, raises ValueError."""
     eq = {}
-    for line in DOC.read_text().splitlines():
-        m = EQUIVALENT_ROW.match(line)
-        if m:
-            eq[m.group(1)] = line.split("|")[2].strip()
+    for row in read_rows(path, ["mutant", "reason"]):
+        name = row["mutant"]
+        if not MUTANT.fullmatch(name):
+            raise ValueError(f"{path}: {name!r} is not a mutant name (module.x_function__mutmut_N)")
+        if name in eq:
+            raise ValueError(f"{path}: {name} written down twice")
+        eq[name] = row["reason"]
     return eq
+
+
+def orphans(eq: dict[str, str], modules: list[str]) -> list[str]:
+    """The written-down names that belong to none of ``modules`` (a module removed or renamed)."""
+    prefixes = tuple(dotted(m) + ".x" for m in modules)
+    return sorted(k for k in eq if not k.startswith(prefixes))
 
 
 def dotted(module: str) -> str:
@@ -162,7 +195,7 @@ def report(per: dict[str, dict], target: float) -> int:
         for k in s["unexplained"]:
             print(f"not explained: {k}")
         for k in s["stale"]:
-            print(f"stale entry in docs/testing.md (killed now, or no longer generated): {k}")
+            print(f"stale entry in {SURVIVORS.name} (killed now, or no longer generated): {k}")
     return 1 if bad else 0
 
 
@@ -179,6 +212,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"not in [tool.mutmut] only_mutate: {', '.join(unknown)}")
     modules = a.modules or cfg["only_mutate"]
+    eq = equivalents()  # (a malformed row stops the script here, not after the run)
     work = a.keep or Path(tempfile.mkdtemp(prefix="seccomm-mutation-"))
     if a.keep and (work / "mutants").exists():
         shutil.rmtree(work / "mutants")
@@ -197,9 +231,10 @@ def main(argv=None) -> int:
         print(f"WARNING: mutmut exited with {rc} (see {log}); {missing} mutants not run")
     elif rc != 0:  # e.g. MPI finalized in forked workers makes mutmut's own exit crash (UCX, SIGSEGV)
         print(f"note: mutmut exited with {rc} after every mutant had its result")
-    eq = equivalents()
     per = {m: score(m, c, eq) for m, c in codes.items()}
     rc = report(per, a.target)
+    for k in orphans(eq, cfg["only_mutate"]):
+        print(f"stale entry in {SURVIVORS.name} (its module is not in only_mutate): {k}")
     if a.json:
         a.json.write_text(json.dumps(per, indent=1))
     if not a.keep:

@@ -25,10 +25,16 @@ source:
 
 The tests of each source must pass on the unmutated copy first (else the run stops).  A mutant
 that does not compile is *stillborn* (left out of the score); one that makes a test
-fail, or runs past ``--timeout``, is *killed*; one that passes every test *survives*.  Survivors
-written down in ``docs/testing.md`` (a row ``| `FILE:LINE` ... | reason |`` of the C/CUDA table)
-as equivalent are left out of the score too.  Prints per file: sampled, stillborn, killed,
-survived, score and interval, then each survivor's line and change.
+fail, or runs past ``--timeout``, is *killed*; one that passes every test *survives*.  The
+survivors found so far are written down in ``tests/mutation_survivors_c.csv`` (a header row
+``file,line,code,change,equivalent,reason``, then one row per survivor: the line number, the
+source line's text, the change, ``yes`` or ``no``, why); a survivor on the line of a row marked
+``equivalent`` ``yes`` counts as equivalent and is left out of the score too.  Prints per file:
+sampled, stillborn, killed, survived, equivalent, score and interval; then each survivor's line
+and change, and each survivor counted as equivalent beside the row that made it so (check that
+the row describes that change: rows name a line, not one change of it).  Rows that name a file
+this script does not mutate, or a line that no longer holds their ``code`` (the source moved or
+changed: renumber or drop the row), are reported as stale.
 """
 
 from __future__ import annotations
@@ -46,8 +52,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutation import DOC, ROOT, copy_checkout  # noqa: E402
+from mutation import ROOT, copy_checkout, read_rows  # noqa: E402
 
+SURVIVORS_C = ROOT / "tests" / "mutation_survivors_c.csv"
 GPU_TESTS = ["tests/test_gpu_core.py", "tests/test_gpu_kernels_emulated.py", "tests/test_cuda_emu.py"]
 SWAP_TESTS = ["tests/test_express.py", "tests/test_collectives_mpi.py", "-k", "test_express or np2"]
 #: source -> (how its tests compile it, the tests)
@@ -123,15 +130,45 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, c - h), min(1.0, c + h)
 
 
-def equivalents() -> dict[str, str]:
-    """``{"FILE:LINE change": reason}`` from the C/CUDA survivors table of docs/testing.md."""
-    eq = {}
-    if DOC.exists():
-        for line in DOC.read_text().splitlines():
-            if line.startswith("| `seccomm/") and ":" in line.split("|")[1]:
-                cells = [c.strip() for c in line.split("|")[1:-1]]
-                eq[cells[0].strip("`")] = cells[-1]
+def survivors(path: Path = SURVIVORS_C) -> list[dict[str, str]]:
+    """The rows of ``path``: file, line, code, change, equivalent (``yes`` or ``no``), reason.  A
+    malformed row (see ``mutation.read_rows``), a line that is not a positive number, or an
+    ``equivalent`` other than yes/no raises ValueError."""
+    rows = read_rows(path, ["file", "line", "code", "change", "equivalent", "reason"])
+    for r in rows:
+        if not r["line"].isdigit() or int(r["line"]) < 1:
+            raise ValueError(f"{path}: {r['file']}: line {r['line']!r} is not a line number")
+        if r["equivalent"] not in ("yes", "no"):
+            where = f"{path}: {r['file']}:{r['line']}"
+            raise ValueError(f"{where}: equivalent is {r['equivalent']!r}, not yes or no")
+    return rows
+
+
+def equivalents(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    """``{"FILE:LINE": row}`` of the rows marked equivalent (the first such row of a line)."""
+    eq: dict[str, dict[str, str]] = {}
+    for r in rows:
+        if r["equivalent"] == "yes":
+            eq.setdefault(f"{r['file']}:{r['line']}", r)
     return eq
+
+
+def stale(rows: list[dict[str, str]], root: Path = ROOT) -> list[str]:
+    """The rows that name a file not in TARGETS, or a line that does not hold their ``code``
+    (leading and trailing blanks aside)."""
+    out = []
+    for r in rows:
+        where = f"{r['file']}:{r['line']}"
+        if r["file"] not in TARGETS:
+            out.append(f"{where} (not a file this script mutates)")
+            continue
+        lines = (root / r["file"]).read_text().splitlines()
+        n = int(r["line"])
+        if n > len(lines):
+            out.append(f"{where} (past the end of the file)")
+        elif lines[n - 1].strip() != r["code"]:
+            out.append(f"{where} (the line no longer reads {r['code']!r})")
+    return out
 
 
 def main(argv=None) -> int:
@@ -145,7 +182,10 @@ def main(argv=None) -> int:
     if shutil.which("mutate") is None:
         print("universalmutator is not installed: pip install universalmutator", file=sys.stderr)
         return 2
-    eq = equivalents()
+    rows_c = survivors()  # (a malformed row stops the script here, before any build)
+    eq = equivalents(rows_c)
+    for entry in stale(rows_c):
+        print(f"stale entry in {SURVIVORS_C.name}: {entry}")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     rows, total = [], {"killed": 0, "survived": 0, "stillborn": 0, "equivalent": 0}
     with tempfile.TemporaryDirectory(prefix="seccomm-mut-c-") as tmp:
@@ -200,6 +240,12 @@ def main(argv=None) -> int:
     for r in rows:
         if r["outcome"] == "survived":
             print(f"SURVIVED {r['file']}:{r['line']}: {r['original']!r} -> {r['mutated']!r}")
+        elif r["outcome"] == "equivalent":
+            row = eq[f"{r['file']}:{r['line']}"]
+            print(
+                f"EQUIVALENT {r['file']}:{r['line']}: {r['original']!r} -> {r['mutated']!r} "
+                f"(written down: {row['change']}: {row['reason']})"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
