@@ -101,7 +101,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", metavar="PATH", help="write the parameters and rows as JSON")
     p.add_argument("--csv", metavar="PATH", help="write one line per node count")
     p.add_argument(
-        "--plot", metavar="PATH.png", help="plot overhead and scaling efficiency vs ranks (needs matplotlib)"
+        "--plot",
+        metavar="PATH.png",
+        help="plot overhead, busbw and scaling efficiency vs ranks (needs matplotlib)",
     )
     p.add_argument(
         "--calibrate", metavar="RESULTS.json", help="fit a calibration to a seccomm bench --json result"

@@ -4,7 +4,7 @@ for BI tools (Power BI, Grafana).  Built from :func:`.diagnose.diagnose` rows; d
 "The report" (every column, its unit and type).
 
 Three figures: overhead against native MPI [x] vs message size, one panel per cluster shape, one
-line per suite; scaling efficiency vs hosts, measured (solid) and the calibrated model's (dashed);
+line per suite; scaling efficiency vs hosts, measured (solid) and the calibrated model's (dotted);
 the time breakdown at the largest size (the parts of :data:`.diagnose.PARTS`, the uplink apart).
 """
 
@@ -112,7 +112,7 @@ def overhead_figure(rows: list[dict]) -> str:
 
 
 def efficiency_figure(rows: list[dict], size: int) -> str:
-    """Scaling efficiency vs hosts at ``size``: measured (solid) and the model's (dashed)."""
+    """Scaling efficiency vs hosts at ``size``: measured (solid) and the model's (dotted)."""
     fig, axes = _figure(1, w=6.0, h=3.8)
     ax = axes[0][0]
     rs = [r for r in rows if r["size_bytes"] == size]
