@@ -67,7 +67,12 @@ class AuthenticationError(SecCommError):
 
 
 class FrameError(SecCommError):
-    """A frame had the wrong length (truncated or oversized) or could not be received."""
+    """A message could not be taken as what it should be: larger than the frame or record the
+    receiving rank posted for (a padded or altered frame, or ranks that disagree on the call's
+    sizes), a receipt that is not this op's, or a transfer the peer abandoned.  ``peer`` is the
+    rank it came from (``"any"`` where MPI could not say), ``op`` and ``seq`` the operation.  A
+    frame that arrives shorter than it should be (truncated) is an :class:`AuthenticationError`
+    instead: a frame of the wrong length cannot be authentic."""
 
     def __init__(self, msg, *, peer=None, op=None, seq=None):
         self.peer, self.op, self.seq = peer, op, seq

@@ -613,7 +613,8 @@ def run_setup_class(
 def expected(cls: str, suite: str) -> str:
     """What class ``cls`` should give under ``suite``: ``"detected"``, or ``"silently accepted"``
     for the operation classes under a suite without authentication (``none``) — but ``truncate``
-    (the frame length check) and ``drop`` (the deadline), which every suite detects."""
+    and ``pad`` (the frame length checks) and ``drop`` (the deadline), which every suite detects,
+    as it detects the setup and link classes."""
     if cls in SETUP_CLASSES + LINK_CLASSES or cls in ("truncate", "drop", "pad"):
         return "detected"
     if get_suite(suite).authenticated:

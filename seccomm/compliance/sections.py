@@ -108,7 +108,7 @@ def _attacks_detail(rv: Review) -> str:
     attacks = rv.attacks
     return (
         f"{sum(r['trials'] for r in attacks)} attacks in {len(attacks)} classes (ranks 0-1; redirect, "
-        f"the setup and the record classes on all {rv.ev['world_size']} ranks): "
+        f"the setup, record and link classes on all {rv.ev['world_size']} ranks): "
         f"{sum(r['detected'] for r in attacks)} detected, "
         f"{sum(r['silently_accepted'] for r in attacks)} silently accepted"
     )
@@ -238,14 +238,15 @@ def _key_derivation(d: Doc, rv: Review) -> None:
     """The HKDF key schedule, one row per key."""
     d.h(1, "Key derivation")
     d.p(
-        "Every key is 32 bytes from HKDF with SHA-256 (RFC 5869, via cryptography). The job id is the "
-        "first 16 bytes of SHA-256('seccomm job ' || label) where the label is SECCOMM_JOB_ID or "
-        "SLURM_JOB_ID. Each SecureComm runs a setup transcript (seccomm.handshake): every rank sends a "
-        "hello with a fresh 32-byte nonce, its settings, its host and (psk-dhe) its X25519 share, MACed "
-        "under the hello key and binding its rank; th is SHA-256 of all hellos in rank order. Session "
-        "keys use salt = SHA-256('seccomm/1 salt' || job id || every rank's nonce) (RFC 5869 section "
-        "3.1: nonces exchanged and authenticated) and end their info with th, so no rank alone and no "
-        "attacker can bring back an earlier session's keys. The communicator id in every AAD is th[:16]. "
+        "Every key is 32 bytes from HKDF with SHA-256 (RFC 5869, via cryptography). The job id is "
+        "the first 16 bytes of SHA-256('seccomm job ' || label) where the label is SecureComm's "
+        "job_id argument, else SECCOMM_JOB_ID or SLURM_JOB_ID. Each SecureComm runs a setup "
+        "transcript (seccomm.handshake): every rank sends a hello with a fresh 32-byte nonce, its "
+        "settings, its host and (psk-dhe) its X25519 share, MACed under the hello key and binding "
+        "its rank; th is SHA-256 of all hellos in rank order. Session keys use salt = "
+        "SHA-256('seccomm/1 salt' || job id || every rank's nonce) (RFC 5869 section 3.1: nonces "
+        "exchanged and authenticated) and end their info with th, so no rank alone and no attacker "
+        "can bring back an earlier session's keys. The communicator id in every AAD is th[:16]. "
         "Every rank's finished message carries an HMAC over th and its rank under the finished key; "
         "each rank checks all of them before the first frame."
     )
