@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import itertools
 import functools
 import math
 import os
@@ -40,13 +41,14 @@ from .framing import (
     block_counts,
 )
 from .handshake import establish, job_digest, job_label, node_ids_digest
-from .keys import KEY_EXCHANGES, load_secret
+from .keys import KEY_EXCHANGES, load_secret, secret_is_set
 from .policy import ENCRYPT_POLICIES, EncryptPolicy
 from .suites import SUITES, get_suite
 from .transports import MPITransport, Transport
 
 ALGORITHMS = ("auto", *_coll.get_collective("allreduce").algorithms)
 _OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
+_BUILT = itertools.count()  # each SecureComm's place in this process's order of construction
 
 
 def _mark_forked():  # (os.register_at_fork: a flag read per call, not a getpid() system call)
@@ -60,7 +62,12 @@ if hasattr(os, "register_at_fork"):
 
 @atexit.register
 def _close_open_comms():  # before mpi4py finalizes MPI (its atexit hook was registered earlier)
-    for sc in list(_OPEN):
+    """Close every SecureComm still open, newest first.  ``close()`` is collective (it waits up to
+    ``min(timeout, 10)`` s for the other ranks), so every rank must close them in the same order:
+    the order of construction, which is collective and so the same on every rank.  (A WeakSet's
+    order is its members' addresses, which differ from rank to rank: each rank then waited in
+    another close, and 2,046 open ones held the exit for minutes.)"""
+    for sc in sorted(_OPEN, key=lambda sc: sc._built, reverse=True):
         try:
             sc.close()
         except Exception:  # noqa: BLE001 - exiting anyway
@@ -105,6 +112,14 @@ class SecureComm:
       CuPy arrays and torch CUDA tensors run on the device engine with seccomm's GPU kernels when
       CuPy finds a device and the suite and dtype have kernels; otherwise they are staged through
       pinned host memory (:mod:`seccomm.gpu.staging`).
+
+    Attributes (read them, do not set them): ``rank`` and ``size`` (this rank and the world
+    size), ``suite`` (the :class:`~seccomm.suites.CipherSuite`), ``algorithm``, ``encrypt``,
+    ``chunk_bytes`` (bytes), ``key_exchange``, ``timeout`` (seconds), ``crypto_threads``,
+    ``usage_limit`` (frames one key may seal), ``epoch`` (the key epoch in use) and
+    ``rotations`` (key rotations so far), ``secret_source`` (where the job secret came from,
+    never the secret).  It is a context manager: ``with SecureComm(...) as sc:`` closes it on
+    leaving the block.
 
     Construction runs the setup of :mod:`seccomm.handshake` (hello, key delivery, finished):
     fresh keys from every rank's nonce, every setting and the node map authenticated.
@@ -191,8 +206,8 @@ class SecureComm:
             try:
                 secret, self.secret_source = load_secret(psk)
             except KeyScheduleError:
-                if suite != "none":
-                    raise
+                if suite != "none" or secret_is_set(psk):  # (none needs no key, but one that is
+                    raise  # given and unusable is an error, as under every suite)
                 secret, self.secret_source = bytes(32), "none (suite 'none' uses no key)"
         except (ValueError, TypeError, KeyScheduleError) as e:
             local_error, node_ids = e, None
@@ -282,6 +297,7 @@ class SecureComm:
             self.timeout,
             self._control,
         )
+        self._built = next(_BUILT)
         _OPEN.add(self)
 
     # -- bookkeeping ---------------------------------------------------------------------------

@@ -71,6 +71,12 @@ def load_secret(psk: bytes | str | None = None) -> tuple[bytes, str]:
     )
 
 
+def secret_is_set(psk: bytes | str | None = None) -> bool:
+    """Whether any source of :func:`load_secret` is set (the argument, ``SECCOMM_PSK_FILE`` or
+    ``SECCOMM_PSK``), usable or not."""
+    return psk is not None or bool(os.environ.get("SECCOMM_PSK_FILE") or os.environ.get("SECCOMM_PSK"))
+
+
 #: larger than any secret file could sensibly be [B]
 MAX_SECRET_FILE_BYTES = 1 << 16
 

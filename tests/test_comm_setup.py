@@ -123,3 +123,61 @@ def test_crypto_threads_default_to_the_cores_per_rank_of_the_node(monkeypatch, c
         world_run(2, lambda sc: (sc.crypto_threads, sc._pool and sc._pool._max_workers), crypto_threads=None)
     )
     assert res == [(threads, threads if threads > 1 else None)] * 2
+
+
+@pytest.mark.parametrize("given", ["psk", "file", "env"])
+def test_suite_none_refuses_a_secret_that_is_given_but_unusable(given, monkeypatch, tmp_path):
+    """``none`` needs no key and runs without a secret, but a secret that is set and unusable (a
+    0644 file, a short one) is an error on every rank, as under every suite: never a silent
+    zero key."""
+    from seccomm import KeyScheduleError
+
+    for var in ("SECCOMM_PSK_FILE", "SECCOMM_PSK"):
+        monkeypatch.delenv(var, raising=False)
+    kw = {}
+    if given == "psk":
+        kw["psk"] = b"short"
+    elif given == "file":
+        f = tmp_path / "secret"
+        f.write_text(PSK.hex() if isinstance(PSK, bytes) else str(PSK))
+        f.chmod(0o644)
+        monkeypatch.setenv("SECCOMM_PSK_FILE", str(f))
+    else:
+        monkeypatch.setenv("SECCOMM_PSK", "00" * 8)
+    world = World(2)
+    trs = world.transports(3)
+    res = world.run(lambda r: SecureComm(trs[r], suite="none", **kw))
+    assert all(isinstance(e, (KeyScheduleError, ConfigMismatchError)) for e in res), res
+    assert any(isinstance(e, KeyScheduleError) for e in res), res
+    if given == "psk":  # no source set at all: it runs, with no key
+        trs = World(2).transports(3)
+        nokey = ok(trs[0].world.run(lambda r: SecureComm(trs[r], suite="none")))
+        assert [sc.secret_source for sc in nokey] == ["none (suite 'none' uses no key)"] * 2
+
+
+def test_the_exit_hook_closes_in_the_order_of_construction(monkeypatch):
+    """``close()`` is collective, so the exit hook must close the SecureComms left open in the
+    same order on every rank: newest first by construction (the same on every rank), not in a
+    WeakSet's order (by address, which differs between ranks: each rank then waited out another
+    close, and thousands left open held the exit for minutes)."""
+    import random
+    import weakref
+
+    from seccomm import comm
+
+    closed = []
+
+    class Fake:
+        def __init__(self, built):
+            self._built = built
+
+        def close(self):
+            closed.append(self._built)
+
+    fakes = [Fake(i) for i in range(50)]
+    random.Random(1).shuffle(fakes)
+    monkeypatch.setattr(comm, "_OPEN", weakref.WeakSet(fakes))
+    comm._close_open_comms()
+    assert closed == list(range(49, -1, -1))
+    built = ok(world_run(2, lambda sc: sc._built))
+    assert built[0] != built[1] and all(isinstance(b, int) for b in built)
