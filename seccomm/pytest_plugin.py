@@ -1,6 +1,7 @@
 """pytest-benchmark plugin for secure collectives (entry point ``pytest11: seccomm``).
 
-Fixtures
+Fixtures:
+
 - ``secure_comm(suite, **kw)``: a cached :class:`~seccomm.comm.SecureComm` on ``COMM_WORLD``.
 - ``collective_bench(collective, suite, nbytes, dtype="float32", op="sum")``: times one secure
   collective with ``benchmark.pedantic`` (warm-up rounds, a barrier before each round and after the
@@ -26,8 +27,8 @@ run) and fails the session (exit status 1, rank 0) when the median growth of a s
 of a collective's groups is more than ``--seccomm-gate-tolerance`` (default 40%); when native
 MPI's own times in a family's groups moved by more than 30 %, the verdict is INCONCLUSIVE (other
 load on the machine, which can hide a regression as well as fake one; exit status 1: rerun).
-When no group of the run is in the baseline (another benchmark, other sizes, a ``seccomm bench``
-result), the gate says NOTHING COMPARED and fails the session (exit status 1): it showed nothing.
+When no group of the run is in the baseline (another benchmark, other sizes or suites), the gate
+says NOTHING COMPARED and fails the session (exit status 1): it showed nothing.
 """
 
 from __future__ import annotations
@@ -190,6 +191,13 @@ def _uncaptured(config):
 
 @pytest.fixture(scope="session")
 def secure_comm(seccomm_world, request):
+    """Return ``get(suite="aes-256-gcm", **kw)``: a :class:`~seccomm.comm.SecureComm` on
+    ``COMM_WORLD`` for that suite and those keyword arguments (any of ``SecureComm``'s but
+    ``psk``), built on first use and kept for the pytest session (one per distinct ``(suite,
+    kw)``), closed at its end.  Session-scoped; every rank must ask for the same ones in the same
+    order (building one is collective).  The job secret is the ranks' (``SECCOMM_PSK_FILE`` or
+    ``SECCOMM_PSK``); with none on any rank the session stops with exit status 2 unless every
+    rank sets ``SECCOMM_INSECURE_BENCH_SECRET=1``."""
     from .bench.secret import PLUGIN_NO_SECRET, BenchSecretError, bench_secret
     from .comm import SecureComm
 

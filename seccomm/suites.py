@@ -229,6 +229,8 @@ class NoneSuite(CipherSuite):
         return 2**63
 
 
+#: The registered cipher suites by name: ``"none"``, ``"aes-256-gcm"``, ``"chacha20-poly1305"``,
+#: ``"aes-256-gmac"`` (each a :class:`CipherSuite`; :func:`get_suite` looks one up).
 SUITES: dict[str, CipherSuite] = {}
 
 

@@ -470,7 +470,7 @@ def test_bench_without_the_check_says_not_applicable(tmp_path):
 
 def test_the_summary_line_gives_a_ciphers_overhead_against_none_too():
     """Where native MPI is slower than seccomm's own plaintext path at the largest size (MPICH
-    at 64 MiB on two ranks, README), the closing line gives the cipher's cost against ``none``
+    at 64 MiB on two ranks), the closing line gives the cipher's cost against ``none``
     beside its ratio to native (here 0.84x vs native, 1.31x vs none), never the first alone."""
     from seccomm.bench.table import summary_line
 
@@ -504,16 +504,22 @@ def test_the_header_says_what_the_run_does():
 
 
 def test_every_launcher_example_gives_the_job_secret():
-    """The README's and the GPU page's torchrun lines and the DDP hook snippet say where the
+    """Every torchrun line and every DDP hook snippet of the README and the docs says where the
     job secret comes from (every rank needs one under a launcher)."""
     root = Path(__file__).resolve().parents[1]
-    for page in ("README.md", "docs/gpu.md"):
-        for line in (root / page).read_text().splitlines():
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    snippets = 0
+    for page in pages:
+        text = page.read_text()
+        for line in text.splitlines():
             if "torchrun --nproc" in line:
-                assert "SECCOMM_PSK" in line, (page, line)
-    readme = (root / "README.md").read_text()
-    snippet = readme[readme.index("from seccomm.torch import SecureHookState") - 200 :][:400]
-    assert "SECCOMM_PSK_FILE" in snippet
+                assert "SECCOMM_PSK" in line, (page.name, line)
+        at = text.find("from seccomm.torch import SecureHookState")
+        while at >= 0:
+            snippets += 1
+            assert "SECCOMM_PSK_FILE" in text[max(0, at - 200) : at + 200], page.name
+            at = text.find("from seccomm.torch import SecureHookState", at + 1)
+    assert snippets >= 1, "no DDP hook snippet in the README or the docs"
 
 
 def test_a_sweep_that_does_not_fit_in_memory_is_refused_before_any_rank_starts(monkeypatch, capsys):

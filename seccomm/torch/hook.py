@@ -12,8 +12,9 @@ are: float32, float64 and float16 buckets run on the device engine (seccomm's ke
 device frames go to NCCL without leaving it); bfloat16 buckets are staged through pinned host
 memory (CuPy has no bfloat16); without CuPy, CUDA buckets are staged through host memory by
 torch (two copies of the bucket, and two of each frame for NCCL).  A bucket that fails authentication
-raises ``AuthenticationError`` from the training step (the future carries the exception): a
-tampered gradient never reaches the optimizer.
+fails the training step: the future carries seccomm's ``AuthenticationError``, which torch (2.13)
+raises from the backward pass as a ``RuntimeError`` with seccomm's message.  A tampered gradient
+never reaches the optimizer.
 """
 
 import numpy as np
