@@ -106,6 +106,13 @@ class SecureComm:
       1 means crypto on the calling thread).
     - ``rotate_after_frames``: frames per key before the next epoch (default: the suite's usage
       limit for ``chunk_bytes``); lower it to force rotations (a value above the limit is refused).
+    - ``small_bytes``: bytes; ``algorithm="auto"`` runs recursive doubling at or below it
+      (default: the transport's ``small_bytes_default``, 64 KiB over MPI, 2 MiB over
+      torch.distributed).
+    - ``bcast_chain_bytes``: bytes; bcast runs a binomial tree at or below it and a pipelined
+      chain above (default 512 KiB).
+    - ``node_ids``: one integer per rank, for ``encrypt="inter-node"``: ranks of one host with
+      different node ids count as different nodes (default: one node per host).
     - ``wrap_transport``: callable wrapping the transport (tests, attacker harness, recording).
     - ``device_backend``: the array module and batch AEAD of the device engine
       (:mod:`seccomm.gpu.engine`); with one given, every call runs on that engine.  Default:
