@@ -271,6 +271,10 @@ def test_module_status_is_stated_apart_from_the_algorithm(monkeypatch):
     md = to_markdown(build(ev, CFG, None, None)[0])
     assert "module: a FIPS provider is active in OpenSSL 3.x" in md and "not validated" not in md
     assert "approved algorithm, FIPS provider active (validation: see its certificate)" in md
+    ev["module"] = dict(MODULE, fips_provider=None)  # the state could not be read: said so
+    md = to_markdown(build(ev, CFG, None, None)[0])
+    assert "approved algorithm, module state unknown (the FIPS state could not be read)" in md
+    assert "module not validated" not in md
     assert status.fips_provider_active() is False  # this machine: the wheel's OpenSSL, no provider
     # patch seccomm's probe, not cryptography's: its OpenSSL backend caches the FIPS state when
     # first built, and a patched value would disable X25519 for the rest of this process

@@ -243,10 +243,13 @@ def _key_derivation(d: Doc, rv: Review) -> None:
         "job_id argument, else SECCOMM_JOB_ID or SLURM_JOB_ID. Each SecureComm runs a setup "
         "transcript (seccomm.handshake): every rank sends a hello with a fresh 32-byte nonce, its "
         "settings, its host and (psk-dhe) its X25519 share, MACed under the hello key and binding "
-        "its rank; th is SHA-256 of all hellos in rank order. Session keys use salt = "
-        "SHA-256('seccomm/1 salt' || job id || every rank's nonce) (RFC 5869 section 3.1: nonces "
-        "exchanged and authenticated) and end their info with th, so no rank alone and no attacker "
-        "can bring back an earlier session's keys. The communicator id in every AAD is th[:16]. "
+        "its rank; th is SHA-256 of all hellos in rank order. Every key but the hello MAC key uses "
+        "salt = SHA-256('seccomm/1 salt' || job id || every rank's nonce) (RFC 5869 section 3.1: "
+        "nonces exchanged and authenticated) and ends its info with th, so no rank alone and no "
+        "attacker can bring back an earlier session's keys. The hello MAC key has neither: it is the "
+        "same for every session of a job (and of any job with the same secret and job label), so an "
+        "earlier setup's hellos and failure reports still pass their MAC; it seals nothing, so no "
+        "nonce is reused. The communicator id in every AAD is th[:16]. "
         "Every rank's finished message carries an HMAC over th and its rank under the finished key; "
         "each rank checks all of them before the first frame."
     )
@@ -430,13 +433,16 @@ def _threat_model(d: Doc, rv: Review) -> None:
             "and communicator (no receiver: every rank reads it). Argument records, receipts and "
             "give-up notices carry a tag of the pair of sender and receiver. aes-256-gmac gives the "
             "same integrity without confidentiality.",
-            "A dropped message surfaces on the rank that waited for it within the configured deadline: "
-            "TransportTimeout naming the silent peer when nothing more comes from it; when a later "
+            "A dropped message surfaces on the rank that waited for it: TransportTimeout naming the "
+            "silent peer when nothing more comes from it (at most the deadline, plus a grace period "
+            "of min(deadline, 5 s), plus 2.5 s); when a later "
             "frame of the same hop comes, it lands in the dropped frame's place and fails its tag "
             "(AuthenticationError naming that peer). Where a drop leaves two ranks waiting on each "
             "other (a dropped receipt), or a frame is held past its receiver's deadline while its "
             "sender goes on, every rank names the link between them (TransportTimeout with "
-            "link = (a, b)), never itself. No wait blocks forever.",
+            "link = (a, b)), never itself. On 3 or more ranks records and frames share one MPI tag: "
+            "a dropped argument record lets the sender's next frame land in the record's receive "
+            "(FrameError, peer 'any'). No wait blocks forever.",
             "Out of scope: a compromised rank or host (it holds the keys), side channels, and traffic "
             "analysis. Sizes and timing leak: a frame is the payload plus 16 bytes and the message pattern "
             "reveals the collective, algorithm and message sizes; nothing is padded.",

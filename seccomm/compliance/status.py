@@ -60,7 +60,9 @@ def module_validated_claim(mod: dict) -> str:
     """The summary's short form: what may be claimed for an approved algorithm here."""
     if mod.get("fips_provider") is True:
         return "approved algorithm, FIPS provider active (validation: see its certificate)"
-    return "approved algorithm, module not validated"
+    if mod.get("fips_provider") is False:
+        return "approved algorithm, module not validated"
+    return "approved algorithm, module state unknown (the FIPS state could not be read)"
 
 
 def suite_status(suite, mod: dict) -> str:
@@ -74,30 +76,40 @@ def suite_status(suite, mod: dict) -> str:
 
 #: the algorithms of the setup, with their algorithm status (the module is the same OpenSSL)
 SETUP_ALGORITHMS = (
-    ("HKDF-SHA256 (every key)", "approved algorithm (NIST SP 800-56C Rev. 2, two-step KDF with HMAC)"),
+    (
+        "HKDF-SHA256 (every key)",
+        "HKDF-SHA256 (RFC 5869; the extract-then-expand KDF of NIST SP 800-56C Rev. 2), used here on a "
+        "PSK (psk-dhe: a PSK and X25519 or group secrets), which is not a key-establishment scheme "
+        "that SP 800-56C covers: approval of this use is not claimed",
+    ),
     (
         "HMAC-SHA256 (hello, finished, argument-record, receipt and notice MACs)",
         "approved algorithm (FIPS 198-1)",
     ),
     ("SHA-256 (session salt, transcript hash)", "approved algorithm (FIPS 180-4)"),
     ("X25519 (psk-dhe shares)", "not approved (SP 800-56A Rev. 3 has no Curve25519 key agreement)"),
-    ("AES-256-GCM (psk-dhe group-secret wrap)", "approved algorithm (NIST SP 800-38D)"),
+    (
+        "AES-256-GCM (psk-dhe group-secret wrap)",
+        "approved algorithm (NIST SP 800-38D); its constant IV is made outside any module (below)",
+    ),
 )
 
 
 def nonce_location() -> str:
-    """Where the AES-GCM nonce (IV) is generated, and what FIPS 140-3 IG C.H says about it."""
+    """Where the AES-GCM nonces (IVs) are generated, and what FIPS 140-3 IG C.H says about it."""
     return (
         "Where the nonce is generated: in seccomm's own code, so it is generated outside any "
         "cryptographic module: FrameContext.fill (seccomm/framing.py) writes it into the frame's "
         "slot for the Python path and for the device engine's batches (whose kernels read it from "
         "there); the compiled two-rank swap (seccomm/_pairswap.c) writes the op index into its "
         "slot's nonce per op; each hands it to OpenSSL's AES-GCM (or the GPU kernels) as an "
-        "argument. FIPS 140-3 "
+        "argument. The psk-dhe group-secret wrap (seccomm/handshake.py) seals with a constant "
+        "all-zero 12-byte IV, under a key fresh per session and per receiving rank that seals once. "
+        "FIPS 140-3 "
         "Implementation Guidance C.H requires the IV of AES-GCM to be generated inside the module's "
-        "boundary, in one of the ways it lists. This construction therefore does not meet IG C.H, "
-        "whichever OpenSSL module runs the cipher; it does meet the uniqueness requirement of NIST "
-        "SP 800-38D section 8 (below)."
+        "boundary, in one of the ways it lists. These constructions therefore do not meet IG C.H, "
+        "whichever OpenSSL module runs the cipher; they do meet the uniqueness requirement of NIST "
+        "SP 800-38D section 8 (below; the wrap: each key is used once)."
     )
 
 
