@@ -4,7 +4,7 @@
 
 Plain mpi4py, no seccomm: ``MPI_Allreduce`` of float32 (sum) beside hand-written two-rank
 allreduces that move the same bytes over the same MPI, a barrier before every call, median of
-the slowest rank over 200 calls (µs):
+the larger of the two ranks' medians over 200 calls (µs):
 
 - ``rd``: each rank sends its whole input and receives the peer's (one ``Isend``/``Irecv``
   pair), then adds;

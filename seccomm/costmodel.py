@@ -244,10 +244,11 @@ def _gbps(rate_gbit: float) -> float:
     return 8.0 / (rate_gbit * 1e9)  # seconds per byte at rate Gb/s
 
 
-#: each suite's seal and open rate relative to AES-256-GCM's, on a CPU with AES-NI: the raw
-#: ``cryptography`` rates at 1 MiB measured by benchmarks/seal_open_ratio.py (docs/performance.md,
-#: "Framing layer vs raw cryptography": AES-GCM 2.51/2.54 GB/s, ChaCha20-Poly1305 1.91/2.03,
-#: GMAC 5.36/7.22)
+#: each suite's seal and open rate relative to AES-256-GCM's, on a CPU with AES-NI but without
+#: VAES: the raw ``cryptography`` rates at 1 MiB measured by benchmarks/seal_open_ratio.py on such
+#: a host (AES-GCM 2.51/2.54 GB/s, ChaCha20-Poly1305 1.91/2.03, GMAC 5.36/7.22).  On a VAES host
+#: AES-GCM runs about 3.8x faster and ChaCha20-Poly1305 at about 0.38 of it (docs/performance.md,
+#: "Framing layer vs raw cryptography"): calibrate (seccomm project --calibrate) for your CPU.
 CPU_SUITE_RATIOS = {
     "aes-256-gcm": (1.0, 1.0),
     "chacha20-poly1305": (1.91 / 2.51, 2.03 / 2.54),

@@ -17,7 +17,8 @@ raises as it always does.
 It applies where all of these hold (else the Python path runs, unchanged):
 the module was built (:func:`built`; ``pip install`` compiles it with the ``mpich`` wheel's
 ``mpi.h``, and falls back to the Python path where that fails: :func:`status` says which), the
-suite is an AEAD (aes-256-gcm, chacha20-poly1305), both ranks seal the hop, the transport is
+suite is an AEAD (aes-256-gcm, chacha20-poly1305) and both ranks seal the hop, or the hop is
+clear on both ranks (``none``, or a hop the encrypt policy leaves clear), the transport is
 MPI itself (no wrapper: a wrapper sees every frame), the op is ``sum`` of float32, float64,
 int32, int64 or uint8, and the call repeats with the same arrays (a plan). ``SECCOMM_EXPRESS=0``
 turns it off (to measure the Python path side by side).

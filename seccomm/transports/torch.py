@@ -69,8 +69,9 @@ class TorchTransport(Transport):
     since gloo's transports read host pointers only).
     """
 
-    # gloo point-to-point costs ~0.5-1 ms a message on loopback TCP (docs/performance.md,
-    # "PyTorch DDP"): recursive doubling's fewer messages win up to a few MiB
+    # gloo point-to-point costs about 0.5-1 ms a message on loopback TCP (seccomm train
+    # --transport torch against --transport mpi: docs/performance.md, "PyTorch DDP"):
+    # recursive doubling's fewer messages win up to a few MiB
     small_bytes_default = 2 << 20
 
     def __init__(self, group=None, timeout: float = 60.0, batch_p2p: bool | None = None, device=None):
