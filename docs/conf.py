@@ -28,11 +28,12 @@ exclude_patterns = ["_build", "scaling-data", "*.json", "Thumbs.db", ".DS_Store"
 myst_heading_anchors = 3
 myst_enable_extensions = ["deflist"]
 
-# autodoc: public names only, in source order; imports that need a GPU or torch are mocked so the
-# reference builds on a machine without either
+# autodoc: public names only, in source order.  CuPy and torch are mocked, so the reference builds
+# with the docs extra alone (no GPU, no multi-GB torch); pytest, which the plugin's fixtures need
+# at import, is in the docs extra.
 autodoc_default_options = {"members": True, "member-order": "bysource", "show-inheritance": True}
 autodoc_typehints = "description"
-autodoc_mock_imports = ["cupy"]
+autodoc_mock_imports = ["cupy", "torch"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 

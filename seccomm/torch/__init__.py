@@ -1,6 +1,7 @@
 """PyTorch integration: an encrypted DDP communication hook over ``torch.distributed``.
 
-Needs the ``torch`` extra (``pip install 'seccomm[torch]'``; in a checkout ``pip install -e '.[torch]'``);
+Needs the ``torch`` extra (in the checkout: ``pip install -e '.[torch]'``; docs/install.md says how
+to get torch's CPU build);
 ``import seccomm`` never imports torch.
 """
 
