@@ -95,8 +95,9 @@ class PeerAbortError(SecCommError):
     example a frame that failed authentication), because an exception of its own was raised
     inside the operation, or because it refused its own arguments to the operation
     (``ValueError``/``TypeError``, named in the message with the op it refused): ``peer`` is that
-    rank, ``blamed`` the rank it named (itself for an error or refusal of its own).  Raised at
-    once instead of after the deadline."""
+    rank, ``blamed`` the rank it named (itself for an error or refusal of its own; None when it
+    could not tell which rank sent the message that failed, as for a ``FrameError`` whose
+    ``peer`` is ``"any"``).  Raised at once instead of after the deadline."""
 
     def __init__(self, msg, *, peer=None, op=None, blamed=None):
         self.peer, self.op, self.blamed = peer, op, blamed

@@ -11,7 +11,9 @@ before it dies, rank DEAD sends every other rank a give-up notice "rank DEAD gav
 rank DEAD+1" whose MAC is under a wrong key (a raw MPI send on the notice tag); believed, it would
 make the survivors blame the innocent rank DEAD+1.  MODE ``tamper-forge``: as ``tamper``, but the
 receiver of the flipped frame first sends a forged abort notice blaming the third rank, then
-its genuine one (blaming DEAD).  MODE ``raise``: rank DEAD raises a plain RuntimeError inside
+its genuine one (blaming DEAD).  MODE ``unknown-sender``: rank DEAD's first wait in the op
+raises a FrameError whose sender it cannot tell (``peer == "any"``); the others must raise
+PeerAbortError naming it at once (blamed: None).  MODE ``raise``: rank DEAD raises a plain RuntimeError inside
 the allreduce (from its transport, after its first frame): it must see that RuntimeError, and the
 others PeerAbortError naming it at once.  Every rank also prints FORGED <rank> <notices that
 failed authentication>, and each rank that raises WAITED <rank> <the rank it was waiting on when
@@ -24,7 +26,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from seccomm import SecCommError, SecureComm
+from seccomm import FrameError, SecCommError, SecureComm
 from seccomm.transports import TransportWrapper
 from seccomm.control import PairMacs
 from seccomm.transports.mpi import seal_notice
@@ -88,6 +90,19 @@ class DieAfterFirstFrame(TransportWrapper):
         return r
 
 
+class UnknownSender(Watch):
+    """In the armed operation, its first wait fails as a record receive that got a larger
+    message does: a FrameError whose sender MPI cannot say (``peer == "any"``)."""
+
+    armed = False
+
+    def wait_recv(self, req, timeout, peer, op_label):
+        if self.armed:
+            self.armed = False
+            raise FrameError(f"{op_label}: planted: a message of unknown sender", peer="any", op=op_label)
+        return super().wait_recv(req, timeout, peer, op_label)
+
+
 class RaiseInOp(TransportWrapper):
     """After its first frame of the armed operation, an error that is not a SecCommError."""
 
@@ -107,7 +122,7 @@ mode = sys.argv[3] if len(sys.argv) > 3 else "die"
 tamper = mode.startswith("tamper")
 wrap = None
 if c.rank == dead:
-    wrap = RaiseInOp if mode == "raise" else DieAfterFirstFrame
+    wrap = {"raise": RaiseInOp, "unknown-sender": UnknownSender}.get(mode, DieAfterFirstFrame)
 elif mode == "tamper-forge":
     wrap = ForgeBeforeAbort  # only the rank that detects the flipped frame ever aborts
 else:
@@ -116,7 +131,7 @@ sc = SecureComm(
     c,
     "aes-256-gcm",
     psk=bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"),
-    timeout=30.0 if tamper or mode == "raise" else 2.0,
+    timeout=30.0 if tamper or mode in ("raise", "unknown-sender") else 2.0,
     algorithm=alg,
     chunk_bytes=1 << 16,
     wrap_transport=wrap,
@@ -142,6 +157,6 @@ except (SecCommError, RuntimeError) as e:
     )  # one write: mpiexec interleaves ranks
     os.write(1, f"WAITED {c.rank} {getattr(sc.transport, 'waiting', None)} MESSAGE {e}\n".encode())
 os.write(1, f"FORGED {c.rank} {sum(sc.transport.forged_notices.values())}\n".encode())
-if tamper or mode == "raise":
+if tamper or mode in ("raise", "unknown-sender"):
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

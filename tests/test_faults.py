@@ -21,7 +21,7 @@ from conftest import mpiexec, rank_results, run_cmd
 
 def _results(stdout):
     """RESULT records; parsed with a pattern, since mpiexec may merge the ranks' lines."""
-    return [list(m) for m in re.findall(r"(RESULT) (\d+) (\w+) (\S+?) (\d+\.\d+) (-|\d+)", stdout)]
+    return [list(m) for m in re.findall(r"(RESULT) (\d+) (\w+) (\S+?) (\d+\.\d+) (-|\d+|None)", stdout)]
 
 
 def _forged(stdout):
@@ -160,6 +160,23 @@ def test_any_error_inside_an_op_stops_every_rank_at_once(algorithm):
         err, peer, secs, blamed = results[r]
         assert (err, peer, blamed) == ("PeerAbortError", "1", "1"), results
         assert float(secs) < 10.0, results
+
+
+@pytest.mark.mpi
+def test_an_error_from_an_unknown_sender_stops_every_rank_at_once():
+    """Rank 1 fails in an op with a FrameError whose sender MPI could not say (``peer == "any"``:
+    a record receive that got a larger message, as when a record is dropped on 3 ranks).  It
+    still tells the others: ranks 0 and 2 raise PeerAbortError naming rank 1 (blamed: None, no
+    rank accused) long before the 30 s deadline, instead of waiting it out and blaming a rank."""
+    out = _run_worker(1, "ring", "unknown-sender", nolocal=False)
+    results = {int(r[1]): r[2:] for r in _results(out.stdout)}
+    assert sorted(results) == [0, 1, 2], out.stdout + out.stderr[-2000:]
+    assert results[1][:2] == ["FrameError", "any"], results
+    for r in (0, 2):
+        err, peer, secs, blamed = results[r]
+        assert (err, peer, blamed) == ("PeerAbortError", "1", "None"), results
+        assert float(secs) < 10.0, results
+    assert "a message whose sender it could not tell" in out.stdout, out.stdout
 
 
 _DROP_RECEIPTS = """

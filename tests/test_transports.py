@@ -141,6 +141,10 @@ def test_notice_round_trip_and_every_forgery_rejected():
     assert open_notice(m0, 2, msg.tobytes()[:-1], 3) is None  # truncated
     assert open_notice(m0, 2, msg.tobytes() + b"\0", 3) is None  # padded
     assert open_notice(m0, 2, seal_notice(m2, 0, 5, 1).tobytes(), 3) is None  # no such rank
+    # an abort whose sender could not tell which rank sent the failed message: blamed -1, abort only
+    assert open_notice(m0, 2, seal_notice(m2, 0, -1, 1).tobytes(), 3) == (-1, 1)
+    for blamed, kind in ((-1, 0), (-1, 2), (-2, 1)):
+        assert open_notice(m0, 2, seal_notice(m2, 0, blamed, kind).tobytes(), 3) is None, (blamed, kind)
     assert open_notice(m0, 2, seal_notice(m2, 0, 1, 7).tobytes(), 3) is None  # no such kind
 
 

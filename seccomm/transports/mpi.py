@@ -52,6 +52,10 @@ _WAITED, _ABORT, _FAILED, _REFUSED = 0, 1, 2, 3
 #: exceptions a refusal notice can name, by code (1, 2)
 REFUSALS = ("ValueError", "TypeError")
 _NOTICE = struct.Struct(">qq")  # blamed rank, kind
+#: the blamed rank of an abort notice whose sender could not tell which rank sent the message
+#: that failed (a ``FrameError`` with ``peer == "any"``: a record receive that got a larger
+#: message); valid with kind ``_ABORT`` only
+UNKNOWN_SENDER = -1
 NOTICE_BYTES = _NOTICE.size + 16  # and the tag (seccomm.control)
 _NOTICE_LABEL = b"notice"
 
@@ -72,6 +76,8 @@ def open_notice(macs, sender: int, msg: bytes, size: int):
     if not hmac.compare_digest(macs.tags(_NOTICE_LABEL, sender, body)[1], tag):
         return None
     blamed, kind = _NOTICE.unpack(body)
+    if blamed == UNKNOWN_SENDER and kind == _ABORT:
+        return blamed, kind
     return (blamed, kind) if 0 <= blamed < size and _known_kind(kind) else None
 
 
@@ -752,13 +758,18 @@ class MPITransport(Transport):
                 blamed=culprit,
             )
         if culprit in self.aborted:
+            source = self.gave_up[culprit]
+            what = (
+                "a message whose sender it could not tell"
+                if source == UNKNOWN_SENDER
+                else f"a frame from rank {source}"
+            )
             raise PeerAbortError(
-                f"{op_label}: rank {culprit} stopped this operation after it detected an error in a "
-                f"frame from rank {self.gave_up[culprit]} (see the error on rank {culprit})"
-                + self._forged_note(),
+                f"{op_label}: rank {culprit} stopped this operation after it detected an error in "
+                f"{what} (see the error on rank {culprit})" + self._forged_note(),
                 peer=culprit,
                 op=op_label,
-                blamed=self.gave_up[culprit],
+                blamed=None if source == UNKNOWN_SENDER else source,
             )
         link = self._link(culprit, waited)
         if link is not None:
@@ -865,8 +876,8 @@ class MPITransport(Transport):
         return host_key()
 
     def abort(self, blame) -> None:
-        if isinstance(blame, (int, np.integer)) and self.comm is not None:
-            self._notify(int(blame), _ABORT)
+        if self.comm is not None:  # (blame "any": a message whose sender MPI could not say)
+            self._notify(int(blame) if isinstance(blame, (int, np.integer)) else UNKNOWN_SENDER, _ABORT)
             self._flush_notices(0.2)
 
     def fail(self) -> None:
