@@ -34,9 +34,9 @@ from cryptography.exceptions import InvalidTag
 
 from . import express
 from .errors import AuthenticationError, FrameError
-from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext, Workspace
+from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, RECORD_ROOM, FrameContext, Workspace
 from .policy import EncryptPolicy
-from .suites import RECORD_ROOM, SUITES, AEADKey, CipherSuite
+from .suites import SUITES, AEADKey, CipherSuite
 
 
 @dataclass(frozen=True)

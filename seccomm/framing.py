@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .suites import NONCE_BYTES, RECORD_ROOM, TAG_BYTES, Slot
+from .suites import NONCE_BYTES, TAG_BYTES
 
 PROTOCOL_MAGIC = b"SCM"
 PROTOCOL_VERSION = 1
@@ -48,6 +48,39 @@ SLOT_ALIGN = 64
 #: time at 64 KiB-1 MiB on two ranks (measured with benchmarks/lean_path.py --against)
 BODY_AT = -(-(NONCE_BYTES + AAD_BYTES) // SLOT_ALIGN) * SLOT_ALIGN
 _LEAD = BODY_AT - NONCE_BYTES - AAD_BYTES  # unused bytes before the nonce
+
+
+#: bytes a slot keeps after its tag for the argument record (:data:`seccomm.agreement.TRAILER_BYTES`)
+RECORD_ROOM = 32
+
+
+class Slot:
+    """Views into one chunk's slot of a wire buffer, laid out as::
+
+        | (unused) | nonce (12 B) | AAD header (hdr B) | body (nbody B) | tag (16 B) | room (32 B) |
+
+    ``mv``: the slot's memory from the nonce on; ``hdr``: the header's size (:data:`AAD_BYTES`);
+    ``nbody``: the body's size in bytes.  :meth:`Workspace.slots` places the body
+    :data:`BODY_AT` bytes into the slot, as aligned as its buffer.  The room after the tag
+    (:data:`RECORD_ROOM`) carries the argument record of an op's first message on two ranks
+    (:mod:`seccomm.agreement`).  A suite's key seals and opens in it
+    (:class:`seccomm.suites.SuiteKey`)."""
+
+    __slots__ = ("nonce", "header", "body", "tag", "frame", "header_body", "wire", "trailer")
+
+    def __init__(self, mv: memoryview, hdr: int, nbody: int):
+        b0 = NONCE_BYTES + hdr
+        end = b0 + nbody + TAG_BYTES
+        self.nonce = mv[:NONCE_BYTES]
+        self.header = mv[NONCE_BYTES:b0]
+        self.body = mv[b0 : b0 + nbody]
+        self.tag = mv[b0 + nbody : end]
+        self.frame = mv[b0:end]
+        self.header_body = mv[NONCE_BYTES : b0 + nbody]
+        # the frame and the room after it: an op's first message on a paired transport carries
+        # the argument record there, zero-copy (empty when ``mv`` keeps no room)
+        self.wire = mv[b0 : end + RECORD_ROOM]
+        self.trailer = mv[end : end + RECORD_ROOM]
 
 
 def make_nonce(out: memoryview, op_index: int, step: int, chunk: int, sender: int) -> None:

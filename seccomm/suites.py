@@ -1,19 +1,13 @@
 """Cipher suites: one registry, one seal/open interface, all CPU crypto through ``cryptography``.
 
-A suite works on a *slot*: one chunk's region of a preallocated wire buffer laid out as::
-
-    | (unused) | nonce (12 B) | AAD header (AAD_BYTES) | body (chunk bytes) | tag (16 B) | room (32 B) |
-
-the body at ``framing.BODY_AT`` bytes into the slot, aligned as its buffer is (64 bytes); the
-room after the tag carries the argument record of an op's first message on two ranks
-(:mod:`seccomm.agreement`).
-
-Only ``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce
-and header into its slot before opening, so nothing it did not expect can verify.  A suite bound
-to a key (:meth:`CipherSuite.keyed`, a :class:`SuiteKey`) seals and opens, zero-copy
-(``encrypt_into``/``decrypt_into``); ``aes-256-gmac`` copies the payload into the body once, since
-it travels in the clear.  A ``none`` frame (:attr:`CipherSuite.clear`) is the payload alone, with
-no tag: it needs no slot, and goes from and into the caller's memory where the algorithm allows.
+A suite bound to a key (:meth:`CipherSuite.keyed`, a :class:`SuiteKey`) seals and opens one
+frame in place, in a *slot* (:class:`seccomm.framing.Slot`: views of one chunk's nonce, AAD
+header, body and tag in a wire buffer), zero-copy (``encrypt_into``/``decrypt_into``).  Only
+``body || tag`` (the *frame*) crosses the wire; the receiver writes its own expected nonce and
+header into its slot before opening, so nothing it did not expect can verify.  ``aes-256-gmac``
+copies the payload into the body once, since it travels in the clear.  A ``none`` frame
+(:attr:`CipherSuite.clear`) is the payload alone, with no tag: it needs no slot, and goes from and
+into the caller's memory where the algorithm allows.
 
 Usage limits (frames per key) follow CFRG draft-irtf-cfrg-aead-limits (target advantage
 p = 2^-50, L = 16-byte blocks per frame including AAD) and NIST SP 800-38D §8.3.
@@ -31,8 +25,6 @@ from .errors import shown
 
 NONCE_BYTES = 12
 TAG_BYTES = 16
-#: bytes a slot keeps after its tag for the argument record (:data:`seccomm.agreement.TRAILER_BYTES`)
-RECORD_ROOM = 32
 KEY_BYTES = 32
 _EMPTY = bytearray(0)
 
@@ -52,26 +44,6 @@ def _gcm_limit(frame_bytes: int, aad_bytes: int) -> int:
     return int(min(q, 2**32))
 
 
-class Slot:
-    """Views into one chunk's slot of a wire buffer (see the module docstring for the layout)."""
-
-    __slots__ = ("nonce", "header", "body", "tag", "frame", "header_body", "wire", "trailer")
-
-    def __init__(self, mv: memoryview, hdr: int, nbody: int):
-        b0 = NONCE_BYTES + hdr
-        end = b0 + nbody + TAG_BYTES
-        self.nonce = mv[:NONCE_BYTES]
-        self.header = mv[NONCE_BYTES:b0]
-        self.body = mv[b0 : b0 + nbody]
-        self.tag = mv[b0 + nbody : end]
-        self.frame = mv[b0:end]
-        self.header_body = mv[NONCE_BYTES : b0 + nbody]
-        # the frame and the room after it: an op's first message on a paired transport carries
-        # the argument record there, zero-copy (empty when ``mv`` keeps no room)
-        self.wire = mv[b0 : end + RECORD_ROOM]
-        self.trailer = mv[end : end + RECORD_ROOM]
-
-
 class SuiteKey:
     """A suite bound to one key, in the style of pyca's AEAD classes (``AESGCM(key)``): every
     suite's keyed object has the same two methods, so the engine holds one object per hop.
@@ -84,12 +56,13 @@ class SuiteKey:
     def __init__(self, suite: "CipherSuite", aead):
         self.suite, self._aead = suite, aead
 
-    def seal(self, slot: Slot, plaintext) -> None:
+    def seal(self, slot, plaintext) -> None:
         """Write the frame for ``plaintext`` (uint8 view, ``len == len(slot.body)``) into
-        ``slot``; ``slot.nonce`` and ``slot.header`` must already hold the nonce and AAD header."""
+        ``slot`` (a :class:`seccomm.framing.Slot`); ``slot.nonce`` and ``slot.header`` must
+        already hold the nonce and AAD header."""
         raise NotImplementedError
 
-    def open(self, slot: Slot, out):
+    def open(self, slot, out):
         """Verify the frame in ``slot`` and return a uint8 view of its plaintext.
 
         Decrypting suites write into ``out`` (``len == len(slot.body)``) and return it; they

@@ -24,8 +24,7 @@ from seccomm.control import PairMacs
 from seccomm.agreement import Agreement
 from seccomm.comm import _names
 from seccomm.dtypes import CODES
-from seccomm.framing import AAD, KEY_DIRECTION, FrameContext, Workspace, nonce_bytes
-from seccomm.suites import RECORD_ROOM
+from seccomm.framing import AAD, KEY_DIRECTION, RECORD_ROOM, FrameContext, Workspace, nonce_bytes
 
 KEY = bytes.fromhex("8c1f5e0a93d24b7e61a05fc3d8e2917b4a6f03c5e9b1d7280f4c6a3e5b9d1c07")
 TAIL = bytes.fromhex("01020100ffffffff0000000000000400")  # allreduce, float32, sum, alg 0, no root, count

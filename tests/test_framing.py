@@ -12,6 +12,7 @@ from seccomm.framing import (
     BODY_AT,
     GROUP_STEP,
     MAX_CHUNKS_PER_HOP,
+    RECORD_ROOM,
     SLOT_ALIGN,
     FrameContext,
     Workspace,
@@ -20,7 +21,7 @@ from seccomm.framing import (
     chunk_counts,
     nonce_bytes,
 )
-from seccomm.suites import NONCE_BYTES, RECORD_ROOM, TAG_BYTES
+from seccomm.suites import NONCE_BYTES, TAG_BYTES
 
 fields = st.tuples(
     st.integers(0, 2**32 - 1),

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from seccomm.framing import AAD_BYTES
-from seccomm.suites import NONCE_BYTES, TAG_BYTES, Slot, get_suite
+from seccomm.framing import AAD_BYTES, Slot
+from seccomm.suites import NONCE_BYTES, TAG_BYTES, get_suite
 from vectors import load_chacha, load_nist_gcm
 
 RFC8439_2_8_2 = dict(

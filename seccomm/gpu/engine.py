@@ -32,8 +32,8 @@ import numpy as np
 from ..engine import OpRun, Recv, Send
 from ..suites import SUITES
 from ..errors import AuthenticationError
-from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN
-from ..suites import NONCE_BYTES, TAG_BYTES, Slot
+from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN, Slot
+from ..suites import NONCE_BYTES, TAG_BYTES
 
 _ROW = NONCE_BYTES + AAD_BYTES + TAG_BYTES
 
