@@ -25,6 +25,7 @@ anything is copied (their ``open`` returns the slot body), so they need no scrat
 
 from __future__ import annotations
 
+import enum
 import hmac
 import weakref
 from dataclasses import dataclass
@@ -69,10 +70,27 @@ class OpContext:
 #: the keyed ``none`` suite: hops left in the clear by the encrypt policy (a clear frame is its
 #: payload alone: :mod:`seccomm.suites`)
 CLEAR = SUITES["none"].keyed(None)
-#: ``Send.lend`` of pieces that stay unchanged until the op's end but may be its last sends:
-#: lent only where the hop is acknowledged (:meth:`OpRun.acked`), since then the op ends only
-#: once the receiver has the frames
-ACKED = "acked"
+
+
+class Lend(enum.Enum):
+    """Whether a :class:`Send`'s clear frames (``none``: the payload alone) may go on the wire
+    straight from its pieces, without a copy into a slot.
+
+    - ``COPY``: no; they are copied (the pieces may change before the sends complete).
+    - ``STEP``: the pieces stay unchanged until this step's sends complete: nothing this step
+      receives or reduces is written over them, and a later step of the op waits for these sends
+      while the peer is still in the op before anything writes over them.
+    - ``OP``: the pieces stay unchanged until the op's end, and these may be its last sends,
+      which MPICH may complete only once the peer calls MPI again (waiting for them would blame
+      a rank that did its part: docs/design.md, "Completion"): lent only where the hop is
+      acknowledged (:meth:`OpRun.acked`), the op then ending once the peer has them.
+    """
+
+    COPY = "copy"
+    STEP = "step"
+    OP = "op"
+
+
 #: bytes of a receipt: the op's number and the pair's tag (:meth:`OpRun._give_receipt`)
 RECEIPT_BYTES = 24
 RECEIPT_LABEL = b"receipt"  # its control label (seccomm.control)
@@ -87,16 +105,9 @@ class Send:
     """Outgoing chunks of one step: ``pieces`` (uint8 plaintext views, sealed here) or
     ``frames`` (already-sealed group frames forwarded unchanged).
 
-    ``lend``: the pieces stay unchanged until this step's sends complete (nothing this step
-    receives or reduces is written over them, and a later step of the op waits for this step's
-    sends before anything writes over them), so clear frames (``none``: the payload alone) go
-    on the wire straight from them, without a copy into a slot.  ``True``: a later step waits
-    for these sends while the peer is still in the op.  :data:`ACKED`: the pieces stay
-    unchanged until the op's end, and these may be its last sends, which MPICH may complete
-    only once the peer calls MPI again (waiting for them would blame a rank that did its part:
-    docs/design.md, "Completion"): lent only where the hop is acknowledged
-    (:meth:`OpRun.acked`), the op then ending once the peer has them.  Should a lent send of an
-    unacknowledged hop still be out at the op's end, the op waits for it.  ``clear`` (forwarded
+    ``lend``: a :class:`Lend`: whether clear frames go on the wire straight from the pieces.
+    Should a lent send of an unacknowledged hop still be out at the op's end, the op waits for
+    it.  ``clear`` (forwarded
     ``frames`` only): whether they are clear frames, ``sizes`` then their payload bytes.
 
     ``behind`` (paired transports; both ranks' steps must agree, as recursive doubling's one
@@ -117,7 +128,7 @@ class Send:
         pieces=None,
         frames=None,
         ws="send",
-        lend=False,
+        lend=Lend.COPY,
         behind=False,
     ):
         self.dst, self.step, self.group, self.origin = dst, step, group, origin
@@ -356,7 +367,7 @@ class OpRun:
             if not send.behind:
                 self.t.send_record()
             lend = send.lend
-            if lend and self.receives_direct and (lend is True or send.acked):
+            if lend is not Lend.COPY and self.receives_direct and (lend is Lend.STEP or send.acked):
                 self.lent = self.lent or not send.acked  # (acknowledged: the op ends once they are in)
                 yield from pieces
                 return
@@ -572,7 +583,7 @@ class OpRun:
                     f.exception()  # let running jobs finish before buffers are reused
 
     # -- one chunk each way (the small-message fast path) ------------------------------------
-    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume, lend=False, summed=None):
+    def swap_step(self, peer: int, step: int, piece, elems: int, out, consume, lend=Lend.COPY, summed=None):
         """``step()``: exchange one chunk with ``peer`` under direction keys (recursive
         doubling's small messages): the same frames as :meth:`exchange`, with the least work per
         call.  ``piece``/``out``: uint8 views of ``elems`` elements, ``out`` private workspace
@@ -727,12 +738,12 @@ class OpRun:
         t, nbytes = self.t, elems * self.itemsize
         paired = t.paired
         ack = self.acked(1, nbytes, True)
-        lend = bool(lend) and self.receives_direct and (ack or (lend is True and not paired))
+        lent = lend is not Lend.COPY and self.receives_direct and (ack or (lend is Lend.STEP and not paired))
         behind, alone = paired and not ack, paired and ack
         # (kept: cached slots keep their buffer alive if it grows; clear frames need no key)
         rslot = self.ws.slots("recv", [nbytes])[0]
         body, rwire = rslot.body, rslot.wire[: nbytes + RECORD_ROOM]
-        if not lend:
+        if not lent:
             sslot = self.ws.slots("send", [nbytes])[0]
             sbody, swire = sslot.body, sslot.wire[: nbytes + RECORD_ROOM]
             strailer = swire[nbytes:]
@@ -742,7 +753,7 @@ class OpRun:
                 self._settle()
             if alone:  # (the record alone, first)
                 t.send_record()
-            if lend:
+            if lent:
                 sent = piece
                 self.lent = self.lent or not ack  # (acknowledged: the op ends once it is in)
             else:

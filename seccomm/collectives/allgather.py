@@ -10,7 +10,7 @@ import functools
 import numpy as np
 
 from ..dtypes import as_bytes, flat
-from ..engine import ACKED, Recv, Send
+from ..engine import Lend, Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
 from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
@@ -68,7 +68,7 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
             pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0]
             # (own: never written by this op, so lent to clear frames: on two ranks these are
             # the op's last sends, lent only where the hop is acknowledged)
-            lend = True if p > 2 else ACKED
+            lend = Lend.STEP if p > 2 else Lend.OP
             first = Send(dst=nxt, group=True, origin=r, pieces=pieces, ws="fwd1", lend=lend)
             steps.append(exchange_step(run, first, recv))
         else:  # origin sb's group frames, forwarded as they arrived (nothing is sealed here)

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 
 from ..dtypes import as_bytes, check_op, flat, typed
-from ..engine import ACKED, Recv, Send
+from ..engine import Lend, Recv, Send
 from . import Call, Collective, Counts, register
 from .allgather import ag_steps, ring_allgather
 from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
@@ -175,7 +175,7 @@ def _rd_prepare(run, send, recv, ufunc, avg):
     # in a swap, the input given whole (GIVE: GET follows), the result returned (but for avg,
     # whose division writes it after this step).  The op's last
     # sends (the result returned, the last swap) only where their hop is acknowledged
-    # (engine.ACKED): the op would otherwise have to wait for them, and MPICH may complete them
+    # (engine.Lend.OP): the op would otherwise have to wait for them, and MPICH may complete them
     # only once the peer calls MPI again (docs/design.md, "Completion")
     apart = not np.may_share_memory(send, recv)
     schedule = _rd_schedule(p, run.rank)
@@ -187,11 +187,11 @@ def _rd_prepare(run, send, recv, ufunc, avg):
         mine = [as_bytes(cur)] if single else chunk_views(as_bytes(cur), 0, recv.size, ce, isz)[0]
         if kind in (GIVE, RETURN):
             # (RETURN: the result, which avg divides after this step: not lent then)
-            lend = True if kind == GIVE else (False if avg else ACKED)
+            lend = Lend.STEP if kind == GIVE else (Lend.COPY if avg else Lend.OP)
             steps.append(exchange_step(run, Send(peer, step, pieces=mine, lend=lend), None))
             continue
         consume = _reducer(ufunc, cur, recv, elems, ce, theirs_first)
-        lend = (True if i < len(schedule) - 1 else ACKED) if apart and cur is send else False
+        lend = (Lend.STEP if i < len(schedule) - 1 else Lend.OP) if apart and cur is send else Lend.COPY
         if kind == TAKE:
             steps.append(exchange_step(run, None, Recv(peer, elems, outs, step, consume=consume)))
         elif single:  # small message: one frame each way (on two ranks, its sum may be compiled)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import as_bytes, flat
-from ..engine import ACKED, Recv, Send
+from ..engine import Lend, Recv, Send
 from . import Call, Collective, Counts, register
 from .common import check_pair, chunk_views
 from .cost import Cost, Step
@@ -50,7 +50,7 @@ def pairwise(run, send: np.ndarray, recv: np.ndarray) -> None:
         run.exchange(
             # (send and recv never overlap: clear frames go from one, the op's last sends only
             # where their hop is acknowledged, and land in the other)
-            Send(dst=dst, step=s - 1, pieces=pieces, lend=True if s < p - 1 else ACKED),
+            Send(dst=dst, step=s - 1, pieces=pieces, lend=Lend.STEP if s < p - 1 else Lend.OP),
             Recv(src=src, step=s - 1, elems=elems, outs=outs, direct=True),
         )
 

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 
 from ..dtypes import as_bytes, check_op, flat, typed
-from ..engine import ACKED, Recv, Send
+from ..engine import Lend, Recv, Send
 from ..framing import block_counts
 from . import Call, Collective, Counts, register
 from .common import Blocks, check_pair, chunk_views, exchange_step, in_turn, ring_tree_bound
@@ -81,7 +81,7 @@ def rs_steps(run, send: np.ndarray, dest: np.ndarray, ufunc, blocks: Blocks, mor
                 # (pieces: ``send``'s block or the accumulator the step before filled, neither
                 # written again before this step's sends are waited for or the op ends: lent to
                 # clear frames, the op's last sends only where their hop is acknowledged)
-                Send(dst=nxt, step=s, pieces=pieces, lend=True if more or s < p - 2 else ACKED)
+                Send(dst=nxt, step=s, pieces=pieces, lend=Lend.STEP if more or s < p - 2 else Lend.OP)
                 if pieces
                 else None,
                 Recv(src=prv, step=s, elems=elems, outs=outs, consume=consume) if elems else None,

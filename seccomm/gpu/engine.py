@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from ..engine import OpRun, Recv, Send
+from ..engine import Lend, OpRun, Recv, Send
 from ..suites import SUITES
 from ..errors import AuthenticationError
 from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN, Slot
@@ -386,7 +386,7 @@ class DeviceOpRun(OpRun):
                 self._await_receipt(nxt)
         return True
 
-    def swap_step(self, peer, step, piece, elems, out, consume, lend=False, summed=None):
+    def swap_step(self, peer, step, piece, elems, out, consume, lend=Lend.COPY, summed=None):
         # (paired, clear frames: the record behind the frame, as the CPU engine's swap sends it,
         # unless the swap is acknowledged: then alone before it)
         behind = self.t.paired and not self.acked(1, elems * self.itemsize, True)
