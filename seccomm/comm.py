@@ -414,11 +414,15 @@ class SecureComm:
         self.rotations += 1
         self._keys.forget_before(self.epoch)
 
-    def _bound(self, coll: _coll.Collective, nbytes: int) -> int:
-        """Upper bound of frames one op of ``nbytes`` bytes seals under any one key, identical on
-        every rank; ``ValueError`` when it needs too many chunks per hop or more frames than one
-        key may seal."""
-        chunks = math.ceil(nbytes / self.chunk_bytes) + 1
+    def _bound(self, coll: _coll.Collective, nbytes: int, itemsize: int = 1) -> int:
+        """Upper bound of frames one op of ``nbytes`` bytes of ``itemsize``-byte elements seals
+        under any one key, identical on every rank; ``ValueError`` when it needs too many chunks
+        per hop or more frames than one key may seal.  A chunk holds whole elements (the engine's
+        ``chunk_elems``), so it carries ``chunk_bytes`` rounded down to a multiple of
+        ``itemsize``: counted with more, an op could pass here and then run out of chunk
+        numbers mid-op."""
+        chunk = max(1, self.chunk_bytes // itemsize) * itemsize
+        chunks = math.ceil(nbytes / chunk) + 1
         if chunks > MAX_CHUNKS_PER_HOP:
             raise ValueError(
                 f"{coll.name} of {nbytes} bytes needs {chunks} chunks per hop; at most "
@@ -646,7 +650,7 @@ class SecureComm:
                 call = coll.args(sendbuf, recvbuf, self.rank, self.size, device, **kw)
                 nbytes = call.count * call.itemsize
                 alg = coll.pick(self, nbytes, call.count, self.size)
-                bound = self._bound(coll, nbytes)
+                bound = self._bound(coll, nbytes, call.itemsize)
                 run = self._begin(coll, call, bound, device)
             except (TypeError, ValueError) as e:
                 self._refuse(name, e)

@@ -565,6 +565,12 @@ def test_limits_per_op_are_checked_before_it_begins():
         ):
             s._bound(ar, 4 * (most + 1))
         assert s._seq == seq
+    with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=17) as s:
+        # a chunk holds whole elements: 17 bytes carry 4 float32 (16 B), so count with 16
+        most = 16 * (MAX_CHUNKS_PER_HOP - 1) // 4
+        s._bound(ar, 4 * most, 4)
+        with pytest.raises(ValueError, match=rf"needs {MAX_CHUNKS_PER_HOP + 1} chunks per hop"):
+            s._bound(ar, 4 * (most + 1), 4)
     big = (1 << 31) - 64
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=big) as s:
         chunks = s.usage_limit // ar.frame_bound(1, 1) + 1

@@ -144,8 +144,9 @@ def bitwise_wrong(out: np.ndarray, ref: np.ndarray) -> int:
 # -- key usage ----------------------------------------------------------------------------------
 def ring_tree_bound(p: int, chunks: int) -> int:
     """Frames any one key may seal in one ring, recursive-doubling or tree operation on ``p``
-    ranks, for ``chunks`` = ceil(S / chunk_bytes) + 1: at most (p-1) blocks of chunks under a
-    direction key (ring reduce-scatter), about 2 chunks + p under the group key (encrypt-once
-    allgather, bcast); (2p + 2 bitlen(p) + 4) chunks covers both with margin (a fixed formula, kept
-    so that the rotation points of a configuration do not change)."""
+    ranks, for ``chunks`` = ceil(S / chunk) + 1 (``chunk``: ``chunk_bytes`` in whole elements):
+    at most (p-1) blocks of chunks under a direction key (ring reduce-scatter), about 2 chunks + p
+    under the group key (encrypt-once allgather, bcast); (2p + 2 bitlen(p) + 4) chunks covers both
+    with margin (a fixed formula, kept so that the rotation points of a configuration do not
+    change)."""
     return (2 * p + 2 * p.bit_length() + 4) * chunks

@@ -57,7 +57,8 @@ def plan(config: ReviewConfig, size: int) -> dict:
     ``run_point`` is a test-sized point), ``ops``, and ``refusal`` (why nothing can run, or None)."""
     suite = get_suite(config.suite)
     limit, configured = config.limit(), config.rotation_point()
-    chunks = math.ceil(COUNT * 4 / config.chunk_bytes) + 1  # as SecureComm counts them
+    chunk = max(1, config.chunk_bytes // 4) * 4  # float32: whole elements a chunk, as SecureComm
+    chunks = math.ceil(COUNT * 4 / chunk) + 1  # counts them (SecureComm._bound)
     bound = get_collective("allreduce").frame_bound(size, chunks)
     out = {"configured": configured, "limit": limit, "bound": bound, "refusal": None}
     if configured > limit:
