@@ -5,7 +5,7 @@ Usage: ``mpiexec -n K python tests/mpi_worker.py OUT.json SCENARIO [SCENARIO ...
 Rank 0 writes ``{scenario: {"cases": N, "failures": [...]}}`` to OUT.json.  Each rank r appends
 its progress to ``OUT.json.rank{r}.progress`` as it goes (one flushed line per scenario start, case
 start where a check helper knows its label, case end, and ``done`` last), so that a launch killed
-for a hang can say what each rank was running (tests/conftest.py ``run_worker``).  A check helper's
+for a hang can say what each rank was running (tests/helpers.py ``run_worker``).  A check helper's
 secure op that raises on one rank makes every rank raise (``Recorder.run``), and a scenario that
 raised ends the launch early: the scenarios after it are reported as not run.
 """
@@ -1614,7 +1614,7 @@ def device_kernels(comm, rec):
 
 @scenario
 def hang(comm, rec):
-    """a deliberate hang, only for tests/test_timeout.py (not in conftest's PLAN): every rank but
+    """a deliberate hang, only for tests/test_timeout.py (not in helpers' PLAN): every rank but
     0 starts a case that never ends; rank 0 finishes its case and waits for them at the gather."""
     if comm.rank == 0:
         rec.start("hang: rank 0's case")

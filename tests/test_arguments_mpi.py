@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cached_launches
+from helpers import cached_launches
 
 SCENARIOS = ["layouts", "nan_minmax", "readonly_send", "refusal", "threads", "agreement"]
 #: world size -> its scenarios ("completion" pauses ranks past a deadline: 3 ranks for a relay)

@@ -14,7 +14,7 @@ import pytest
 from seccomm import launch
 from seccomm.compliance import attack
 
-from conftest import mpiexec, run_cmd
+from helpers import mpiexec, run_cmd
 
 OPS = {"flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop", "pad"}
 GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()

@@ -15,7 +15,7 @@ import pytest
 from seccomm import __version__, cli, launch
 from seccomm.cli.usage import PLOT_HINT
 
-from conftest import run_cmd
+from helpers import run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
 README = Path(__file__).resolve().parents[1] / "README.md"

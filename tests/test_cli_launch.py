@@ -16,7 +16,7 @@ import pytest
 
 from seccomm import launch
 
-from conftest import kill_tree, mpiexec, run_cmd
+from helpers import kill_tree, mpiexec, run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
 GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()

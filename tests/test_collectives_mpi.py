@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import PLAN
+from helpers import PLAN
 
 CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
 #: minimum cases a scenario must have checked at a world size (guards against a silent no-op)

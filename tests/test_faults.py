@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mpiexec, rank_results, run_cmd
+from helpers import mpiexec, rank_results, run_cmd
 
 
 def _results(stdout):

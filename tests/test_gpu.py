@@ -124,7 +124,7 @@ def _run_worker(mode, ranks=2):
     import sys
     from pathlib import Path
 
-    from conftest import mpiexec
+    from helpers import mpiexec
 
     out = subprocess.run(
         [mpiexec(), "-n", str(ranks), sys.executable, str(Path(__file__).with_name("gpu_worker.py")), mode],
@@ -162,7 +162,7 @@ def test_ddp_hook_cuda_buckets_under_gloo(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
-    from conftest import run_torch_worker
+    from helpers import run_torch_worker
 
     res = run_torch_worker(tmp_path, 2, "cuda")
     assert len(res) >= 8 and not [r for r in res if not r["ok"]], res
@@ -182,7 +182,7 @@ def test_seccomm_train_on_cuda(tmp_path, backend):
             "nccl needs one GPU per rank: 2 GPUs (on a node: torchrun --nproc-per-node 8 -m seccomm "
             "train --device cuda)"
         )
-    from conftest import run_train
+    from helpers import run_train
 
     _, r = run_train(tmp_path, "--steps", "30", "--device", "cuda", "--backend", backend)
     assert r["device"] == "cuda" and r["backend"] == backend

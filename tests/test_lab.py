@@ -25,7 +25,7 @@ from seccomm.lab import Cluster, ClusterSpec, netns, parse_rate, privilege, tunn
 from seccomm.lab.spec import BENCH_NET, MAX_HOSTS, format_rate
 from seccomm.lab.sweep import scaling_rows, scaling_table
 
-from conftest import kill_tree, run_cmd
+from helpers import kill_tree, run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
 CAN_BUILD = privilege.privileged() and launch.find_mpiexec() is not None

@@ -14,7 +14,7 @@ from seccomm import cli
 from seccomm import costmodel as m
 from seccomm import calibration as calib
 
-from conftest import run_cmd
+from helpers import run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
 CAL = Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json"

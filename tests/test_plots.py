@@ -13,7 +13,7 @@ from seccomm import launch
 from seccomm.collectives import COLLECTIVES
 from seccomm.suites import SUITES
 
-from conftest import run_cmd
+from helpers import run_cmd
 
 matplotlib = pytest.importorskip("matplotlib")
 

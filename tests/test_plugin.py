@@ -16,7 +16,7 @@ import pytest
 from seccomm.bench import gate
 from seccomm.collectives import COLLECTIVES
 
-from conftest import mpiexec, run_cmd
+from helpers import mpiexec, run_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import rank_results, run_cmd
+from helpers import rank_results, run_cmd
 
 _INTERCOMM = """
 import time

@@ -13,7 +13,7 @@ import html5lib
 import pytest
 
 from browser import blank_page_draws_little, screenshot
-from conftest import run_cmd
+from helpers import run_cmd
 from seccomm import launch
 from seccomm.compliance.config import ReviewConfig
 from seccomm.compliance.doc import to_html, to_markdown

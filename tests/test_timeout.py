@@ -1,4 +1,4 @@
-"""A hung MPI launch fails fast and says where: tests/conftest.py ``run_worker`` kills the whole
+"""A hung MPI launch fails fast and says where: tests/helpers.py ``run_worker`` kills the whole
 process group at its time limit and names the scenario and case each rank had reached and the
 ranks that had not finished (from tests/mpi_worker.py's per-rank progress files)."""
 
@@ -10,7 +10,7 @@ import time
 import _pytest.outcomes
 import pytest
 
-from conftest import run_worker
+from helpers import run_worker
 
 
 def _alive(token: str) -> list[int]:

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from conftest import run_torch_worker, run_train  # noqa: E402
+from helpers import run_torch_worker, run_train  # noqa: E402
 from seccomm import launch  # noqa: E402
 
 

@@ -307,7 +307,7 @@ def test_a_failed_ops_unreceived_frames_never_reach_a_later_communicator():
     """Frames of 4 to 16 KiB left unreceived by a failed op (a bcast whose ranks disagree on the
     root) are received and dropped at close: MPI hands a later communicator the same context
     id, and its ops must not take them for their own frames or records."""
-    from conftest import mpiexec, run_cmd
+    from helpers import mpiexec, run_cmd
 
     out = run_cmd([mpiexec(), "-n", "3", sys.executable, "-c", _STALE], timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -334,7 +334,7 @@ def test_a_padded_frame_on_real_ranks_is_named_as_an_oversized_frame():
     """Rank 0's frames to rank 1 padded by 1 byte and by 16 MiB on the wire: rank 1 raises
     FrameError naming rank 0 and an oversized frame (rank 0, whose own receive was genuine,
     may return with the right result, or learn of rank 1's error)."""
-    from conftest import mpiexec, run_cmd
+    from helpers import mpiexec, run_cmd
 
     code = """
 import numpy as np
