@@ -129,6 +129,7 @@ def test_gmac_is_gcm_over_empty_plaintext(gcm, lib):
         assert tag.raw == AESGCM(key).encrypt(nonce, b"", hdr + body)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_nvcc_compiles_every_kernel_without_spills(tmp_path):
     sources = sorted(KERNELS.glob("*.cu"))
@@ -286,6 +287,7 @@ def _libnvrtc():
     return None
 
 
+@pytest.mark.slow
 def test_nvrtc_compiles_the_runtime_module_without_spills():
     """What `cupy.RawModule` compiles at run time (seccomm.gpu.kernels.module_source, NVRTC, no libc
     headers) builds for sm_90 with no errors and no spills.  NVRTC predeclares some types that
@@ -321,6 +323,7 @@ def test_nvrtc_compiles_the_runtime_module_without_spills():
     assert not spills, "\n".join(spills)
 
 
+@pytest.mark.slow
 def test_the_host_shim_runs_clean_under_asan_and_ubsan(tmp_path):
     """Every host entry point of the GPU core on exact-size buffers, built with AddressSanitizer
     and UndefinedBehaviorSanitizer (any finding stops the run): memory errors that give the right

@@ -89,11 +89,13 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+@pytest.mark.slow
 def test_wheel_ships_kernel_sources(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert set(SOURCES) <= names, sorted(n for n in names if "/gpu/" in n)
 
 
+@pytest.mark.slow
 def test_installed_tree_loads_kernel_sources(wheel, tmp_path):
     """Unpacked as pip installs it (no source tree anywhere on the path), run from another
     directory: module_source() reads the shipped sources and pastes the header in."""
