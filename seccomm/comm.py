@@ -38,6 +38,7 @@ from .framing import (
     REDOPS,
     FrameContext,
     Workspace,
+    chunk_elems,
     block_counts,
 )
 from .handshake import establish, job_digest, job_label, node_ids_digest
@@ -421,7 +422,7 @@ class SecureComm:
         ``chunk_elems``), so it carries ``chunk_bytes`` rounded down to a multiple of
         ``itemsize``: counted with more, an op could pass here and then run out of chunk
         numbers mid-op."""
-        chunk = max(1, self.chunk_bytes // itemsize) * itemsize
+        chunk = chunk_elems(self.chunk_bytes, itemsize) * itemsize
         chunks = math.ceil(nbytes / chunk) + 1
         if chunks > MAX_CHUNKS_PER_HOP:
             raise ValueError(

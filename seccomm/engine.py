@@ -35,7 +35,16 @@ from cryptography.exceptions import InvalidTag
 
 from . import express
 from .errors import AuthenticationError, FrameError
-from .framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, RECORD_ROOM, FrameContext, Workspace
+from .framing import (
+    ANY_RANK,
+    GROUP_STEP,
+    KEY_DIRECTION,
+    KEY_GROUP,
+    RECORD_ROOM,
+    FrameContext,
+    Workspace,
+    chunk_elems,
+)
 from .policy import EncryptPolicy
 from .suites import SUITES, AEADKey, CipherSuite
 
@@ -211,7 +220,7 @@ class OpRun:
         self.keys, self.policy, self.pool, self.suite = ctx.keys, ctx.policy, ctx.pool, ctx.suite
         self.collective, self.itemsize, self.timeout = collective, itemsize, ctx.timeout
         self.frame = frame
-        self.chunk_elems = max(1, ctx.chunk_bytes // itemsize)
+        self.chunk_elems = chunk_elems(ctx.chunk_bytes, itemsize)
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
         self.pending: list = []
         self.sends: list = []  # (request, peer) of sends not yet waited for (see _settle)

@@ -96,6 +96,13 @@ def nonce_bytes(op_index: int, step: int, chunk: int, sender: int) -> bytes:
     return bytes(b)
 
 
+def chunk_elems(chunk_bytes: int, itemsize: int) -> int:
+    """Elements in one full chunk: ``chunk_bytes`` rounded down to whole elements of
+    ``itemsize`` bytes, at least one.  The engine cuts chunks so, and an op's chunk and frame
+    bounds count them so."""
+    return max(1, chunk_bytes // itemsize)
+
+
 def chunk_counts(count: int, chunk_elems: int) -> list[int]:
     """Split ``count`` elements into chunks of at most ``chunk_elems`` (empty list for 0)."""
     full, rest = divmod(count, chunk_elems)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..collectives import get_collective
 from ..errors import AuthenticationError, SecCommError
+from ..framing import chunk_elems
 from ..suites import get_suite
 from .config import ReviewConfig
 
@@ -57,8 +58,8 @@ def plan(config: ReviewConfig, size: int) -> dict:
     ``run_point`` is a test-sized point), ``ops``, and ``refusal`` (why nothing can run, or None)."""
     suite = get_suite(config.suite)
     limit, configured = config.limit(), config.rotation_point()
-    chunk = max(1, config.chunk_bytes // 4) * 4  # float32: whole elements a chunk, as SecureComm
-    chunks = math.ceil(COUNT * 4 / chunk) + 1  # counts them (SecureComm._bound)
+    chunk = chunk_elems(config.chunk_bytes, 4) * 4  # float32, as SecureComm._bound counts them
+    chunks = math.ceil(COUNT * 4 / chunk) + 1
     bound = get_collective("allreduce").frame_bound(size, chunks)
     out = {"configured": configured, "limit": limit, "bound": bound, "refusal": None}
     if configured > limit:
