@@ -1,9 +1,9 @@
-"""Builds seccomm's one compiled module, ``seccomm._pairswap`` (the repeated two-rank swap:
-seccomm/express.py), against the ``mpich`` wheel's ``mpi.h`` and ``libmpi.so.12`` (the
+"""Builds seccomm's one compiled module, ``seccomm.pairswap._pairswap`` (the repeated two-rank
+swap: seccomm/pairswap/), against the ``mpich`` wheel's ``mpi.h`` and ``libmpi.so.12`` (the
 ``mpich`` and ``mpi4py`` packages are build requirements in pyproject.toml; mpi4py loads the
 same library at run time).  The extension is optional: where it cannot be built (no C compiler,
 no ``mpi.h``), the install goes on and seccomm takes the Python path, which ``seccomm bench``
-says in one line of its header (``seccomm.express.status``).  Everything else is in
+says in one line of its header (``seccomm.pairswap.status``).  Everything else is in
 pyproject.toml."""
 
 import os
@@ -27,12 +27,12 @@ _inc, _lib = _mpich_dirs()
 setup(
     ext_modules=[
         Extension(
-            "seccomm._pairswap",
-            ["seccomm/_pairswap.c"],
+            "seccomm.pairswap._pairswap",
+            ["seccomm/pairswap/_pairswap.c"],
             include_dirs=_inc,
             library_dirs=_lib,
             # -lmpi: libmpi.so.12 by its soname, which mpi4py has loaded by the time seccomm
-            # imports this module (seccomm.express.built)
+            # imports this module (seccomm.pairswap.built)
             libraries=["mpi"] if _lib else [],
             optional=True,
         )

@@ -7,7 +7,7 @@ Allreduce of float32 (sum) at 4 KiB to 1 MiB: native ``MPI_Allreduce``, seccomm 
 variants rotated every iteration; prints the median of the slowest rank (µs) and the ratios to
 native.
 
-``--python-path``: also run each suite with the compiled two-rank swap off (seccomm.express:
+``--python-path``: also run each suite with the compiled two-rank swap off (seccomm.pairswap:
 its plans made with ``SECCOMM_EXPRESS=0``), side by side with it on.
 
 ``--against CHECKOUT``: also run the ``seccomm`` package of another checkout (a git worktree of an

@@ -132,7 +132,7 @@ class Agreement:
         self._expect = b"".join(wants)
 
     def pair_mac(self, peer: int):
-        """For a compiled record (:mod:`seccomm.express`): ``(labelled, lower)``: the pair's HMAC
+        """For a compiled record (:mod:`seccomm.pairswap`): ``(labelled, lower)``: the pair's HMAC
         object with the label and ranks in (copied per record; ``None`` under suite none: the tag
         is zero) and whether this rank is the lower of the pair (its records carry the digest's
         first half, the peer's the second), so that the tags are :meth:`record_tail`'s."""

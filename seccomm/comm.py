@@ -19,6 +19,7 @@ from .agreement import Agreement
 from .control import PairMacs
 from .dtypes import CODES
 from .engine import OpContext, OpRun
+from . import pairswap
 from .errors import (
     ArgumentMismatchError,
     AuthenticationError,
@@ -519,14 +520,14 @@ class SecureComm:
         self, plan: _Plan, op_index: int
     ) -> bool:  # pragma: no mutate block (MPI: tests/mpi_worker.py express)
         """Run the op numbered ``self._seq`` (index ``op_index`` in the epoch) of a plan whose
-        steps offer a compiled swap (:mod:`seccomm.express`; built once per epoch); False where
+        steps offer a compiled swap (:mod:`seccomm.pairswap`; built once per epoch); False where
         none applies (the caller runs the steps).  The usual case ends in the swap; any other
-        runs the rest of the op in ``_op`` (:meth:`OpRun.express_rest`), which raises as the
+        runs the rest of the op in ``_op`` (:func:`seccomm.pairswap.rest`), which raises as the
         Python path does."""
         x, seq, epoch = plan.express, self._seq, self.epoch
         if x[2] != epoch:
             try:
-                x[1] = x[0](epoch, self._agreement, plan.tail)
+                x[1] = pairswap.compile(x[0], epoch, self._agreement, plan.tail)
             except Exception:  # (buffers it refuses: the Python path runs the op, nothing lost; the
                 x[1] = None  # op has its number already, so raising here would leave the peer waiting)
             x[2] = epoch
@@ -545,7 +546,7 @@ class SecureComm:
                 return True
         run = plan.run
         run.restart(epoch, seq, op_index)
-        self._op(run, lambda: run.express_rest(sw, got), plan.tail, plan.check)
+        self._op(run, lambda: pairswap.rest(run, sw, got), plan.tail, plan.check)
         run.pending = run.sends = []  # (complete, or in _unsent: the swap's requests need not outlive
         # the op, where they would keep the swap, and through it this run)
         return True
@@ -562,15 +563,15 @@ class SecureComm:
         try:
             t.agree_start(a.out, a.table, check, self.timeout, run.op_label, a.expect)
             _quiet(steps)
-            if run.receipts or run.given:
-                run.finish()
+            if run.receipts:
+                run.receipts.finish(run)
             t.agree_finish(self.timeout, run.op_label)
             if run.sends:
                 if t.defer_last_sends and not run.lent:
                     reqs, peers = zip(*run.sends)
                     self._unsent = (reqs, peers, run.op_label)
                 else:  # sends from the caller's memory, or sends that complete without the
-                    run._settle()  # receiver: waited for now
+                    run.settle()  # receiver: waited for now
         except SecCommError as e:
             # a frame that failed, or a wait that expired, because the ranks disagree on the
             # call: the argument records tell, and that is the error every rank raises
@@ -663,7 +664,7 @@ class SecureComm:
                     self._plans.clear()
                 prepare = coll.prepare.get(alg)  # the repeats: prepared once (host buffers only)
                 again = steps if prepare is None else prepare(run, *call.args)
-                fast = getattr(again, "express", None)  # (a compiled swap: seccomm.express)
+                fast = pairswap.offer(again)  # (what a compiled swap could run, if anything)
                 self._plans[key] = _Plan(
                     sendbuf, recvbuf, _layout(sendbuf, recvbuf), bound, tail, run, again, self._checker(run),
                     None if fast is None else [fast, None, None],
@@ -700,7 +701,7 @@ class _Plan(NamedTuple):
     steps: object  # steps(): the algorithm on run, prepared for these arrays where it can be
     # (the checked call's arguments are in it: views of the two arrays)
     check: object  # check(): the agreement's check of run's op (SecureComm._checker)
-    express: list | None  # [factory, compiled swap, its epoch] (SecureComm._express), or None
+    express: list | None  # [pairswap.offer's spec, compiled swap, its epoch] (SecureComm._express)
 
 
 @np.errstate(over="ignore", invalid="ignore")  # (as a decorator: half the cost of a with block)

@@ -76,7 +76,7 @@ class SuiteKey:
     @property
     def aead(self):
         """The ``cryptography`` AEAD object this key seals and opens with (``AESGCM``,
-        ``ChaCha20Poly1305``; ``None`` for ``none``): :mod:`seccomm.express` calls its
+        ``ChaCha20Poly1305``; ``None`` for ``none``): :mod:`seccomm.pairswap` calls its
         ``encrypt_into`` and ``decrypt_into`` as :class:`AEADKey` does."""
         return self._aead
 

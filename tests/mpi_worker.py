@@ -28,7 +28,7 @@ from mpi4py import MPI
 import argument_cases
 import seccomm
 import seccomm.engine
-import seccomm.express
+import seccomm.pairswap
 import wire_cases
 from seccomm import AuthenticationError, ConfigMismatchError, SecCommError, SecureComm
 from seccomm.transports import TamperTransport, TransportWrapper
@@ -608,7 +608,7 @@ def tamper_into_callers_buffer(comm, rec, suite, coll, threads):
 @contextlib.contextmanager
 def python_path(on=True):
     """Plans made inside take the Python path, not the compiled swap (``SECCOMM_EXPRESS=0``:
-    :mod:`seccomm.express`), where ``on``."""
+    :mod:`seccomm.pairswap`), where ``on``."""
     old = os.environ.get("SECCOMM_EXPRESS")
     if on:
         os.environ["SECCOMM_EXPRESS"] = "0"
@@ -1000,12 +1000,12 @@ def _mismatch_alike(comm, rec, label, arg, call):
 
 
 def _express_used(sc) -> bool:
-    """Whether a plan of ``sc`` runs the compiled swap (seccomm.express)."""
+    """Whether a plan of ``sc`` runs the compiled swap (seccomm.pairswap)."""
     return any(p.express is not None and p.express[1] is not None for p in sc._plans.values())
 
 
 def _refused(**kw):
-    """In place of seccomm.express.swap: a swap whose buffers are refused."""
+    """In place of seccomm.pairswap.swap: a swap whose buffers are refused."""
     raise ValueError("buffer sizes do not match")
 
 
@@ -1017,7 +1017,7 @@ def _express_done(sc, what="done") -> int:
 
 @scenario
 def express(comm, rec):
-    """The compiled swap of a repeated two-rank allreduce (seccomm.express).  On both ranks, on one
+    """The compiled swap of a repeated two-rank allreduce (seccomm.pairswap).  On both ranks, on one
     (the other in the Python path: its frames and records are the compiled ones' and the reverse,
     so each opens what the other sealed) or on neither: every result bitwise native MPI's over
     repeated calls (in place too, NaN and inf included, keys rotated every few ops), the compiled
@@ -1027,7 +1027,7 @@ def express(comm, rec):
     (TransportTimeout naming it), and 1 MiB frames whose last send is left for the next op."""
     if comm.size != 2:
         return
-    r, built = comm.rank, seccomm.express.built()  # (not built: the Python path on both ranks, checked
+    r, built = comm.rank, seccomm.pairswap.built()  # (not built: the Python path on both ranks, checked
     for mode in ("both", "rank 0", "rank 1", "neither"):  # alike; tests/test_express.py says so)
         mine = built and (mode == "both" or mode == f"rank {r}")
         for suite, enc in [(s, "all") for s in SUITES] + [("aes-256-gcm", "inter-node")]:
@@ -1070,9 +1070,9 @@ def express(comm, rec):
     # a swap that cannot be made on rank 0 (its buffers refused): that rank's repeats take the
     # Python path, the op already numbered goes on, every result right
     sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=20)
-    made = seccomm.express.swap
+    made = seccomm.pairswap.swap
     if r == 0:
-        seccomm.express.swap = _refused
+        seccomm.pairswap.swap = _refused
     try:
         ok = True
         for _ in range(4):
@@ -1080,7 +1080,7 @@ def express(comm, rec):
             sc.allreduce(x, y)
             ok &= bool(np.all(y == 3))
     finally:
-        seccomm.express.swap = made
+        seccomm.pairswap.swap = made
     used = _express_used(sc) == (built and r == 1)
     rec(f"express: no swap made on rank 0: rank {r} right, compiled swap used on rank 1 only", ok and used)
     _close_together(comm, sc)
@@ -1234,7 +1234,7 @@ def paired(comm, rec):
             x = np.full(n, r + 1.0, np.float32)
             y = np.empty_like(x)
             with python_path(r == 0):  # (rank 0 alters its record in the Python path; rank 1 reads
-                sc.allreduce(x, y)  # it in the compiled one where that applies: seccomm.express)
+                sc.allreduce(x, y)  # it in the compiled one where that applies: seccomm.pairswap)
             if r == 0:
                 t, kept, put, used = sc.transport, [], sc.transport.put_record, []
 

@@ -19,7 +19,7 @@ source:
 - ``seccomm/gpu/cuda/*``: the host-shim known-answer and property tests and the nvcc/NVRTC
   builds (``tests/test_gpu_core.py``), the emulated kernels (``tests/test_gpu_kernels_emulated.py``,
   ``tests/test_cuda_emu.py``);
-- ``seccomm/_pairswap.c``: rebuilt with ``setup.py build_ext --inplace``, then
+- ``seccomm/pairswap/_pairswap.c``: rebuilt with ``setup.py build_ext --inplace``, then
   ``tests/test_express.py`` (the compiled swap in process) and the two-rank scenarios of
   ``tests/test_collectives_mpi.py`` (real ranks: paired, express, tamper, nonce_unique ...).
 
@@ -62,7 +62,7 @@ TARGETS = {
     "seccomm/gpu/cuda/sc_crypto.cuh": ("gpu", GPU_TESTS),
     "seccomm/gpu/cuda/aead.cu": ("gpu", GPU_TESTS),
     "seccomm/gpu/cuda/host_shim.c": ("gpu", GPU_TESTS),
-    "seccomm/_pairswap.c": ("ext", SWAP_TESTS),
+    "seccomm/pairswap/_pairswap.c": ("ext", SWAP_TESTS),
 }
 
 
@@ -99,12 +99,12 @@ def compiles(work: Path, how: str, env: dict) -> bool:
     ``-Werror`` included: the host shim, the Poly1305 shim and the kernel emulator for the CUDA
     sources, the extension for ``_pairswap.c``)."""
     if how == "ext":  # (optional in setup.py: a failed build exits 0 and leaves no module)
-        for old in (work / "seccomm").glob("_pairswap*.so"):
+        for old in (work / "seccomm" / "pairswap").glob("_pairswap*.so"):
             old.unlink()
         shutil.rmtree(work / "build", ignore_errors=True)  # (else its last module is copied in)
         cmd = [sys.executable, "setup.py", "build_ext", "--inplace", "--force"]
         subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-        return any((work / "seccomm").glob("_pairswap*.so"))
+        return any((work / "seccomm" / "pairswap").glob("_pairswap*.so"))
     cmd = [sys.executable, "-c", _BUILD_GPU]
     return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True).returncode == 0
 

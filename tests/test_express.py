@@ -1,4 +1,4 @@
-"""The compiled two-rank swap (seccomm.express, seccomm/_pairswap.c), in-process.
+"""The compiled two-rank swap (seccomm.pairswap), in-process.
 
 A swap on ``MPI.COMM_SELF`` that sends to itself: what it puts on the wire is checked byte for
 byte against ``cryptography`` (the frame: AES-GCM or ChaCha20-Poly1305 of the payload under the
@@ -18,8 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seccomm
-from seccomm import express
+from seccomm import pairswap as express
 from seccomm.control import PairMacs
 from seccomm.agreement import Agreement
 from seccomm.comm import _names
@@ -36,9 +35,9 @@ def test_status_is_one_line():
 
 
 def test_not_built_falls_back_and_says_so(monkeypatch):
-    monkeypatch.setitem(sys.modules, "seccomm._pairswap", None)  # (import fails: ImportError)
-    monkeypatch.delattr(seccomm, "_pairswap", raising=False)
-    monkeypatch.setattr(express, "_pairswap", None)
+    monkeypatch.setitem(sys.modules, "seccomm.pairswap._pairswap", None)  # (import fails: ImportError)
+    monkeypatch.delattr(express, "_pairswap", raising=False)
+    monkeypatch.setattr(express, "_mod", None)
     monkeypatch.setattr(express, "_WHY", "")
     assert not express.built() and not express.enabled()
     assert (
@@ -310,7 +309,7 @@ def test_the_record_is_the_python_paths_and_the_one_expected_back_is_the_peers(s
 
 @built
 def test_an_uninitialised_swap_refuses_every_method():
-    sw = express._pairswap.Swap.__new__(express._pairswap.Swap)
+    sw = express._mod.Swap.__new__(express._mod.Swap)
     for call in (lambda: sw.start(1, 0, 0), lambda: sw.finish(48), sw.sent, sw.requests):
         with pytest.raises(RuntimeError, match="not initialised"):
             call()
@@ -331,7 +330,7 @@ def test_the_op_index_and_epoch_are_32_bit(op_index, epoch):
 def test_the_module_and_mpi4py_share_one_mpi_library():
     from mpi4py import MPI
 
-    text, world = express._pairswap.library()
+    text, world = express._mod.library()
     assert text.strip() == MPI.Get_library_version().strip() and world == MPI.COMM_WORLD.handle
 
 
@@ -341,9 +340,9 @@ def test_another_mpi_library_is_not_used(monkeypatch):
         def library():
             return "Open MPI v5.0.0", 1
 
-    monkeypatch.setitem(sys.modules, "seccomm._pairswap", Other)
-    monkeypatch.setattr(seccomm, "_pairswap", Other, raising=False)
-    monkeypatch.setattr(express, "_pairswap", None)
+    monkeypatch.setitem(sys.modules, "seccomm.pairswap._pairswap", Other)
+    monkeypatch.setattr(express, "_pairswap", Other, raising=False)
+    monkeypatch.setattr(express, "_mod", None)
     monkeypatch.setattr(express, "_WHY", "")
     assert not express.built()
     assert "another MPI library" in express.status() and express.status().endswith("Python path")

@@ -175,3 +175,33 @@ def test_tools_import_without_the_cli():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def _calls(path: Path) -> set[str]:
+    """The names of the functions and methods ``path`` calls (``a.b.open(...)``: ``open``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            out.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return out
+
+
+def test_a_received_frame_is_accepted_in_one_place():
+    """The checks a received frame passes before its plaintext is used (the op's record where
+    it rides along, the length, the tag) are written once, in ``seccomm/engine/land.py``: no
+    other module of the engine, the device engine, the compiled swap's glue or the collectives
+    takes a record off a frame, opens a frame under a key or builds a frame's error itself."""
+    land = ROOT / "engine" / "land.py"
+    assert {"take_record", "open", "AuthenticationError"} <= _calls(land)
+    paths = [*(ROOT / "engine").glob("*.py"), *(ROOT / "gpu").glob("*.py"), *(ROOT / "pairswap").glob("*.py")]
+    paths += [*(ROOT / "collectives").glob("*.py"), ROOT / "comm.py"]
+    found = {
+        f"{p.relative_to(ROOT.parent)} calls {name}"
+        for p in paths
+        if p != land
+        for name in _calls(p) & {"take_record", "open", "AuthenticationError", "InvalidTag"}
+    }
+    # the device engine's batched kernel opens a step's frames at once, each landed first
+    found.discard("seccomm/gpu/engine.py calls open")
+    assert not found, sorted(found)

@@ -98,11 +98,11 @@ HEAD_C = "file,line,code,change,equivalent,reason\n"
 @pytest.mark.parametrize(
     "row, error",
     [
-        ("seccomm/_pairswap.c,12,CODE,`a` -> `b`,yes,\n", "empty reason"),
-        ("seccomm/_pairswap.c,12,CODE,`a` -> `b`,yes\n", "5 cells, not 6"),
-        ("seccomm/_pairswap.c,x12,CODE,`a` -> `b`,yes,equivalent\n", "not a line number"),
-        ("seccomm/_pairswap.c,0,CODE,`a` -> `b`,yes,equivalent\n", "not a line number"),
-        ("seccomm/_pairswap.c,12,CODE,`a` -> `b`,maybe,equivalent\n", "not yes or no"),
+        ("seccomm/pairswap/_pairswap.c,12,CODE,`a` -> `b`,yes,\n", "empty reason"),
+        ("seccomm/pairswap/_pairswap.c,12,CODE,`a` -> `b`,yes\n", "5 cells, not 6"),
+        ("seccomm/pairswap/_pairswap.c,x12,CODE,`a` -> `b`,yes,equivalent\n", "not a line number"),
+        ("seccomm/pairswap/_pairswap.c,0,CODE,`a` -> `b`,yes,equivalent\n", "not a line number"),
+        ("seccomm/pairswap/_pairswap.c,12,CODE,`a` -> `b`,maybe,equivalent\n", "not yes or no"),
     ],
 )
 def test_a_malformed_c_row_is_refused_naming_what_is_wrong(tmp_path, row, error):
@@ -114,30 +114,31 @@ def test_only_rows_marked_equivalent_make_a_c_survivor_equivalent(tmp_path):
     rows = mutation_c.survivors(
         write(
             tmp_path,
-            HEAD_C + "seccomm/_pairswap.c,201,CODE,`-1` -> `-2`,yes,equivalent: tested < 0\n"
-            "seccomm/_pairswap.c,201,CODE,`-1` -> `-0`,no,not equivalent\n"
-            "seccomm/_pairswap.c,317,CODE,`-1` -> `-2`,no,not equivalent\n",
+            HEAD_C + "seccomm/pairswap/_pairswap.c,201,CODE,`-1` -> `-2`,yes,equivalent: tested < 0\n"
+            "seccomm/pairswap/_pairswap.c,201,CODE,`-1` -> `-0`,no,not equivalent\n"
+            "seccomm/pairswap/_pairswap.c,317,CODE,`-1` -> `-2`,no,not equivalent\n",
         )
     )
     eq = mutation_c.equivalents(rows)
-    assert list(eq) == ["seccomm/_pairswap.c:201"]
-    assert eq["seccomm/_pairswap.c:201"]["change"] == "`-1` -> `-2`"
+    assert list(eq) == ["seccomm/pairswap/_pairswap.c:201"]
+    assert eq["seccomm/pairswap/_pairswap.c:201"]["change"] == "`-1` -> `-2`"
 
 
 def test_c_rows_of_another_file_or_a_line_that_moved_are_stale(tmp_path):
     (tmp_path / "seccomm").mkdir()
-    (tmp_path / "seccomm" / "_pairswap.c").write_text("int a;\n  return -1;  \n")
+    (tmp_path / "seccomm" / "pairswap").mkdir()
+    (tmp_path / "seccomm" / "pairswap" / "_pairswap.c").write_text("int a;\n  return -1;  \n")
     rows = mutation_c.survivors(
         write(
             tmp_path,
-            HEAD_C + "seccomm/_pairswap.c,2,return -1;,a,yes,equivalent\n"  # (blanks aside: the same)
-            "seccomm/_pairswap.c,1,return -1;,a,yes,equivalent\n"
-            "seccomm/_pairswap.c,3,int a;,a,yes,equivalent\n"
+            HEAD_C + "seccomm/pairswap/_pairswap.c,2,return -1;,a,yes,equivalent\n"  # (blanks aside: same)
+            "seccomm/pairswap/_pairswap.c,1,return -1;,a,yes,equivalent\n"
+            "seccomm/pairswap/_pairswap.c,3,int a;,a,yes,equivalent\n"
             "seccomm/other.c,1,int a;,a,yes,equivalent\n",
         )
     )
     assert mutation_c.stale(rows, root=tmp_path) == [
-        "seccomm/_pairswap.c:1 (the line no longer reads 'return -1;')",
-        "seccomm/_pairswap.c:3 (past the end of the file)",
+        "seccomm/pairswap/_pairswap.c:1 (the line no longer reads 'return -1;')",
+        "seccomm/pairswap/_pairswap.c:3 (past the end of the file)",
         "seccomm/other.c:1 (not a file this script mutates)",
     ]

@@ -57,7 +57,7 @@ def machine_info() -> dict:
     from cryptography.hazmat.backends.openssl import backend
     from mpi4py import MPI
 
-    from .. import __version__, express
+    from .. import __version__, pairswap
 
     return {
         "host": socket.gethostname(),
@@ -70,7 +70,7 @@ def machine_info() -> dict:
         "mpi4py": mpi4py.__version__,
         "numpy": numpy.__version__,
         "seccomm": __version__,
-        "pair_path": express.status(),  # (the compiled two-rank swap, or why not: one line)
+        "pair_path": pairswap.status(),  # (the compiled two-rank swap, or why not: one line)
         "git_commit": git_commit(),
         "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -117,7 +117,7 @@ class Report:
         else:
             self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) {loop}")
         self.line(f"# job secret: {secret_source}")
-        if m.get("pair_path"):  # (a repeated small allreduce on two ranks: seccomm.express)
+        if m.get("pair_path"):  # (a repeated small allreduce on two ranks: seccomm.pairswap)
             self.line(f"# two-rank small allreduce: {m['pair_path']}")
         local = sc.node_ids.count(sc.node_ids[sc.rank]) if sc else self.comm.Get_size()
         keyed = [s for s in comms.values() if s.suite.name != "none"]

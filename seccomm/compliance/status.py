@@ -101,7 +101,7 @@ def nonce_location() -> str:
         "Where the nonce is generated: in seccomm's own code, so it is generated outside any "
         "cryptographic module: FrameContext.fill (seccomm/framing.py) writes it into the frame's "
         "slot for the Python path and for the device engine's batches (whose kernels read it from "
-        "there); the compiled two-rank swap (seccomm/_pairswap.c) writes the op index into its "
+        "there); the compiled two-rank swap (seccomm/pairswap/_pairswap.c) writes the op index into its "
         "slot's nonce per op; each hands it to OpenSSL's AES-GCM (or the GPU kernels) as an "
         "argument. The psk-dhe group-secret wrap (seccomm/handshake.py) seals with a constant "
         "all-zero 12-byte IV, under a key fresh per session and per receiving rank that seals once. "

@@ -29,9 +29,9 @@ import functools
 
 import numpy as np
 
-from ..engine import Lend, OpRun, Recv, Send
+from ..engine import Inbox, Lend, OpRun, Recv, Send, land
+from ..engine.land import frame_error
 from ..suites import SUITES
-from ..errors import AuthenticationError
 from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN, Slot
 from ..suites import NONCE_BYTES, TAG_BYTES
 
@@ -199,13 +199,13 @@ class DeviceOpRun(OpRun):
         return be.to_host(ok) if xp is not np else ok
 
     @staticmethod
-    def _clear_frame(slot):
+    def clear_frame(slot):
         return slot.frame[: slot.body]  # (a clear frame: the body alone, no tag)
 
     def _fill_all(self, slots, suite, group, step, sender, dst, elems):
         n = len(slots)
         for j, s in enumerate(slots):
-            self._fill(s.host, suite, group, step, j, n, sender, dst, elems[j])
+            self.fill(s.host, suite, group, step, j, n, sender, dst, elems[j])
 
     # -- the engine's three entry points -----------------------------------------------------
     def sealed_frames(self, send: Send):
@@ -220,56 +220,30 @@ class DeviceOpRun(OpRun):
         if key is None:  # clear frames: the payload alone; the op's record before them (paired)
             if not send.behind:  # (else the transport stages it behind the first)
                 self.t.send_record()
-            return [self._clear_frame(s) for s in slots]
+            return [self.clear_frame(s) for s in slots]
         return [s.frame for s in slots]
 
-    def _drain(self, recv: Recv, rreqs, key=None):
-        t, slots, n = self.t, recv.slots, len(recv.slots)
-        if recv.clear:
-            self._record_first(recv.src)
-        for j, req in enumerate(rreqs):
-            got = t.wait_recv(req, self.timeout, recv.src, self.op_label)
-            want = slots[j].body if recv.clear else len(slots[j].frame)
-            self._check_len(got, want, j, n, recv.src, suite=SUITES["none"] if recv.clear else None)
-        self._open_into(
-            recv.ws,
-            slots,
-            recv.group,
-            recv.origin if recv.group else recv.src,
-            recv.src,
-            recv.step,
-            recv.elems,
-            recv.outs,
-        )
+    def _drain(self, recv: Recv, box, rreqs):
+        for j, req in enumerate(rreqs):  # (each checked as it comes; opened together below)
+            land(self, box, j, req, defer=_batched)
+        sender = recv.origin if recv.group else recv.src
+        self._open_into(box, recv.ws, recv.group, sender, recv.elems, recv.outs)
         if recv.consume is not None:
-            for j in range(n):
+            for j in range(len(recv.slots)):
                 recv.consume(j, recv.outs[j])
 
-    def _open_into(self, wsname, slots, group, sender, peer, step, elems, outs):
+    def _open_into(self, box, wsname, group, sender, elems, outs):
+        """Open ``box``'s frames (each landed: :func:`~seccomm.engine.land.land`) into ``outs``
+        in one batched kernel: :class:`~seccomm.errors.AuthenticationError` for the first whose
+        tag fails (:func:`~seccomm.engine.land.frame_error`)."""
+        slots = box.slots
         suite, key = self._key(group, sender, self.rank)
-        self._fill_all(
-            slots,
-            suite,
-            group,
-            GROUP_STEP if group else step,
-            sender,
-            ANY_RANK if group else self.rank,
-            elems,
-        )
+        dst = ANY_RANK if group else self.rank
+        self._fill_all(slots, suite, group, GROUP_STEP if group else box.step, sender, dst, elems)
         ok = self._crypt(False, suite, key, wsname, slots, outs)
         bad = np.flatnonzero(np.asarray(ok) == 0)
         if bad.size:
-            j = int(bad[0])
-            raise AuthenticationError(
-                peer=peer,
-                op=self.collective,
-                seq=self.frame.seq,
-                step=None if group else step,
-                chunk=j,
-                chunks=len(slots),
-                epoch=self.frame.epoch,
-                suite=suite.name,
-            )
+            raise frame_error(self, box, int(bad[0]))
 
     # -- ring reduce-scatter with the fused hop ----------------------------------------------
     def ring_rs_fused(self, send, dest, ufunc, blocks) -> bool:
@@ -308,17 +282,17 @@ class DeviceOpRun(OpRun):
             elems = blocks.views(send_u8, rb, ce, isz)[1]
             inws = f"fin{s % 2}"
             slots = self.ws.slots(inws, [e * isz for e in elems])
-            rreqs = [t.irecv(sl.frame, prv) for sl in slots]
+            box = Inbox(prv, s, self.protect(False, prv, r), [sl.frame for sl in slots], slots)
+            rreqs = [t.irecv(f, prv) for f in box.frames]
             sreqs = [t.isend(f, nxt) for f in frames]
             self.pending += rreqs + sreqs
-            for j, req in enumerate(rreqs):
-                got = t.wait_recv(req, self.timeout, prv, self.op_label)
-                self._check_len(got, len(slots[j].frame), j, len(slots), prv)
+            for j, req in enumerate(rreqs):  # (each checked as it comes; opened by the fused hop)
+                land(self, box, j, req, defer=_batched)
             own = blocks.views(send_u8, rb, ce, isz)[0]
             if s == p - 2:  # last hop: open into scratch, add this rank's share into its block
                 nb = dest.size * isz  # (scratch: in place, this rank's block of send IS dest)
                 theirs = chunk_views(self.ws.get("flast", nb)[:nb], 0, dest.size, ce, isz)[0]
-                self._open_into(inws, slots, False, prv, prv, s, elems, theirs)
+                self._open_into(box, inws, False, prv, elems, theirs)
                 outs = chunk_views(as_bytes(dest), 0, dest.size, ce, isz)[0]
                 dt = send.dtype
                 for j, o in enumerate(outs):
@@ -363,27 +337,18 @@ class DeviceOpRun(OpRun):
                 ok = be.to_host(ok) if be.xp is not np else ok
                 bad = np.flatnonzero(np.asarray(ok) == 0)
                 if bad.size:
-                    raise AuthenticationError(
-                        peer=prv,
-                        op=self.collective,
-                        seq=self.frame.seq,
-                        step=s,
-                        chunk=int(bad[0]),
-                        chunks=n,
-                        epoch=self.frame.epoch,
-                        suite=suite.name,
-                    )
+                    raise frame_error(self, box, int(bad[0]))
                 frames_next = [o.frame for o in oslots]
             else:
                 frames_next = []
-            if len(rreqs) > self.receipt_after:
-                self._give_receipt(prv)
+            if len(rreqs) > self.receipts.after:
+                self.receipts.give(self, prv)
             if s < p - 2:  # (the last hop's sends: left to the op's end, as exchange leaves them)
                 t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
             else:
                 self.sends += [(q, nxt) for q in sreqs]
-            if len(sreqs) > self.receipt_after:
-                self._await_receipt(nxt)
+            if len(sreqs) > self.receipts.after:
+                self.receipts.expect(self, nxt)
         return True
 
     def swap_step(self, peer, step, piece, elems, out, consume, lend=Lend.COPY, summed=None):
@@ -397,30 +362,32 @@ class DeviceOpRun(OpRun):
     def relay(self, parent, children, pieces_or_outs, elems, origin, fan_in=1):
         if parent is None:  # the origin seals and sends: the CPU engine's code, on sealed_frames
             return super().relay(parent, children, pieces_or_outs, elems, origin)
-        t, timeout, op_label = self.t, self.timeout, self.op_label
-        sreqs, peers = [], []
+        t = self.t
         if not children:  # a leaf: it sends nothing this op (paired: its record goes alone, now)
             t.send_record()
         slots = self.ws.slots("recv", [e * self.itemsize for e in elems])
-        clear = self._key(True, origin, self.rank)[1] is None
-        if clear:  # (the payload alone; the op's record before it, paired)
-            self._expect_record(parent)
-            frames = [self._clear_frame(s) for s in slots]
+        key = self.protect(True, origin, self.rank)
+        if key.suite.clear:  # (the payload alone; the op's record before it, paired)
+            self.first.expect(parent, self.pending)
+            frames = [self.clear_frame(s) for s in slots]
         else:
             frames = [s.frame for s in slots]
+        box = Inbox(parent, GROUP_STEP, key, frames, slots)
         rreqs = [t.irecv(f, parent) for f in frames]
         self.pending += rreqs
-        if clear:
-            self._record_first(parent)
-        for j, req in enumerate(rreqs):  # forward each frame as soon as it arrived
-            got = t.wait_recv(req, timeout, parent, op_label)
-            self._check_len(got, len(frames[j]), j, len(slots), parent)
+
+        def forward(j):  # each frame as soon as it arrived (the op's last sends: receipts where due)
             for c in children:
-                r = t.isend(frames[j], c)
-                sreqs.append(r)
-                peers.append(c)
-                self.pending.append(r)
-        self._open_into("recv", slots, True, origin, parent, GROUP_STEP, elems, pieces_or_outs)
-        # the op's last sends: left to the op's end, as the host engine's (receipts where due)
-        self.sends += list(zip(sreqs, peers))
+                self._sent([t.isend(frames[j], c)], c)
+
+        box.forward = forward
+        for j, req in enumerate(rreqs):
+            land(self, box, j, req, defer=_batched)
+        self._open_into(box, "recv", True, origin, elems, pieces_or_outs)
         self._relay_receipts(parent, children, len(slots), fan_in)
+
+
+def _batched(accept, run, j):
+    """:func:`~seccomm.engine.land.land`'s ``defer`` on the device: nothing yet; the step opens
+    all its frames, checked one by one as they came, in one batched kernel
+    (:meth:`DeviceOpRun._open_into`) and consumes them only after every tag verified."""

@@ -143,7 +143,7 @@ class Transport:
         :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
         engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame).  A link
         with an ``express`` attribute that is not ``None`` offers the compiled two-rank swap
-        (:mod:`seccomm.express`; MPI only)."""
+        (:mod:`seccomm.pairswap`; MPI only)."""
         return None
 
     def send_record(self) -> None:

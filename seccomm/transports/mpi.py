@@ -1028,7 +1028,7 @@ def _adopted(MPI):
 class _PairLink:
     """:meth:`MPITransport.pair_link`: host frames to and from one peer, straight to mpi4py.
     ``express``: ``(communicator handle, tag, spins)`` for the compiled swap
-    (:mod:`seccomm.express`: the same communicator and tag; ``spins`` tests of its receive
+    (:mod:`seccomm.pairswap`: the same communicator and tag; ``spins`` tests of its receive
     before it hands the wait back, as :meth:`MPITransport.wait_recv` spins before it yields),
     on two ranks."""
 
