@@ -355,7 +355,7 @@ def threads(comm, rec, psk):
         # (eager sends) before the intruder is called, which would then run alone
         calls, spare = _calls(comm, root=comm.size - 1), _calls(comm)
         comm.Barrier()
-        got, seq = {}, sc._seq
+        got, seq = {}, sc.sequence.seq
 
         def first():
             try:
@@ -367,7 +367,7 @@ def threads(comm, rec, psk):
         if comm.rank == 0:
             t.start()  # the others join the op 0.5 s later: rank 0's thread waits inside it
             deadline = time.monotonic() + 5
-            while sc._seq == seq and time.monotonic() < deadline:
+            while sc.sequence.seq == seq and time.monotonic() < deadline:
                 time.sleep(0.001)
             t0 = time.monotonic()
             try:

@@ -73,7 +73,7 @@ if mode == "staged":
     collectives(sc, "device engine/MPI")
     from seccomm.gpu.engine import CupyBackend
 
-    check("CuPy arrays ran on the device engine", isinstance(sc._auto_backend, CupyBackend))
+    check("CuPy arrays ran on the device engine", isinstance(sc.devices.auto, CupyBackend))
     sc.close()
 else:
     from seccomm.transports.nccl import NCCLTransport

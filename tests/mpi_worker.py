@@ -244,7 +244,7 @@ def alltoall_blocks(comm):
 def check_alltoall_args(comm, rec):
     """alltoall arguments refused before traffic: sizes not p*m, two dtypes, in place"""
     sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=10)
-    p, seq = comm.size, sc._seq
+    p, seq = comm.size, sc.sequence.seq
     x = np.ones(2 * p, np.float32)
     for send, recv, exc, msg in (
         (
@@ -263,7 +263,7 @@ def check_alltoall_args(comm, rec):
         except (TypeError, ValueError) as e:
             got = e
         rec(f"alltoall bad args: {type(got).__name__}: {got}", isinstance(got, exc) and msg in str(got))
-    rec("alltoall bad args: no op began", sc._seq == seq)
+    rec("alltoall bad args: no op began", sc.sequence.seq == seq)
     sc.close()
 
 
@@ -368,7 +368,7 @@ def nonce_unique(comm, rec):
     """no (key, nonce) pair repeats across ranks, operations and epochs in a real run"""
     log = []
     sc = SecureComm(comm, "chacha20-poly1305", psk=PSK, rotate_after_frames=300, chunk_bytes=256)
-    _record_seals(sc._keys, log)
+    _record_seals(sc.session.keys, log)
     for i in range(12):
         x = make_data(comm, "float32", 64 * i + 1, salt=i)
         y = np.empty_like(x)
@@ -577,7 +577,7 @@ def tamper_into_callers_buffer(comm, rec, suite, coll, threads):
     else:  # recursive doubling reads sendbuf and writes recvbuf only with verified data
         comm.Allreduce(x, ref)
     hits = []
-    _check_opens(sc._keys, y, hits)
+    _check_opens(sc.session.keys, y, hits)
     err = None
     try:
         if coll == "allgather":
@@ -818,7 +818,7 @@ def setup_replay(comm, rec):
         for who in ("rank 0", "every other rank"):
             seals_a, seals_b = [], []
             a = SecureComm(comm, psk=PSK, key_exchange=kx, timeout=10, wrap_transport=_recorder)
-            _record_key_seals(a._keys, seals_a)
+            _record_key_seals(a.session.keys, seals_a)
             _seal_some(comm, a)
             senders = {0} if who == "rank 0" else set(range(comm.size)) - {comm.rank}
 
@@ -835,7 +835,7 @@ def setup_replay(comm, rec):
             tag = f"setup_replay[{kx}] {who}: {type(err).__name__}: {err} ({secs:.2f} s)"
             rec(tag, _setup_error(err) and secs < 5)
             b = SecureComm(comm, psk=PSK, key_exchange=kx, timeout=10)
-            _record_key_seals(b._keys, seals_b)
+            _record_key_seals(b.session.keys, seals_b)
             _seal_some(comm, b)
             both = comm.gather((seals_a, seals_b), root=0)
             if comm.rank == 0:
@@ -1001,7 +1001,7 @@ def _mismatch_alike(comm, rec, label, arg, call):
 
 def _express_used(sc) -> bool:
     """Whether a plan of ``sc`` runs the compiled swap (seccomm.pairswap)."""
-    return any(p.express is not None and p.express[1] is not None for p in sc._plans.values())
+    return any(p.compiled is not None and p.compiled[1] is not None for p in sc.plans.values())
 
 
 def _refused(**kw):
@@ -1012,7 +1012,7 @@ def _refused(**kw):
 def _express_done(sc, what="done") -> int:
     """Ops of ``sc``'s plans' compiled swaps (their current epoch's) that finished in it (``done``:
     record, open and sum), or that waited for the peer in the Python path (``waits``)."""
-    return sum(getattr(p.express[1], what) for p in sc._plans.values() if p.express and p.express[1])
+    return sum(getattr(p.compiled[1], what) for p in sc.plans.values() if p.compiled and p.compiled[1])
 
 
 @scenario
@@ -1062,7 +1062,7 @@ def express(comm, rec):
                             done = _express_done(sc)  # (5 repeats; keys rotate every few)
                             rec(f"{label}: compiled swap used: {used}, {done} ops", used == want)
                             rec(f"{label}: ended in the compiled swap", not want or done >= 1)
-                            sc._plans.clear()
+                            sc.plans.clear()
                 rec(f"express {mode} {suite} {enc}: keys rotated (epoch {sc.epoch})", sc.epoch >= 3)
                 _close_together(comm, sc)
     x = np.full(1000, r + 1.0, np.float32)
@@ -1101,7 +1101,7 @@ def express(comm, rec):
         # busy machine others may too)
         rec(f"express: a late peer: rank 0 waited in the Python path in {waits} calls", waits >= 2 * built)
     rec(f"express: a late peer: compiled swap used on rank {r}", _express_used(sc) == built)
-    refs = [weakref.ref(o) for o in (sc, x, y, *(p.run for p in sc._plans.values()))]
+    refs = [weakref.ref(o) for o in (sc, x, y, *(p.run for p in sc.plans.values()))]
     _close_together(comm, sc)
     del sc
     x = y = None  # (the waits left the swap's requests with the run: nothing keeps them after close)
@@ -1130,7 +1130,7 @@ def express(comm, rec):
             rec(f"{label}: rank 1: {type(got).__name__}: {got}", ok and np.all(y == -7) and used)
         else:
             rec(f"{label}: rank 0: {type(got).__name__}", got is None or isinstance(got, SecCommError))
-        refs = [weakref.ref(o) for o in (sc, y, *(p.run for p in sc._plans.values()))]
+        refs = [weakref.ref(o) for o in (sc, y, *(p.run for p in sc.plans.values()))]
         _close_together(comm, sc)
         sc = y = got = None  # (the failed op's requests, kept while MPI may touch their buffers,
         gc.collect()  # go with the closed SecureComm)
@@ -1168,7 +1168,7 @@ def express(comm, rec):
         yb.fill(0)
         sc.allreduce(xb, yb)
         ok &= np.array_equal(yb, ref)
-        left += sc._unsent is not None
+        left += sc.sequence.unsent is not None
     used = _express_used(sc) == built
     label = f"express: 1 MiB, 20 calls ({left} left their send for the next op)"
     rec(f"{label}: bitwise native, compiled swap used on rank {r}", ok and used)
@@ -1388,7 +1388,7 @@ def clear_frames(comm, rec):
             sc = SecureComm(
                 comm, suite, psk=PSK, algorithm=alg, chunk_bytes=chunk, timeout=60, wrap_transport=_Watch
             )
-            w = sc._transport
+            w = sc.transport
             for dname in ("float32", "float64"):
                 per = chunk // npdtype(dname).itemsize
                 for n in (3 * per * p + 5, per * p - 1, 101):

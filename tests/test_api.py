@@ -203,11 +203,11 @@ def test_bad_buffers(fresh):
     cases.append((lambda: sc.allreduce(x, ro), ValueError, "read-only"))
     big = np.ones(16, np.float32)
     cases.append((lambda: sc.allreduce(big[:8], big[4:12]), ValueError, "overlap"))
-    seq = sc._seq
+    seq = sc.sequence.seq
     for fn, exc, match in cases:
         with pytest.raises(exc, match=match):
             fn()
-    assert sc._seq == seq  # rejected before an operation began (no frame, no sequence number)
+    assert sc.sequence.seq == seq  # rejected before an operation began (no frame, no sequence number)
     with pytest.raises(CommClosedError, match="allreduce #1 refused its arguments on this rank"):
         sc.allreduce(x, x.copy())  # the other ranks' op took that number; build a new one
 
@@ -234,7 +234,7 @@ def test_world_size_one(sc, dtype):
 
 
 def test_repr_hides_keys(sc):
-    text = repr(sc) + repr(sc._keys) + str(vars(sc))
+    text = repr(sc) + repr(sc.session.keys) + str(vars(sc))
     assert PSK.hex() not in text and "secret" not in repr(sc).lower()
 
 
@@ -246,10 +246,10 @@ def test_route_is_decided_per_call(sc):
         __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3}
 
     x = np.zeros(4, np.float32)
-    assert sc._route(x, x)[0] == "host"
-    assert sc._route(FakeDevice(), x)[0] == "staged"
-    assert sc._route(x, FakeDevice())[0] == "staged"
-    assert sc._route(x, x)[0] == "host"
+    assert sc.devices.route(sc, x, x)[0] == "host"
+    assert sc.devices.route(sc, FakeDevice(), x)[0] == "staged"
+    assert sc.devices.route(sc, x, FakeDevice())[0] == "staged"
+    assert sc.devices.route(sc, x, x)[0] == "host"
 
 
 def test_collective_methods_come_from_the_records():
@@ -285,7 +285,7 @@ def test_alltoall_bad_arguments(fresh):
     ):
         get_collective("alltoall").args(x, x.copy(), 0, 3, False)
     sc = fresh
-    seq = sc._seq
+    seq = sc.sequence.seq
     for fn, exc, match in [
         (lambda: sc.alltoall(x, np.ones(8, np.float64)), TypeError, "one dtype"),
         (lambda: sc.alltoall(x, np.ones(4, np.float32)), ValueError, "must match"),
@@ -294,7 +294,7 @@ def test_alltoall_bad_arguments(fresh):
     ]:
         with pytest.raises(exc, match=match):
             fn()
-    assert sc._seq == seq
+    assert sc.sequence.seq == seq
 
 
 def test_long_labels_and_errors_fit_the_setup():
@@ -495,8 +495,8 @@ def test_bcast_routes_its_one_buffer_as_both(sc, monkeypatch):
     """bcast's buffer is routed as its send and its receive buffer, as allreduce's in-place
     buffer is: a device buffer then takes the device engine like the other collectives' (a
     device buffer beside anything else would be staged through the host)."""
-    seen, route = [], sc._route
-    monkeypatch.setattr(sc, "_route", lambda a, b: seen.append((a, b)) or route(a, b))
+    seen, route = [], sc.devices.route
+    monkeypatch.setattr(sc.devices, "route", lambda c, a, b: seen.append((a, b)) or route(c, a, b))
     x = np.ones(4, np.float32)
     sc.bcast(x)
     sc.allreduce(x, x)
@@ -556,21 +556,21 @@ def test_limits_per_op_are_checked_before_it_begins():
     ar = COLLECTIVES["allreduce"]
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16) as s:
         most = 16 * (MAX_CHUNKS_PER_HOP - 1) // 4  # float32 elements: exactly 2**24 chunks
-        s._bound(ar, 4 * most)
-        seq = s._seq
+        s.sequence.bound(ar, 4 * most)
+        seq = s.sequence.seq
         with pytest.raises(
             ValueError,
             match=rf"^allreduce of {4 * most + 4} bytes needs {MAX_CHUNKS_PER_HOP + 1} chunks per hop; "
             rf"at most {MAX_CHUNKS_PER_HOP}: raise chunk_bytes$",
         ):
-            s._bound(ar, 4 * (most + 1))
-        assert s._seq == seq
+            s.sequence.bound(ar, 4 * (most + 1))
+        assert s.sequence.seq == seq
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=17) as s:
         # a chunk holds whole elements: 17 bytes carry 4 float32 (16 B), so count with 16
         most = 16 * (MAX_CHUNKS_PER_HOP - 1) // 4
-        s._bound(ar, 4 * most, 4)
+        s.sequence.bound(ar, 4 * most, 4)
         with pytest.raises(ValueError, match=rf"needs {MAX_CHUNKS_PER_HOP + 1} chunks per hop"):
-            s._bound(ar, 4 * (most + 1), 4)
+            s.sequence.bound(ar, 4 * (most + 1), 4)
     big = (1 << 31) - 64
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=big) as s:
         chunks = s.usage_limit // ar.frame_bound(1, 1) + 1
@@ -582,7 +582,7 @@ def test_limits_per_op_are_checked_before_it_begins():
             match=rf"^allreduce of {count * 8} bytes may seal up to {bound} frames under one key, "
             rf"over the per-key limit of {s.usage_limit}: raise chunk_bytes$",
         ):
-            s._bound(ar, 8 * count)
+            s.sequence.bound(ar, 8 * count)
     x = np.ones(64, np.float32)  # 256 bytes at chunk_bytes=16: 17 chunks
     bound = ar.frame_bound(1, 17)
     with SecureComm(self_comm(), "aes-256-gcm", psk=PSK, chunk_bytes=16, rotate_after_frames=bound) as s:
@@ -654,7 +654,7 @@ def test_defaults_and_environment(monkeypatch):
 
     def made(suite="aes-256-gcm", **kw):
         with SecureComm(self_comm(), suite, psk=PSK, **kw) as s:
-            pool = None if s._pool is None else s._pool._max_workers
+            pool = None if s.context.pool is None else s.context.pool._max_workers
             return s.suite.name, s.timeout, s.job_id, s.crypto_threads, pool
 
     monkeypatch.setattr(comm.os, "cpu_count", lambda: 6)

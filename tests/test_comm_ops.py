@@ -86,7 +86,7 @@ def test_a_plan_changes_keys_with_the_epoch(p, alg, n):
             y.fill(-1)
             sc.allreduce(x, y)
             out.append((y.copy(), sc.epoch, op_indices(log[start:]), {key for key, _ in log[start:]}))
-        return out, len(sc._plans)
+        return out, len(sc.plans)
 
     res = ok(world_run(p, body, algorithm=alg, chunk_bytes=chunk_bytes, rotate_after_frames=bound))
     for out, plans in res:
@@ -119,7 +119,7 @@ def test_a_plan_stays_right_after_a_larger_op_grew_the_workspace(p, alg):
             xi[:] = x
             sc.allreduce(xi, xi)
             out.append((y.copy(), xi.copy()))
-        return out, len(sc._plans)
+        return out, len(sc.plans)
 
     res = ok(world_run(p, body, algorithm=alg, chunk_bytes=64))
     for out, plans in res:
@@ -147,7 +147,7 @@ def test_repeated_reduce_scatter_and_ring_allreduce_run_from_their_plans(p, op):
             sc.reduce_scatter(x, rs, op=op)
             sc.allreduce(x, ar, op=op)
             out.append((rs.copy(), ar.copy()))
-        return out, len(sc._plans)
+        return out, len(sc.plans)
 
     res = ok(world_run(p, body, algorithm="ring", chunk_bytes=64))
     for me, (out, plans) in enumerate(res):
@@ -170,7 +170,7 @@ def test_an_epoch_holds_at_most_max_ops_per_epoch_ops():
     def body(sc):
         log, out = [], []
         record_seals(sc, log)
-        sc._epoch_ops = MAX_OPS_PER_EPOCH - 1
+        sc.sequence.epoch_ops = MAX_OPS_PER_EPOCH - 1
         for k in range(2):
             start = len(log)
             run_op(sc, "allreduce", k)
@@ -205,9 +205,9 @@ def test_close_waits_for_peers_and_crypto_then_drops_keys(timeout, wait):
     from seccomm import CommClosedError
 
     def body(sc):
-        pool, done = sc._pool, []
+        pool, done = sc.context.pool, []
         pool.submit(lambda: (time.sleep(0.2), done.append(1)))
-        keys = weakref.ref(sc._keys)
+        keys = weakref.ref(sc.session.keys)
         sc.close()
         sc.close()
         gc.collect()
@@ -334,7 +334,7 @@ def test_a_repeated_call_from_its_plan_is_checked_against_the_others_too(paired)
             else:
                 sc.allreduce(x, y)
         except ArgumentMismatchError as e:
-            return e, len(sc._plans)
+            return e, len(sc.plans)
 
     res = world_run(2, body, paired=paired)
     assert all(isinstance(e, ArgumentMismatchError) for e, _ in res), res
@@ -696,7 +696,7 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
     (read-only now, another shape, another dtype) is checked again; a plan keeps its arrays; more
     than PLAN_SLOTS plans empty the table; buffers above PLAN_MAX_BYTES get none; close() drops
     all."""
-    from seccomm import comm as comm_mod
+    from seccomm import plans as plans_mod
 
     checked = []
     real = {name: c.args for name, c in COLLECTIVES.items()}
@@ -714,29 +714,29 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
                 want = sum(np.arange(1000, dtype=np.float32) + q for q in range(p)) + p * (len(got) + 1)
                 got.append(bool(np.array_equal(y, want)))
         sc.algorithm = "auto"
-        plans = len(sc._plans)
+        plans = len(sc.plans)
         sc.allreduce(x, y, op="max")  # other arguments: another plan
-        got.append(bool(np.array_equal(y, x - r + p - 1)) and len(sc._plans) == plans + 1)
+        got.append(bool(np.array_equal(y, x - r + p - 1)) and len(sc.plans) == plans + 1)
         sc.allreduce(x, y, op="max")
-        got.append(len(sc._plans) == plans + 1)
+        got.append(len(sc.plans) == plans + 1)
         sc.bcast(y, root=1)  # root: another plan; a bool root is refused even after root=1
         sc.bcast(y, root=1)
-        got.append(len(sc._plans) == plans + 2)
-        big = np.zeros((comm_mod.PLAN_MAX_BYTES + 4) // 4, np.float32)
+        got.append(len(sc.plans) == plans + 2)
+        big = np.zeros((plans_mod.PLAN_MAX_BYTES + 4) // 4, np.float32)
         sc.allreduce(big, big)  # above the limit: no plan
-        got.append(len(sc._plans) == plans + 2)
-        small = np.zeros(comm_mod.PLAN_MAX_BYTES // 4, np.float32)
+        got.append(len(sc.plans) == plans + 2)
+        small = np.zeros(plans_mod.PLAN_MAX_BYTES // 4, np.float32)
         sc.allreduce(small, small)  # at the limit: a plan
-        got.append(len(sc._plans) == plans + 3)
+        got.append(len(sc.plans) == plans + 3)
         mid = np.ones(32 << 10, np.float32)  # 128 KiB: the ring, chosen from its count on a plan too
         sc.allreduce(mid, mid)
         sc.allreduce(mid, mid)
         got.append(bool(np.all(mid == p * p)))
-        keep = [np.zeros(8, np.float32) for _ in range(comm_mod.PLAN_SLOTS)]
+        keep = [np.zeros(8, np.float32) for _ in range(plans_mod.PLAN_SLOTS)]
         for a in keep:
             sc.allreduce(a, a)
-            got.append(0 < len(sc._plans) <= comm_mod.PLAN_SLOTS)  # a full table is emptied
-        plan = next(iter(sc._plans.values()))
+            got.append(0 < len(sc.plans) <= plans_mod.PLAN_SLOTS)  # a full table is emptied
+        plan = next(iter(sc.plans.values()))
         got.append(any(plan.send is a for a in keep) and plan.recv is plan.send)
         x.shape = (10, 100)  # another shape, in place: checked again (and fine)
         y.shape = (100, 10)
@@ -749,7 +749,7 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
         except ValueError as e:
             got.append("recvbuf is read-only" in str(e))
         sc.close()
-        got.append(sc._plans == {})
+        got.append(len(sc.plans) == 0)
         return got, checked.count(r)
 
     def counting(name):
@@ -771,7 +771,7 @@ def test_a_repeated_call_runs_its_plan_and_rechecks_what_can_change():
         # 9 allreduces: the first of each algorithm checked, the others run from its plan; max:
         # once; bcast: once; big: once; small: once; mid: once; 16 fresh arrays; the reshaped
         # call; the read-only call
-        assert n_checked == 3 + 1 + 1 + 1 + 1 + 1 + comm_mod.PLAN_SLOTS + 1 + 1, n_checked
+        assert n_checked == 3 + 1 + 1 + 1 + 1 + 1 + plans_mod.PLAN_SLOTS + 1 + 1, n_checked
 
 
 def test_a_plan_never_takes_an_argument_of_another_type():
@@ -846,7 +846,7 @@ def test_a_refusal_names_the_exception_to_the_transport_and_in_the_broken_state(
             sc.allreduce(y, np.zeros(9, np.float32))  # every rank refuses: sizes differ
         except ValueError:
             pass
-        return sc._broken
+        return sc.sequence.broken
 
     res = ok(world_run(2, body, wrap=lambda r, t: Told(t)))
     assert sorted(Told.told) == [(0, 2, "ValueError"), (1, 2, "ValueError")], Told.told
@@ -888,10 +888,10 @@ def test_a_second_thread_is_refused_at_once_while_a_call_runs():
             time.sleep(0.3)
             sc.allreduce(x, y)
             return None
-        seq = sc._seq
+        seq = sc.sequence.seq
         t = threading.Thread(target=sc.allreduce, args=(x, y))
         t.start()
-        while sc._seq == seq:
+        while sc.sequence.seq == seq:
             time.sleep(0.001)
         t0 = time.monotonic()
         try:
@@ -932,12 +932,12 @@ def test_the_last_sends_of_an_op_that_never_complete_break_the_next_op():
     def body(sc):
         x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
         sc.allreduce(x, y)
-        unsent = list(sc._unsent[0])
+        unsent = list(sc.sequence.unsent[0])
         try:
             sc.allreduce(x, y)
             return "no error"
         except TransportTimeout as e:
-            return str(e), sc._broken, sc._stale == unsent, sc._unsent
+            return str(e), sc.sequence.broken, sc.sequence.stale == unsent, sc.sequence.unsent
 
     res = ok(world_run(2, body, wrap=lambda r, t: LastSendsFail(t)))
     for msg, broken, stale, unsent in res:
@@ -962,7 +962,7 @@ def test_a_device_engine_comm_runs_every_repeated_call_on_the_device_engine(host
             sc.allreduce(x, y)
             seen.append(backends[r].batches > before and bool(np.all(y == 2)))
         sc.close()
-        return seen, len(sc._plans)
+        return seen, len(sc.plans)
 
     for seen, plans in ok(world.run(body)):
         assert seen == [True, True, True] and plans == 0, seen
@@ -1040,9 +1040,9 @@ def test_close_keeps_the_last_sends_referenced():
 
     def body(sc):
         sc.allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))
-        reqs = list(sc._unsent[0])
+        reqs = list(sc.sequence.unsent[0])
         sc.close()
-        return bool(reqs) and sc._stale == reqs and sc._unsent is None
+        return bool(reqs) and sc.sequence.stale == reqs and sc.sequence.unsent is None
 
     assert ok(world_run(2, body)) == [True, True]
 
@@ -1058,7 +1058,7 @@ def test_repeated_calls_leave_their_last_sends_to_the_next_op(suite):
         left = []
         for _ in range(3):
             sc.allreduce(x, y)
-            left.append(bool(sc._unsent and sc._unsent[0]))
+            left.append(bool(sc.sequence.unsent and sc.sequence.unsent[0]))
         return left
 
     assert ok(world_run(2, body, suite=suite)) == [[True] * 3] * 2
@@ -1078,7 +1078,7 @@ def test_a_transport_that_does_not_defer_has_every_send_waited_for_in_the_op():
 
     def body(sc):
         sc.allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))
-        return sc._unsent
+        return sc.sequence.unsent
 
     assert ok(world_run(2, body, wrap=lambda r, t: NoDefer(t))) == [None, None]
     assert sorted(NoDefer.waited) == [(0, "allreduce #1"), (1, "allreduce #1")], NoDefer.waited
@@ -1098,7 +1098,7 @@ def test_an_error_of_its_own_keeps_the_ops_requests_referenced(error):
         try:
             run_op(sc, "allreduce", 0)
         except error:
-            return list(sc._stale or [])
+            return list(sc.sequence.stale or [])
 
     res = world_run(2, body, wrap=lambda r, t: Boom(t), algorithm="ring")
     assert all(len(stale) >= 1 for stale in res), res
@@ -1121,7 +1121,7 @@ def test_a_failed_clear_op_keeps_every_request_it_posted(alg, paired):
             n = 4096 if alg == "ring" else 1024  # (recursive doubling: one frame each way, the swap)
             sc.allreduce(np.ones(n, np.float32), np.zeros(n, np.float32))
         except FrameError:
-            return list(sc._stale or [])
+            return list(sc.sequence.stale or [])
 
     res = world_run(
         2, body, wrap=lambda r, t: Boom(t), algorithm=alg, suite="none", chunk_bytes=4096, paired=paired
@@ -1135,7 +1135,7 @@ def test_suite_none_sends_its_argument_records_untagged():
 
     def body(sc):
         run_op(sc, "allreduce", 0)
-        return bytes(sc._agreement.out[1 - sc.rank, 24:])
+        return bytes(sc.agreement.out[1 - sc.rank, 24:])
 
     assert world_run(2, body, suite="none") == [bytes(16)] * 2
     assert all(t != bytes(16) for t in world_run(2, body))

@@ -103,9 +103,9 @@ def test_small_bytes_default_comes_from_the_transport():
 def test_world_sizes_up_to_max_ranks(monkeypatch):
     """At most framing.MAX_RANKS ranks (the 16-bit step field; lowered to 2 here): a world of
     MAX_RANKS works, one rank more is refused on every rank, saying why."""
-    from seccomm import comm
+    from seccomm import options
 
-    monkeypatch.setattr(comm, "MAX_RANKS", 2)
+    monkeypatch.setattr(options, "MAX_RANKS", 2)
     assert ok(world_run(2, lambda sc: sc.size)) == [2, 2]
     res = world_run(3, lambda sc: sc.size)
     assert isinstance(res[0], ValueError) and str(res[0]) == "world size 3 exceeds 2 (16-bit step field)", res
@@ -119,9 +119,11 @@ def test_crypto_threads_default_to_the_cores_per_rank_of_the_node(monkeypatch, c
 
     monkeypatch.delenv("SECCOMM_CRYPTO_THREADS", raising=False)
     monkeypatch.setattr(comm.os, "cpu_count", lambda: cores)
-    res = ok(
-        world_run(2, lambda sc: (sc.crypto_threads, sc._pool and sc._pool._max_workers), crypto_threads=None)
-    )
+
+    def used(sc):
+        return sc.crypto_threads, sc.context.pool and sc.context.pool._max_workers
+
+    res = ok(world_run(2, used, crypto_threads=None))
     assert res == [(threads, threads if threads > 1 else None)] * 2
 
 
@@ -169,15 +171,15 @@ def test_the_exit_hook_closes_in_the_order_of_construction(monkeypatch):
 
     class Fake:
         def __init__(self, built):
-            self._built = built
+            self.built = built
 
         def close(self):
-            closed.append(self._built)
+            closed.append(self.built)
 
     fakes = [Fake(i) for i in range(50)]
     random.Random(1).shuffle(fakes)
     monkeypatch.setattr(comm, "_OPEN", weakref.WeakSet(fakes))
     comm._close_open_comms()
     assert closed == list(range(49, -1, -1))
-    built = ok(world_run(2, lambda sc: sc._built))
+    built = ok(world_run(2, lambda sc: sc.built))
     assert built[0] != built[1] and all(isinstance(b, int) for b in built)

@@ -217,7 +217,7 @@ def watch_crypto(sc, log, gate=None):
     """Log ("seal" | "open", thread name) of every frame ``sc`` seals or opens from now on;
     with ``gate`` (a dict), an open that verified waits for ``gate["event"]`` while
     ``gate["armed"]`` is set, and counts itself in ``gate["started"]``/``gate["finished"]``."""
-    keys = sc._keys
+    keys = sc.session.keys
 
     class Watched:
         def __init__(self, inner):
@@ -293,7 +293,7 @@ def test_a_failed_chunk_waits_for_the_crypto_jobs_still_running():
     def body(sc):
         if sc.rank == 1:
             watch_crypto(sc, [], gate)
-            sc._ctx = dataclasses.replace(sc._ctx, pool=Spy(sc._pool))
+            sc.context = dataclasses.replace(sc.context, pool=Spy(sc.context.pool))
         run_op(sc, "allreduce", 0)
         if sc.rank == 1:
             gate["armed"] = True

@@ -269,7 +269,7 @@ from seccomm import SecCommError, SecureComm
 PSK = bytes.fromhex("5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0")
 c = MPI.COMM_WORLD
 sc = SecureComm(c, "aes-256-gcm", psk=PSK, timeout=3)
-t = sc._transport
+t = sc.transport
 sc.allreduce(np.ones(4, np.float32), np.zeros(4, np.float32))
 if c.rank == 0:  # injected on rank 1's fallback box first: another op number, another size, larger
     for n in (40, 17, 4096):

@@ -168,7 +168,7 @@ def test_fuzzed_frames_raise_only_seccomm_errors(suite, plan, coll, dtype, count
     peer = FuzzPeer(make_deliver(plan))
     alg = "ring" if coll == "allreduce_ring" else "recursive_doubling"
     sc = SecureComm(peer, suite, psk=PSK, timeout=1, chunk_bytes=chunk, algorithm=alg, crypto_threads=1)
-    peer.agreement = sc._agreement  # rank 1 agrees on the arguments: the frames are fuzzed
+    peer.agreement = sc.agreement  # rank 1 agrees on the arguments: the frames are fuzzed
     count -= count % 2 if coll == "alltoall" else 0  # two blocks of count/2
     x = np.arange(count).astype(dtype)
     sentinel = np.full(count, 7, dtype)
@@ -208,7 +208,7 @@ def test_fuzzed_argument_records_raise_before_any_frame(suite, plan, coll):
     raises naming rank 1, sends no frame and leaves its buffer alone."""
     peer = FuzzPeer(make_deliver(plan))
     sc = SecureComm(peer, suite, psk=PSK, timeout=1, crypto_threads=1)
-    peer.agreement, peer.fuzz_records = sc._agreement, True
+    peer.agreement, peer.fuzz_records = sc.agreement, True
     x, y = np.arange(8, dtype=np.float32), np.full(8, 7, np.float32)
     sent = len(peer.sent)
     with pytest.raises(SecCommError) as ei:
@@ -217,14 +217,14 @@ def test_fuzzed_argument_records_raise_before_any_frame(suite, plan, coll):
     assert ei.value.peer == 1 and np.all(y == 7)
     assert len(peer.sent) == sent + 1  # its own record only: no frame left this rank
     name = "allreduce" if coll == "allreduce" else "bcast"
-    assert sc._broken == f"{name} #1 failed ({type(ei.value).__name__})"
+    assert sc.sequence.broken == f"{name} #1 failed ({type(ei.value).__name__})"
     assert peer.aborted == [1]  # the ranks waiting on this one stop now
 
 
 def _never_into(sc, caller):
     """Wrap ``sc``'s keyed suites so that every ``open`` asserts it does not write into
     ``caller`` (an AEAD writes before the tag check; GMAC/none must leave ``out`` alone)."""
-    keys = sc._keys
+    keys = sc.session.keys
     direction, group = keys.direction, keys.group
 
     class Checked:

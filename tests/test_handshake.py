@@ -107,11 +107,11 @@ def test_the_setup_on_the_wire_is_as_documented(kx):
         nonces.append(bytes.fromhex(d["nonce"]))
     th = hashlib.sha256(b"seccomm/1 transcript" + hellos.tobytes()).digest()
     salt = hashlib.sha256(b"seccomm/1 salt" + JOB_ID + b"".join(nonces)).digest()
-    assert all(s._comm_id == th[:16] for s in res)
+    assert all(s.session.comm_id == th[:16] for s in res)
     group = None
     if kx == "psk-dhe":  # rank 0's group secret, sealed for rank j under their wrap key
         opened = {
-            AESGCM(res[j]._keys.wrap_key(j)).decrypt(
+            AESGCM(res[j].session.keys.wrap_key(j)).decrypt(
                 bytes(12), reps[j].seen[1][0].tobytes(), b"seccomm/1 key delivery" + struct.pack(">I", j)
             )
             for j in (1, 2)
@@ -124,13 +124,13 @@ def test_the_setup_on_the_wire_is_as_documented(kx):
         ks = KeySchedule(PSK, get_suite(SUITE), salt, th, r)  # from the job secret and the recorded setup
         nxt = (r + 1) % 3
         if kx == "psk":  # every key follows from them (as documented)
-            assert sc._keys.group_key(0) == ks.group_key(0)
-            assert sc._keys.direction_key(0, r, nxt) == ks.direction_key(0, r, nxt)
+            assert sc.session.keys.group_key(0) == ks.group_key(0)
+            assert sc.session.keys.direction_key(0, r, nxt) == ks.direction_key(0, r, nxt)
         else:  # psk-dhe: none does; the group key is the delivered group secret's
-            assert sc._keys.group_key(0) != ks.group_key(0)
-            assert sc._keys.direction_key(0, r, nxt) != ks.direction_key(0, r, nxt)
+            assert sc.session.keys.group_key(0) != ks.group_key(0)
+            assert sc.session.keys.direction_key(0, r, nxt) != ks.direction_key(0, r, nxt)
             ks.use_group_secret(group)
-            assert sc._keys.group_key(0) == ks.group_key(0)
+            assert sc.session.keys.group_key(0) == ks.group_key(0)
         header = struct.pack(">II", 0, NOBODY)
         fin = mac(ks.finished_key(), b"seccomm/1 finished" + th + struct.pack(">I", r) + header)
         assert reps[0].seen[2][r].tobytes() == header + fin

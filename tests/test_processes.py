@@ -85,7 +85,7 @@ if c.rank == 1:
     if KIND == "sigint":  # Ctrl-C: SIGINT while inside an op
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
     else:  # sys.exit() from a thread the op calls back into: SystemExit inside the op
-        import seccomm.comm as m
+        import seccomm.sequence as m
         real = m._quiet
         m._quiet = lambda steps: (time.sleep(0.3), sys.exit(3))
 t0 = time.monotonic()

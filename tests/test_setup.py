@@ -87,7 +87,7 @@ def test_honest_setup_fresh_per_session(kx):
         sc = build(trs[r], key_exchange=kx)
         y = some_ops(sc)
         sc.close()
-        return sc._comm_id, y
+        return sc.session.comm_id, y
 
     a, b = world.run(session), world.run(session)
     assert all(not isinstance(v, BaseException) for v in a + b), a + b

@@ -329,7 +329,7 @@ def test_clear_frames_go_from_and_land_in_the_callers_memory(suite, p, paired, h
         return len(set(hosts)) == 1 if b is None else hosts[a] == hosts[b]
 
     def body(sc):
-        r, t, out = sc.rank, sc._transport, []
+        r, t, out = sc.rank, sc.transport, []
         for n in sizes:
             xs = [data("float32", n, q) for q in range(p)]
             counts = sc.block_counts(n)
@@ -368,9 +368,9 @@ def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
     unacknowledged lent send still out (the op would have to wait for it, and MPICH may
     complete it only once the peer calls MPI again: a rank that did its part would be blamed,
     docs/design.md "Completion"); some frames are lent all the same."""
-    from seccomm.comm import SecureComm as SC
+    from seccomm.sequence import OpSequence
 
-    ends, op = [], SC._op
+    ends, op = [], OpSequence.run
 
     def watched(self, run, steps, tail, check):
         def then():
@@ -379,7 +379,7 @@ def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
 
         return op(self, run, then, tail, check)
 
-    monkeypatch.setattr(SC, "_op", watched)
+    monkeypatch.setattr(OpSequence, "run", watched)
     n = 3 * 1024 * p + 5
 
     def run_all(sc):
@@ -397,7 +397,7 @@ def test_no_op_ends_with_a_lent_send_out(p, monkeypatch):
         roots = [x.copy() if r == root else np.zeros(n, np.float32) for root in range(p)]
         for root in range(p):
             sc.bcast(roots[root], root=root)
-        return _inside(sc._transport.io, "send", [x, y, w, mine, a, *roots])
+        return _inside(sc.transport.io, "send", [x, y, w, mine, a, *roots])
 
     lent = 0
     for alg in ("ring", "recursive_doubling"):
@@ -511,7 +511,7 @@ def test_recursive_doubling_lends_clear_frames_exactly_where_a_later_step_waits(
             x[:] = data("float32", n, sc.rank)  # (in place, after: x is y)
             sc.allreduce(x, y)
             good &= bool(np.array_equal(y, want))
-        io = sc._transport.io
+        io = sc.transport.io
         return good, _inside(io, "send", [x, y]) // 3, _inside(io, "recv", [x, y]) // 3
 
     res = ok(world_run(p, body, suite="none", algorithm="recursive_doubling", paired=paired))
@@ -847,12 +847,12 @@ def test_bad_arguments_raise_before_any_traffic():
         ro.flags.writeable = False
         calls.append(lambda: sc.allreduce(x, ro))
         for c in calls:
-            seq = sc._seq
+            seq = sc.sequence.seq
             try:
                 c()
                 errs.append(None)
             except (TypeError, ValueError) as e:
-                errs.append((type(e).__name__, sc._seq == seq))
+                errs.append((type(e).__name__, sc.sequence.seq == seq))
         return errs
 
     for errs in ok(world_run(2, body)):
@@ -957,7 +957,7 @@ def test_inter_node_recursive_doubling_sends_clear_hops_as_payload_alone():
         y = np.zeros(16, np.float32)
         sc.allreduce(x, y)
         good = bool(np.array_equal(y, sum(data("float32", 16, r) for r in range(4))))
-        frames = [n for k, _, n in sc._transport.io if k == "send" and n != 40]  # (records aside)
+        frames = [n for k, _, n in sc.transport.io if k == "send" and n != 40]  # (records aside)
         return good, sorted(frames)
 
     res = ok(world_run(4, body, hosts=[0, 0, 1, 1], encrypt="inter-node", algorithm="recursive_doubling"))

@@ -17,7 +17,7 @@ from threadworld import record_seals
 # -- schedules: which hops, which steps, how many frames ----------------------------------------
 def record_headers(sc, log):
     """Log the AAD header fields (framing.AAD) of every frame ``sc`` seals from now on."""
-    keys = sc._keys
+    keys = sc.session.keys
 
     class Logged:
         def __init__(self, inner):

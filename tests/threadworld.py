@@ -478,7 +478,7 @@ class ThreadTransport(Transport):
 
 def record_seals(sc, log):
     """Log (key bytes, nonce) of every frame ``sc`` seals from now on."""
-    keys = sc._keys
+    keys = sc.session.keys
 
     class Logged:
         def __init__(self, inner, key):

@@ -274,7 +274,7 @@ def replay_case(comm, rec, psk, suite, alg, count):
     if r == 0:
         sc.transport.begin("replay", (1, 0))
     rec.start(label)
-    seq, epoch, err = sc._seq + 1, sc.epoch, None
+    seq, epoch, err = sc.sequence.seq + 1, sc.epoch, None
     try:
         sc.allreduce(x, y)
     except SecCommError as e:

@@ -60,7 +60,7 @@ class Collective:
       ``steps()`` (no argument: bound to ``op_run``, which the plan keeps) runs the algorithm.
     - ``frame_bound(p, chunks) -> int``: frames any one key may seal in one op, for
       ``chunks`` = ceil(S / chunk) + 1, ``chunk`` = ``chunk_bytes`` rounded down to whole
-      elements (``SecureComm._bound``); identical on every rank and never below what the
+      elements (``OpSequence.bound``); identical on every rank and never below what the
       algorithms seal (the key schedule rotates on it).
     - ``counts(count, p, rank) -> Counts``: buffers of an op of ``count`` = S / itemsize elements.
     - ``init(dname, op, n, rank, size, root)``: bench send data (results exact in every dtype);

@@ -523,8 +523,8 @@ def _trial_replay_setup(comm, rng, t, kx, psk, conf, timeout):
     leaks = 0
     if b is not None:
         pairs = [(0, rank, j) for j in range(size) if j != rank]
-        leaks = int(b._keys.group_key(0) == a._keys.group_key(0))
-        leaks += sum(b._keys.direction_key(*p) == a._keys.direction_key(*p) for p in pairs)
+        leaks = int(b.session.keys.group_key(0) == a.session.keys.group_key(0))
+        leaks += sum(b.session.keys.direction_key(*p) == a.session.keys.direction_key(*p) for p in pairs)
         b.close()
     a.close()
     return err, leaks

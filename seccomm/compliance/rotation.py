@@ -58,7 +58,7 @@ def plan(config: ReviewConfig, size: int) -> dict:
     ``run_point`` is a test-sized point), ``ops``, and ``refusal`` (why nothing can run, or None)."""
     suite = get_suite(config.suite)
     limit, configured = config.limit(), config.rotation_point()
-    chunk = chunk_elems(config.chunk_bytes, 4) * 4  # float32, as SecureComm._bound counts them
+    chunk = chunk_elems(config.chunk_bytes, 4) * 4  # float32, as OpSequence.bound counts them
     chunks = math.ceil(COUNT * 4 / chunk) + 1
     bound = get_collective("allreduce").frame_bound(size, chunks)
     out = {"configured": configured, "limit": limit, "bound": bound, "refusal": None}

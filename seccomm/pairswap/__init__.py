@@ -159,7 +159,7 @@ def rest(run, sw, got) -> None:  # pragma: no mutate block (MPI: tests/mpi_worke
     """The rest of an op whose compiled swap ``sw`` (:func:`compile`) did not end in the usual
     case: ``got`` is what its ``start`` returned (the bytes received, or :data:`PENDING`,
     :data:`MPIERR`, or the exception it raised before it posted anything).  Runs inside
-    ``SecureComm._op`` after its record and agreement start, on the plan's ``run``
+    ``OpSequence.run`` after its record and agreement start, on the plan's ``run``
     (:class:`~seccomm.engine.run.OpRun`): the swap's requests become the run's, then the engine
     waits (deadline, notices), checks and raises as on the Python path."""
     link, peer, landed = sw.python
