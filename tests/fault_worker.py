@@ -29,9 +29,9 @@ from mpi4py import MPI
 from seccomm import FrameError, SecCommError, SecureComm
 from seccomm.transports import TransportWrapper
 from seccomm.control import PairMacs
-from seccomm.transports.mpi import seal_notice
+from seccomm.transports.notices import seal_notice
 
-_WAITED, _ABORT = 0, 1  # the notice kinds of seccomm.transports.mpi
+_WAITED, _ABORT = 0, 1  # the notice kinds of seccomm.transports.notices
 
 
 def forge_notice(t, blamed, kind):
@@ -39,7 +39,7 @@ def forge_notice(t, blamed, kind):
     wrong = PairMacs(t.rank, t.size, lambda a, b: os.urandom(32))
     for r in range(t.size):
         if r != t.rank:
-            t.comm.Send([seal_notice(wrong, r, blamed, kind), MPI.BYTE], r, t._notice_tag)
+            t.comm.Send([seal_notice(wrong, r, blamed, kind), MPI.BYTE], r, t.notices.tag)
 
 
 class Watch(TransportWrapper):
@@ -156,7 +156,7 @@ except (SecCommError, RuntimeError) as e:
         f"{getattr(e, 'blamed', '-')}\n".encode(),
     )  # one write: mpiexec interleaves ranks
     os.write(1, f"WAITED {c.rank} {getattr(sc.transport, 'waiting', None)} MESSAGE {e}\n".encode())
-os.write(1, f"FORGED {c.rank} {sum(sc.transport.forged_notices.values())}\n".encode())
+os.write(1, f"FORGED {c.rank} {sum(sc.transport.notices.forged_notices.values())}\n".encode())
 if tamper or mode in ("raise", "unknown-sender"):
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

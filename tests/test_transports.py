@@ -124,7 +124,7 @@ def _macs(rank, size=3, key=bytes(range(32))):
 def test_notice_round_trip_and_every_forgery_rejected():
     """A notice is bound to its sender and its receiver (the pair's MAC): it opens only at the
     receiver it was sealed for, as from the rank that sealed it, in its session."""
-    from seccomm.transports.mpi import NOTICE_BYTES, open_notice, seal_notice
+    from seccomm.transports.notices import NOTICE_BYTES, open_notice, seal_notice
 
     m0, m1, m2 = _macs(0), _macs(1), _macs(2)
     msg = seal_notice(m2, 0, 1, 1)  # rank 2 tells rank 0: it gave up on rank 1 (kind 1)
@@ -151,7 +151,7 @@ def test_notice_round_trip_and_every_forgery_rejected():
 def test_refusal_notice_carries_the_exception_and_the_op_number():
     """A rank that refused its arguments to its op #seq says so in the notice's kind; kinds of no
     known exception are not notices."""
-    from seccomm.transports.mpi import REFUSALS, open_notice, refusal, refusal_kind, seal_notice
+    from seccomm.transports.notices import REFUSALS, open_notice, refusal, refusal_kind, seal_notice
 
     m0, m1 = _macs(0, 2), _macs(1, 2)
     for seq in (1, 3, 2**40):
@@ -173,7 +173,7 @@ def test_refusal_notice_carries_the_exception_and_the_op_number():
 
 
 def test_a_give_up_notice_carries_the_number_of_the_op_it_gave_up_in():
-    from seccomm.transports.mpi import open_notice, seal_notice, waited_kind
+    from seccomm.transports.notices import open_notice, seal_notice, waited_kind
 
     m0, m1 = _macs(0, 2), _macs(1, 2)
     for label, seq in (
@@ -212,8 +212,8 @@ def test_control_keys_are_per_session_and_pair_and_handed_to_the_transport():
 
     with SecureComm(MPI.COMM_SELF, "aes-256-gcm", psk=PSK, wrap_transport=Spy) as sc:
         assert len(seen) == 1 and seen[0].rank == 0 and seen[0].size == 1
-        assert sc.transport.inner._notice_macs is seen[0]  # the wrapper handed it on
-    assert sc.transport.inner._notice_macs is None  # close() drops the pair keys with the comm
+        assert sc.transport.inner.notices.macs is seen[0]  # the wrapper handed it on
+    assert sc.transport.inner.notices.macs is None  # close() drops the pair keys with the comm
 
 
 def test_notices_before_the_key_are_neither_sent_nor_read():
@@ -222,13 +222,14 @@ def test_notices_before_the_key_are_neither_sent_nor_read():
     from seccomm.transports.mpi import MPITransport
 
     t = MPITransport(MPI.COMM_SELF, timeout=1)
-    t._notify(0, 0)
-    assert t._nsent == [] and t._check_notices() is False
+    n = t.notices
+    n.notify(0, 0)
+    assert n.sent == [] and n.check() is False
     t.authenticate_notices(_macs(0, 1))
-    t._notify(0, 0)  # COMM_SELF: nobody else to tell, but it counts as sent (one notice per run)
-    assert t._nsent == [None]
-    t._notify(0, 0)
-    assert t._nsent == [None]
+    n.notify(0, 0)  # COMM_SELF: nobody else to tell, but it counts as sent (one notice per run)
+    assert n.sent == [None]
+    n.notify(0, 0)
+    assert n.sent == [None]
     t.close()
     assert Transport().authenticate_notices(_macs(0, 1)) is None  # the base: no notices, no-op
 
@@ -240,35 +241,37 @@ def test_junk_on_the_notice_tag_is_drained_and_counted_per_look():
     at, never left to pile up behind one receive."""
     from mpi4py import MPI
 
-    from seccomm.transports import mpi
-    from seccomm.transports.mpi import MPITransport, seal_notice
+    from seccomm.transports import notices
+    from seccomm.transports.mpi import MPITransport
+    from seccomm.transports.notices import seal_notice
 
     t = MPITransport(MPI.COMM_SELF, timeout=1)
+    n = t.notices
     peer = _macs(1, 2)
     queue = [b"\0" * 32] * 3000 + [seal_notice(peer, 0, 1, 1).tobytes()]
 
     class Arrived:  # a receive that completes with the next message of the queue
         def Test(self, status):  # noqa: N802 - mpi4py naming
             msg = queue.pop(0)
-            t._nbuf[1, : len(msg)] = np.frombuffer(msg, np.uint8)
+            n.buf[1, : len(msg)] = np.frombuffer(msg, np.uint8)
             status.Set_elements(MPI.BYTE, len(msg))
             return True
 
     def post(r):
-        t._nreqs[r] = Arrived() if queue else MPI.REQUEST_NULL
+        n.reqs[r] = Arrived() if queue else MPI.REQUEST_NULL
 
     try:
-        t.size, t._nbuf = 2, np.zeros((2, mpi.NOTICE_BYTES), np.uint8)
-        t._nreqs = [MPI.REQUEST_NULL, Arrived()]
-        t._post_notice = post
+        n.size, n.buf = 2, np.zeros((2, notices.NOTICE_BYTES), np.uint8)
+        n.reqs = [MPI.REQUEST_NULL, Arrived()]
+        n.post = post
         t.authenticate_notices(_macs(0, 2))
-        assert t._check_notices() is False and t.forged_notices == {1: 1024}
-        assert t._check_notices() is False and t.forged_notices == {1: 2048}
-        assert t._check_notices() is True and t.forged_notices == {1: 3000}
-        assert t.gave_up == {1: 1} and 1 in t.aborted  # the genuine one, behind 3000 forgeries
+        assert n.check() is False and n.forged_notices == {1: 1024}
+        assert n.check() is False and n.forged_notices == {1: 2048}
+        assert n.check() is True and n.forged_notices == {1: 3000}
+        assert n.gave_up == {1: 1} and 1 in n.aborted  # the genuine one, behind 3000 forgeries
     finally:
-        t.size = 1
-        t._nreqs = [MPI.REQUEST_NULL]
+        n.size = 1
+        n.reqs = [MPI.REQUEST_NULL]
         t.close()
 
 

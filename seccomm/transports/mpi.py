@@ -6,104 +6,25 @@ request with :func:`~seccomm.transports.base.poll_until` and, while waiting, col
 notices: a rank whose deadline passed tells the others whom it blames, so every survivor names
 the rank that stopped (failure propagation).
 
-Notices are authenticated and bound to their sender and receiver (:func:`seal_notice`): 32
-bytes, ``blamed rank (int64) | kind (int64) | tag`` with the tag of the pair's control MAC
-(:mod:`seccomm.control`, label "notice": HMAC-SHA256 under the key of the sender and receiver,
-whose input names both; handed over by :meth:`MPITransport.authenticate_notices` once the session
-keys exist).  The key is derived with the session's salt, so it binds the communicator
-(session); the MAC binds the sender (the source rank the receive was posted for), the receiver,
-the blamed rank and the kind.  A notice whose MAC fails, or of the wrong size, is ignored,
-counted in ``forged_notices`` and named in the error this rank raises; the receive from that rank
-is posted again, so a forgery cannot block the genuine notice.  Before the keys are handed over
-(during setup) no notice is sent or read: a rank whose setup wait expires blames the rank (or,
-for a setup collective, the collective) it waited on, within its deadline.  Under psk an insider
-rank can derive every pair's key and forge a notice in another rank's name, as it can forge
-group frames; under psk-dhe the pair key needs the pair's X25519 secret.  An on-path attacker
-can still drop or garble notices, which only leaves the survivors to their own deadlines.
+Give-up notices (:mod:`seccomm.transports.notices`) are an object the transport owns
+(``notices``): authenticated, bound to their sender and receiver, looked at while it waits.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
-import struct
 import time
 
 import numpy as np
 
 from ..agreement import RECORD_BYTES, TRAILER_BYTES
-from ..errors import FrameError, PeerAbortError, SecCommError, TransportTimeout
+from ..errors import FrameError, SecCommError, TransportTimeout
 from .base import Backoff, Transport, poll_until, record_size_error
+from .notices import _DRAIN, _MUTUAL_WAIT, Notices
 
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
 _NOTICE_EVERY = 256  # polls between two looks at the give-up notices
-_DRAIN = 1024  # messages on the notice tag that are not notices, taken per peer in one look
-#: a rank that has waited this share of the deadline on a peer that gave up on it did not stall:
-#: the two waited on each other (a rank that stalled elsewhere sees the notice at its first look)
-_MUTUAL_WAIT = 0.25
-#: kinds of give-up notice: gave up waiting on the blamed rank (the kind's low 8 bits are _WAITED,
-#: the bits above the number of the op it gave up in, 0 outside an op: :func:`waited_kind`);
-#: stopped after a bad frame from the blamed rank; stopped after an error of its own (the blamed
-#: rank is the sender); refused its own arguments to an op (the blamed rank is the sender; the
-#: kind's low 4 bits are _REFUSED, the next 4 the exception, :data:`REFUSALS`, the bits above the
-#: op sequence number it refused)
-_WAITED, _ABORT, _FAILED, _REFUSED = 0, 1, 2, 3
-#: exceptions a refusal notice can name, by code (1, 2)
-REFUSALS = ("ValueError", "TypeError")
-_NOTICE = struct.Struct(">qq")  # blamed rank, kind
-#: the blamed rank of an abort notice whose sender could not tell which rank sent the message
-#: that failed (a ``FrameError`` with ``peer == "any"``: a record receive that got a larger
-#: message); valid with kind ``_ABORT`` only
-UNKNOWN_SENDER = -1
-NOTICE_BYTES = _NOTICE.size + 16  # and the tag (seccomm.control)
-_NOTICE_LABEL = b"notice"
-
-
-def seal_notice(macs, receiver: int, blamed: int, kind: int) -> np.ndarray:
-    """The notice this rank sends ``receiver``: ``blamed | kind | tag`` (:data:`NOTICE_BYTES`
-    uint8; ``macs``: this rank's :class:`~seccomm.control.PairMacs`)."""
-    body = _NOTICE.pack(blamed, kind)
-    return np.frombuffer(body + macs.tags(_NOTICE_LABEL, receiver, body)[0], np.uint8).copy()
-
-
-def open_notice(macs, sender: int, msg: bytes, size: int):
-    """``(blamed, kind)`` of a notice this rank received from ``sender``, or ``None`` when it is
-    not authentic (wrong tag, wrong length) or names no rank of ``size`` / no known kind."""
-    if len(msg) != NOTICE_BYTES:
-        return None
-    body, tag = msg[: _NOTICE.size], msg[_NOTICE.size :]
-    if not hmac.compare_digest(macs.tags(_NOTICE_LABEL, sender, body)[1], tag):
-        return None
-    blamed, kind = _NOTICE.unpack(body)
-    if blamed == UNKNOWN_SENDER and kind == _ABORT:
-        return blamed, kind
-    return (blamed, kind) if 0 <= blamed < size and _known_kind(kind) else None
-
-
-def refusal_kind(seq: int, error: str) -> int:
-    """The notice kind of a rank that refused its own arguments to its op ``seq`` with the
-    exception named ``error`` (one of :data:`REFUSALS`)."""
-    return _REFUSED | (REFUSALS.index(error) + 1) << 4 | (seq if 0 < seq < 1 << 55 else 0) << 8
-
-
-def refusal(kind: int) -> tuple[int, str]:
-    """``(seq, error)`` of a refusal notice's kind (see :func:`refusal_kind`)."""
-    return kind >> 8, REFUSALS[(kind >> 4 & 0xF) - 1]
-
-
-def waited_kind(op_label: str) -> int:
-    """The notice kind of a rank that gave up waiting in the op ``op_label`` ("allreduce #5":
-    its number rides in the kind; 0 for a label without one, such as setup or close)."""
-    head, _, num = op_label.rpartition(" #")
-    seq = int(num) if head and num.isdigit() else 0
-    return _WAITED | (seq if 0 < seq < 1 << 55 else 0) << 8
-
-
-def _known_kind(kind: int) -> bool:
-    if kind in (_ABORT, _FAILED) or (kind >= 0 and kind & 0xFF == _WAITED):
-        return True
-    return kind >= 0 and kind & 0xF == _REFUSED and 1 <= (kind >> 4 & 0xF) <= len(REFUSALS)
 
 
 class MPITransport(Transport):
@@ -139,7 +60,6 @@ class MPITransport(Transport):
             self.comm, req = comm.Idup()
         except MPI.Exception as e:
             raise _no_communicator(e) from None
-        self._nreqs, self._nsent = [], []
         self._agreeing = None  # agree_start()'s persistent requests, made on first use
         self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
         self._agree_open = False  # its requests are started and not all finished
@@ -165,30 +85,11 @@ class MPITransport(Transport):
         # Give-up notices (failure propagation): a rank whose wait passed its deadline tells the
         # others which rank it blames, so every survivor names the rank that stopped, not the
         # neighbour that stalled because of it.  One small receive per peer, posted up front.
-        self._notice_tag = tag + 1
-        self._grace = 5.0
-        self._notice_macs = None  # PairMacs, set by authenticate_notices
-        self.gave_up: dict[int, int] = {}  # rank -> the rank it blamed
-        self.gave_up_in: dict[int, int] = {}  # rank -> the op it gave up waiting in (0: unknown)
-        self.aborted: set[int] = set()  # ranks that stopped after detecting an error
-        self.failed: set[int] = set()  # of those, the ranks whose error was their own
-        self.refused: dict[int, tuple[int, str]] = {}  # of those, rank -> (op seq, exception)
-        self.forged_notices: dict[int, int] = {}  # claimed sender -> notices that failed the MAC
-        self._nstatus = MPI.Status()
-        self._nbuf = np.zeros((max(self.size, 1), NOTICE_BYTES), np.uint8)
-        self._nreqs = [MPI.REQUEST_NULL] * self.size
-        for r in range(self.size):
-            if r != self.rank:
-                self._post_notice(r)
-        self._nsent: list = []
+        self.notices = Notices(self.comm, MPI, self.rank, self.size, tag + 1)
 
     def authenticate_notices(self, macs) -> None:
-        """From now on send and believe only notices MACed with ``macs`` (this rank's
-        :class:`~seccomm.control.PairMacs` of the session); before this, none are sent or read."""
-        self._notice_macs = macs
-
-    def _post_notice(self, r: int) -> None:
-        self._nreqs[r] = self.comm.Irecv([self._nbuf[r], self._byte], r, self._notice_tag)
+        """:meth:`Notices.authenticate <seccomm.transports.notices.Notices.authenticate>`."""
+        self.notices.authenticate(macs)
 
     def isend(self, buf, peer):
         if self._pair_out:  # (paired: the op's first message, from a caller without room)
@@ -369,16 +270,17 @@ class MPITransport(Transport):
                 return
         except MPI.Exception as e:
             raise _mpi_error(e, peer, op_label) from None
-        one_peer = isinstance(peer, int)
+        one_peer = isinstance(peer, int)  # (a wait for one rank looks at the notices)
         start = time.monotonic()
 
         def notices():  # a rank already gave up on the one this rank waits on
             self._agree_watch()
-            if self._check_notices() and peer in self.gave_up:
+            n = self.notices
+            if n.check() and peer in n.gave_up:
                 # waiting for a good part of the deadline already: this rank did not stall
                 # while peer waited on it (a mutual wait: what they sent each other was lost)
                 long = time.monotonic() - start >= _MUTUAL_WAIT * timeout
-                self._give_up(peer, op_label, timeout, waited=long)
+                n.give_up(peer, op_label, timeout, waited=long)
 
         def expired():
             if not one_peer:
@@ -389,7 +291,7 @@ class MPITransport(Transport):
                     op=op_label,
                     timeout_s=timeout,
                 )
-            self._give_up(peer, op_label, timeout, waited=True)
+            self.notices.give_up(peer, op_label, timeout, waited=True)
 
         try:
             poll_until(
@@ -602,255 +504,6 @@ class MPITransport(Transport):
             return e
         return None
 
-    # -- failure propagation -------------------------------------------------------------------
-    def _check_notices(self) -> bool:
-        """Collect authentic give-up notices that arrived (none before
-        :meth:`authenticate_notices`); True if any rank has given up."""
-        key, st = self._notice_macs, self._nstatus
-        if key is None:
-            return False
-        for r in range(self.size):
-            for _ in range(_DRAIN):  # (forgeries in a row from r: drained, up to _DRAIN a look)
-                if not self._notice_from(r, key, st):
-                    break
-        return bool(self.gave_up)
-
-    def _notice_from(self, r: int, key, st) -> bool:
-        """Look once at the notice receive from ``r``: True when what came was not a notice
-        (counted, the receive posted again: look again), else False (nothing in, or a genuine
-        notice taken, or the link gone)."""
-        MPI, req = self._MPI, self._nreqs[r]
-        if req == MPI.REQUEST_NULL:
-            return False
-        try:
-            done = req.Test(st)
-        except MPI.Exception as e:
-            if e.Get_error_class() == MPI.ERR_TRUNCATE:  # longer than a notice: not one
-                self._forged(r)
-                return True
-            self._nreqs[r] = MPI.REQUEST_NULL  # the link to r failed: r is gone
-            return False
-        if not done:
-            return False
-        got = open_notice(key, r, self._nbuf[r, : st.Get_count(self._byte)].tobytes(), self.size)
-        if got is None:
-            self._forged(r)
-            return True
-        self.gave_up[r] = got[0]
-        if got[1] & 0xFF == _WAITED:
-            self.gave_up_in[r] = got[1] >> 8
-        else:
-            self.aborted.add(r)
-        if got[1] & 0xFF != _WAITED and got[1] != _ABORT:
-            self.failed.add(r)
-        if got[1] & 0xF == _REFUSED:
-            self.refused[r] = refusal(got[1])
-        self._nreqs[r] = MPI.REQUEST_NULL
-        return False
-
-    def _forged(self, r: int) -> None:
-        """A notice claiming to be from ``r`` failed authentication: count it, never use it, and
-        listen for ``r``'s genuine notice again."""
-        self.forged_notices[r] = self.forged_notices.get(r, 0) + 1
-        self._post_notice(r)
-
-    def _forged_note(self) -> str:
-        if not self.forged_notices:
-            return ""
-        n, who = sum(self.forged_notices.values()), sorted(self.forged_notices)
-        return f" [{n} forged give-up notice(s) claiming rank(s) {who} failed authentication: ignored]"
-
-    def _blame(self, peer: int) -> int:
-        """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end,
-        or to the first rank on it that stopped after detecting an error."""
-        return self._walk(peer)[0]
-
-    def _walk(self, peer: int) -> tuple[int, bool]:
-        """``(end, here)``: the end of the chain of notices from ``peer`` (:meth:`_blame`) and
-        whether it led back to this rank (the rank before it is then the end)."""
-        seen = {self.rank}
-        while peer in self.gave_up and peer not in seen and peer not in self.aborted:
-            seen.add(peer)
-            nxt = self.gave_up[peer]
-            if nxt in seen:
-                return peer, nxt == self.rank
-            peer = nxt
-        return peer, False
-
-    def _notify(self, peer: int, kind: int) -> None:
-        """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
-        each rank names the rank it waited on, or itself when it was the one that stalled, and
-        receivers follow the chain), or, with
-        ``kind=_ABORT``, that it stopped after detecting an error in a frame from ``peer``."""
-        MPI = self._MPI
-        if self._nsent or self._notice_macs is None:  # before setup ends, nobody could verify it
-            return
-        self._nsent.append(None)  # (one notice per run, even to a world of one)
-        for r in range(self.size):
-            if r != self.rank:
-                msg = seal_notice(self._notice_macs, r, peer, kind)
-                self._nsent.append(msg)
-                try:
-                    self._nsent.append(self.comm.Isend([msg, self._byte], r, self._notice_tag))
-                except MPI.Exception:
-                    pass
-
-    def _flush_notices(self, limit: float) -> None:
-        """Drive this rank's notices out (a process may exit right after the error); a send to
-        a dead rank never completes, so this waits at most ``limit`` seconds."""
-        MPI = self._MPI
-        pending = [r for r in self._nsent if isinstance(r, MPI.Request)]
-
-        def sent():
-            pending[:] = [r for r in pending if not r.Test()]
-            return not pending
-
-        try:
-            poll_until(sent, limit, lambda: False, Backoff(sleep_s=1e-4))
-        except MPI.Exception:
-            pass
-
-    def _give_up(self, peer: int, op_label: str, timeout: float, waited: bool):
-        """Raise ``TransportTimeout`` naming the rank to blame, after telling the others; or
-        ``PeerAbortError`` when the chain ends at a rank that stopped after detecting an error.
-
-        ``waited``: this rank had waited on ``peer`` past its own deadline, or for
-        :data:`_MUTUAL_WAIT` of it when ``peer``'s notice came.  A rank that finds that ``peer``
-        gave up on it in an earlier op than the one it is in did that op's part
-        (:meth:`_did_its_part`) and counts as waiting too.  Otherwise a rank that did not wait
-        and finds the chain of notices from ``peer`` leading back to itself was the one that
-        stalled: its notice names itself, so that no other rank takes the cycle its late
-        notice would close for two ranks waiting on each other.  Then it waits a short grace
-        period (at most ``min(timeout, 5)`` s) until the chain from ``peer`` ends at a rank
-        whose own notice arrived (:meth:`_notices_settle`: ``peer`` alive but itself stuck, a
-        rank at the far end of a lost link, or one that stopped), so the blame lands on the
-        rank that stopped.  Two ranks that waited on each other name the link between them
-        (:meth:`_link`), never themselves.  Before :meth:`authenticate_notices` no notice is
-        sent or awaited: the blame is ``peer``.
-        """
-        if not waited and self._did_its_part(peer, op_label):
-            waited = True  # (peer's wait was for a message of an op this rank had already done)
-        kind = waited_kind(op_label)
-        self._notify(self.rank if not waited and self._walk(peer)[1] else peer, kind)
-        if self._notice_macs is not None:
-            poll_until(
-                lambda: self._notices_settle(peer),
-                min(timeout, self._grace),
-                lambda: False,
-                Backoff(sleep_s=1e-3),
-            )
-        self._flush_notices(min(timeout, 0.5))
-        culprit = self._blame(peer)
-        if culprit in self.refused:
-            raise PeerAbortError(
-                self._refused_text(culprit, op_label) + self._forged_note(),
-                peer=culprit,
-                op=op_label,
-                blamed=culprit,
-            )
-        if culprit in self.failed:
-            raise PeerAbortError(
-                f"{op_label}: rank {culprit} stopped this operation after an error of its own (an "
-                f"exception raised on that rank inside the operation, not a frame error: see the error "
-                f"on rank {culprit})" + self._forged_note(),
-                peer=culprit,
-                op=op_label,
-                blamed=culprit,
-            )
-        if culprit in self.aborted:
-            source = self.gave_up[culprit]
-            what = (
-                "a message whose sender it could not tell"
-                if source == UNKNOWN_SENDER
-                else f"a frame from rank {source}"
-            )
-            raise PeerAbortError(
-                f"{op_label}: rank {culprit} stopped this operation after it detected an error in "
-                f"{what} (see the error on rank {culprit})" + self._forged_note(),
-                peer=culprit,
-                op=op_label,
-                blamed=None if source == UNKNOWN_SENDER else source,
-            )
-        link = self._link(culprit, waited)
-        if link is not None:
-            a, b = link
-            who = (
-                f"this rank (rank {self.rank}) and rank {culprit}"
-                if self.rank in link
-                else f"ranks {a} and {b}"
-            )
-            raise TransportTimeout(
-                f"{op_label}: {who} each waited on the other past the {timeout:g} s deadline: what "
-                f"they sent each other was lost on the way (dropped or held), or they disagree on "
-                f"the call sequence" + self._forged_note(),
-                peer=culprit,
-                op=op_label,
-                timeout_s=timeout,
-                link=link,
-            )
-        if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
-            raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
-                f"{op_label}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it "
-                f"stalled past the {timeout:g} s deadline" + self._forged_note(),
-                peer=self.rank,
-                op=op_label,
-                timeout_s=timeout,
-            )
-        via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
-        if self.gave_up.get(culprit) == culprit:
-            via += f" (rank {culprit} reports that it stalled)"
-        raise TransportTimeout(
-            f"{op_label}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, "
-            f"died, or the ranks disagree on the call sequence" + self._forged_note(),
-            peer=culprit,
-            op=op_label,
-            timeout_s=timeout,
-        )
-
-    def _did_its_part(self, peer: int, op_label: str) -> bool:
-        """Whether ``peer`` gave up waiting on this rank in an op before the one this rank is in
-        now (``op_label``): this rank did that op's part, so what ``peer`` waited for was lost
-        or held on the way, and this rank, however briefly it has waited since, did not stall."""
-        theirs, mine = self.gave_up_in.get(peer, 0), waited_kind(op_label) >> 8
-        return self.gave_up.get(peer) == self.rank and 0 < theirs < mine
-
-    def _link(self, culprit: int, waited: bool):
-        """``(a, b)`` when the chain of notices ends in two ranks that gave up on each other
-        (``a < b``): neither stalled, both waited; what went between them was lost.  This rank is
-        one of them only when its own deadline passed waiting on ``culprit`` (``waited``): a
-        rank that stalled elsewhere sees the others' notices as soon as it waits again."""
-        other = self.gave_up.get(culprit)
-        if other is None or culprit in self.aborted:
-            return None
-        if other == self.rank:
-            return tuple(sorted((self.rank, culprit))) if waited else None
-        if other != culprit and self.gave_up.get(other) == culprit and other not in self.aborted:
-            return tuple(sorted((culprit, other)))
-        return None
-
-    def _refused_text(self, culprit: int, op_label: str) -> str:
-        """What a rank waiting in ``op_label`` is told of ``culprit``'s refusal notice."""
-        seq, error = self.refused[culprit]
-        if op_label.endswith(f" #{seq}"):
-            what = f"to {op_label}"
-        else:  # this rank is in another op: its own op #seq ended without that rank, or seqs differ
-            what = f"to its op #{seq or '?'} (this rank is in {op_label})"
-        return (
-            f"{op_label}: rank {culprit} refused its arguments {what}: {error} (see the error on rank "
-            f"{culprit}); the op cannot complete, and the SecureComm is unusable on every rank: "
-            f"build a new one"
-        )
-
-    def _notices_settle(self, peer: int) -> bool:
-        """Whether the chain of notices from ``peer`` (the rank this rank waited on) ends at a
-        rank whose own notice arrived: only it tells whether that rank is stuck behind another,
-        waits on one that waits on it (a lost link), or stopped; a chain that ends at a rank
-        that sent none (dead, or its notice still on the way) is not settled.  The others'
-        notices do not settle it (a third rank that gave up on ``peer`` is as consistent with a
-        dead ``peer`` as with one waiting on this rank)."""
-        self._check_notices()
-        return self._blame(peer) in self.gave_up
-
     # -- setup collectives, topology, teardown -------------------------------------------------
     def _coll(self, req, op_label, timeout):
         self._poll(req, self.timeout if timeout is None else timeout, None, "any", op_label)
@@ -876,19 +529,16 @@ class MPITransport(Transport):
         return host_key()
 
     def abort(self, blame) -> None:
-        if self.comm is not None:  # (blame "any": a message whose sender MPI could not say)
-            self._notify(int(blame) if isinstance(blame, (int, np.integer)) else UNKNOWN_SENDER, _ABORT)
-            self._flush_notices(0.2)
+        if self.comm is not None:
+            self.notices.abort(blame)
 
     def fail(self) -> None:
         if self.comm is not None:
-            self._notify(self.rank, _FAILED)
-            self._flush_notices(0.2)
+            self.notices.fail()
 
     def refuse(self, seq: int, error: str) -> None:
         if self.comm is not None:
-            self._notify(self.rank, refusal_kind(seq, error if error in REFUSALS else "ValueError"))
-            self._flush_notices(0.2)
+            self.notices.refuse(seq, error)
 
     def quiesce(self, timeout):
         # A non-blocking barrier keeps MPI progressing until every rank has arrived: MPICH
@@ -902,14 +552,7 @@ class MPITransport(Transport):
     def close(self):
         MPI = self._MPI
         if self.comm is not None and self.comm != MPI.COMM_NULL:
-            for r, req in enumerate(self._nreqs):  # unmatched notice receives: safe to cancel
-                if req != MPI.REQUEST_NULL:
-                    try:
-                        req.Cancel()
-                        req.Wait()
-                    except MPI.Exception:
-                        pass
-            self._nreqs = []
+            self.notices.close()  # (its pair keys go with the communicator)
             if self._fb is not None and self._fb[0] != MPI.REQUEST_NULL:  # (unmatched: safe to cancel)
                 try:
                     self._fb[0].Cancel()
@@ -917,7 +560,6 @@ class MPITransport(Transport):
                 except MPI.Exception:
                     pass
             self._fb = None
-            self._notice_macs = None  # (the pair keys go with the communicator)
             self._free_agreeing()
             self._drain()
             self.comm.Free()
