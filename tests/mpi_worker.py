@@ -1239,16 +1239,16 @@ def paired(comm, rec):
                 t, kept, put, used = sc.transport, [], sc.transport.put_record, []
 
                 def alone(t=t, kept=kept, how=how, used=used):
-                    t._pair_out = False
+                    t.records.pair_out = False
                     used.append("alone")
-                    msg = np.array(t._agree_rec, np.uint8)  # (a copy: this rank's own stays)
+                    msg = np.array(t.records._agree_rec, np.uint8)  # (a copy: this rank's own stays)
                     if how == "altered":
                         msg[8 + 3] ^= 1  # (the record's algorithm byte)
                     elif kept:
                         msg[8:] = np.frombuffer(kept[0], np.uint8)
                     else:
                         kept.append(bytes(msg[8:]))
-                    t._pair_sends.append(t.comm.Isend([msg, t._byte], t._peer, t.tag))
+                    t.records._pair_sends.append(t.comm.Isend([msg, t._byte], t.records._peer, t.tag))
                     kept.append(msg)  # (referenced until the send is done)
 
                 def forged(trailer, put=put, kept=kept, how=how, used=used):
@@ -1263,7 +1263,7 @@ def paired(comm, rec):
                         kept.append(bytes(trailer))
                     return True
 
-                t._pair_alone, t.put_record = alone, forged
+                t.records._pair_alone, t.put_record = alone, forged
             got, t0 = None, time.monotonic()
             try:
                 for _ in range(2):  # (a replay needs an op to replay from)
@@ -1299,14 +1299,14 @@ def paired(comm, rec):
             t, kept = sc.transport, []
 
             def wrong(t=t, kept=kept, delta=delta):
-                t._pair_out = False
-                rec40 = np.array(t._agree_rec, np.uint8)
+                t.records.pair_out = False
+                rec40 = np.array(t.records._agree_rec, np.uint8)
                 pad = np.zeros(max(delta, 0), np.uint8)
                 msg = rec40[:delta].copy() if delta < 0 else np.concatenate([rec40, pad])
                 kept.append(msg)  # (referenced until the send is done)
-                t._pair_sends.append(t.comm.Isend([msg, t._byte], t._peer, t.tag))
+                t.records._pair_sends.append(t.comm.Isend([msg, t._byte], t.records._peer, t.tag))
 
-            t._pair_alone = wrong
+            t.records._pair_alone = wrong
         x = np.full(n, r + 1.0, np.float32)
         y = np.zeros_like(x)
         got, t0 = None, time.monotonic()

@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-from ..agreement import RECORD_BYTES, TRAILER_BYTES
 from ..errors import FrameError, SecCommError, TransportTimeout
-from .base import Backoff, Transport, poll_until, record_size_error
-from .notices import _DRAIN, _MUTUAL_WAIT, Notices
+from .base import Backoff, Transport, poll_until
+from .mpi_records import RecordChannel
+from .notices import _MUTUAL_WAIT, Notices
 
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
 _BACKOFF = Backoff(spins=2000, yield_until=40000, sleep_s=2e-5)
@@ -60,23 +60,8 @@ class MPITransport(Transport):
             self.comm, req = comm.Idup()
         except MPI.Exception as e:
             raise _no_communicator(e) from None
-        self._agreeing = None  # agree_start()'s persistent requests, made on first use
-        self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
-        self._agree_open = False  # its requests are started and not all finished
-        # Two ranks ("paired"): an op's record rides in its first message to the peer
-        # (agree_start); the state of the op's exchange, and the fallback channel
-        self.paired = self.size == 2
-        self._peer = 1 - self.rank
-        self._agree_rec = self._agree_table = None  # this op's record and table
-        self._agree_tr = self._agree_want = None  # its trailer, and the trailer the peer must send
-        self._pair_out = self._pair_in = False  # the op's first send / first receive is to come
-        self._pair_first = None  # (request, destination) of a staged first receive
-        self._pair_rec = None  # the receive of the peer's record alone before a clear frame
-        self._pair_sends: list = []  # this op's sends of the record alone
-        self._stages: dict = {}  # "send"/"recv" -> grow-only staging buffer of first messages
-        self._rrec = np.zeros(64, np.uint8)  # a record received alone
-        self._fb = None  # (standing receive, its buffer) of the peer's fallback record
-        self._fb_sent: list = []  # this rank's fallback record and its send (once)
+        self.paired = self.size == 2  # (two ranks: an op's record rides in its first message)
+        self.records = RecordChannel(self)
         try:
             self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
         except FrameError as e:  # (MPI failed the duplicate: _mpi_error's text does not fit)
@@ -92,15 +77,15 @@ class MPITransport(Transport):
         self.notices.authenticate(macs)
 
     def isend(self, buf, peer):
-        if self._pair_out:  # (paired: the op's first message, from a caller without room)
-            return self._isend_first(buf, peer)
+        if self.records.pair_out:  # (paired: the op's first message, from a caller without room)
+            return self.records.isend_first(buf, peer)
         if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_isend(buf, peer)
         return self.comm.Isend([buf, self._byte], peer, self.tag)
 
     def irecv(self, buf, peer):
-        if self._pair_in:
-            return self._irecv_first(buf, peer)
+        if self.records.pair_in:
+            return self.records.irecv_first(buf, peer)
         if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
             return self._device_irecv(buf, peer)
         return self.comm.Irecv([buf, self._byte], peer, self.tag)
@@ -112,128 +97,38 @@ class MPITransport(Transport):
         return self.comm.Irecv([buf, self._byte], peer, self.tag + 3)
 
     def discard(self, buf, peer):
-        self._pair_out = False  # (paired: the record the op's first message carried is gone with it)
+        self.records.pair_out = False  # (paired: the record the op's first message carried is gone)
 
-    # -- paired: the argument record in the op's first message ---------------------------------
+    # -- the argument records (RecordChannel) ---------------------------------------------------
     def put_record(self, trailer) -> bool:
-        if not self._pair_out:
-            return False
-        self._pair_out = False
-        trailer[:] = self._agree_tr
-        return True
+        return self.records.put_record(trailer)
 
     def record_due(self) -> bool:
-        if not self._pair_in:
-            return False
-        self._pair_in = False
-        return True
+        return self.records.record_due()
 
     def take_record(self, wire, got, peer, op_label):
-        n = TRAILER_BYTES
-        if got < n:
-            self._agree_check = None
-            raise record_size_error(op_label, peer, got, n)
-        tr = wire[got - n : got]
-        if tr == self._agree_want:  # (the usual case: it agrees, nothing else to do)
-            self._agree_check = None
-        else:
-            self._record_in(tr)
-        return got - n
+        return self.records.take_record(wire, got, peer, op_label)
 
-    def _record_in(self, tr) -> None:
-        """The peer's record trailer ``tr`` (its record after the op number: this op's number is
-        implied, and bound by the tag) into the table, then the check (once per op)."""
-        check, self._agree_check = self._agree_check, None
-        row = self._agree_table[self._peer]
-        row[:8] = self._agree_rec[:8]
-        row[8:] = tr
-        if check is not None:
-            check()
+    def agree(self, record, table, timeout, op_label):
+        self.records.agree(record, table, timeout, op_label)
 
-    def _stage(self, name: str, nbytes: int) -> np.ndarray:
-        buf = self._stages.get(name)
-        if buf is None or buf.nbytes < nbytes:
-            buf = self._stages[name] = np.empty(max(nbytes, 4096), np.uint8)
-        return buf[:nbytes]
+    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+        self.records.agree_start(record, table, check, timeout, op_label, expect)
 
-    def _isend_first(self, buf, peer):
-        """The op's first message to ``peer`` from a caller that keeps no room after its frame
-        (the device engine, a wrapper): frame and record copied into one message."""
-        self._pair_out = False
-        n = buf.nbytes
-        st = self._stage("send", n + TRAILER_BYTES)
-        if type(buf) is not memoryview and hasattr(buf, "__cuda_array_interface__"):
-            import cupy
+    def agree_finish(self, timeout, op_label):
+        self.records.agree_finish(timeout, op_label)
 
-            cupy.cuda.get_current_stream().synchronize()
-            st[:n] = cupy.asnumpy(buf).reshape(-1).view(np.uint8)
-        else:
-            st[:n] = np.frombuffer(buf, np.uint8)
-        st[n:] = self._agree_tr
-        return self.comm.Isend([st, self._byte], peer, self.tag)
+    def agree_settle(self, limit):
+        return self.records.agree_settle(limit)
 
-    def _irecv_first(self, buf, peer):
-        """The receive of the op's first message from ``peer`` into a staging buffer (as
-        :meth:`_isend_first`); :meth:`wait_recv` checks its record, then copies the frame out."""
-        self._pair_in = False
-        req = self.comm.Irecv([self._stage("recv", buf.nbytes + TRAILER_BYTES), self._byte], peer, self.tag)
-        self._pair_first = (req, buf)
-        return req
+    def send_record(self) -> None:
+        self.records.send_record()
 
-    def _recv_first(self, req, timeout, peer, op_label) -> int:
-        dest = self._pair_first[1]
-        self._pair_first = None
-        st = self._status
-        self._poll(req, timeout, st, peer, op_label)
-        stage = self._stages["recv"]
-        m = self.take_record(memoryview(stage), st.Get_count(self._byte), peer, op_label)
-        if type(dest) is not memoryview and hasattr(dest, "__cuda_array_interface__"):
-            dest[:m].set(stage[:m])
-        else:
-            np.frombuffer(dest, np.uint8)[:m] = stage[:m]
-        return m
+    def expect_record(self, peer):
+        return self.records.expect_record(peer)
 
-    def _fallback_in(self) -> bool:
-        """Whether the peer's fallback record of this op arrived (then checked: may raise).  A
-        rank whose op failed sends its whole record there, so that a peer that could not read
-        the record of its first message (a larger message than it expected) still tells the
-        disagreement; one of another op (that op failed on the peer: its notice tells) is not
-        this op's.  What is not a record of this op (larger, another size, another op number:
-        stale or injected) is dropped and the receive posted again, so the genuine record still
-        lands; at most :data:`_DRAIN` such messages are taken in one look."""
-        MPI, st = self._MPI, self._status
-        for _ in range(_DRAIN):
-            req, buf = self._fb
-            try:
-                if req == MPI.REQUEST_NULL or not req.Test(st):
-                    return False
-            except MPI.Exception as e:
-                if e.Get_error_class() != MPI.ERR_TRUNCATE:  # the link to the peer failed
-                    self._fb = (MPI.REQUEST_NULL, buf)
-                    return False
-                self._post_fallback(buf)  # (larger than a record: not one)
-                continue
-            got = buf[: st.Get_count(self._byte)]
-            if len(got) != RECORD_BYTES or bytes(got[:8]) != bytes(self._agree_rec[:8]):
-                self._post_fallback(buf)  # (the op number leads the record)
-                continue
-            self._fb = (MPI.REQUEST_NULL, buf)
-            self._record_in(got[8:])
-            return True
-        return False
-
-    def _post_fallback(self, buf) -> None:
-        self._fb = (self.comm.Irecv([buf, self._byte], self._peer, self.tag + 2), buf)
-
-    def _fallback_send(self) -> None:
-        """After this rank's op failed: its whole record to the peer on the fallback tag (once)."""
-        if self._fb_sent or self._agree_rec is None or self.comm is None:
-            return
-        msg = np.array(self._agree_rec, np.uint8)
-        try:
-            self._fb_sent += [msg, self.comm.Isend([msg, self._byte], self._peer, self.tag + 2)]
-        except self._MPI.Exception:
-            pass
+    def wait_record(self, timeout, peer, op_label):
+        self.records.wait_record(timeout, peer, op_label)
 
     def pair_link(self, peer):
         return _PairLink(self, peer)
@@ -274,7 +169,7 @@ class MPITransport(Transport):
         start = time.monotonic()
 
         def notices():  # a rank already gave up on the one this rank waits on
-            self._agree_watch()
+            self.records.watch()
             n = self.notices
             if n.check() and peer in n.gave_up:
                 # waiting for a good part of the deadline already: this rank did not stall
@@ -306,8 +201,9 @@ class MPITransport(Transport):
             raise _mpi_error(e, peer, op_label) from None
 
     def wait_recv(self, req, timeout, peer, op_label):
-        if self._pair_first is not None and req is self._pair_first[0]:
-            return self._recv_first(req, timeout, peer, op_label)
+        first = self.records.pair_first
+        if first is not None and req is first[0]:
+            return self.records.recv_first(req, timeout, peer, op_label)
         st = self._status
         if type(req) is _HostCopyRequest:
             self._poll(req.req, timeout, st, peer, op_label)
@@ -331,178 +227,6 @@ class MPITransport(Transport):
             except self._MPI.Exception as e:
                 raise _mpi_error(e, peer, op_label) from None
             self._poll(req, timeout, None, peer, op_label)
-
-    def agree(self, record, table, timeout, op_label):
-        """As :meth:`Transport.agree` (the whole exchange, now), on the persistent requests of
-        :meth:`agree_start`."""
-        self.agree_start(record, table, lambda: None, timeout, op_label)
-        self.agree_finish(timeout, op_label)
-
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
-        """Overlapped with the op: persistent requests on ``record`` and ``table`` (made on first
-        use, kept across ops) are started, every receive with every send, before the op's first
-        frame (a pair's messages match in order: records before frames); each wait of the op
-        looks at them (:meth:`_agree_watch`) and :meth:`agree_finish` ends them.
-
-        Paired (two ranks): no message of its own.  The record after its op number rides behind
-        the op's first frame to the peer, in the same message (:meth:`put_record`,
-        :meth:`record_due`, :meth:`take_record`; copied in and out here for a caller that keeps
-        no room); an op without a frame to the peer sends its whole record alone (a bcast leaf
-        before its first wait: :meth:`send_record`; any other at its end).
-        A rank whose op failed sends its record once more, on its own tag (:meth:`agree_settle`):
-        a peer that could not read the one in the first message (a larger message than it
-        expected) looks for it there in its waits."""
-        if self.paired:
-            self._agree_rec, self._agree_table = record[self._peer], table
-            self._agree_tr = memoryview(self._agree_rec)[RECORD_BYTES - TRAILER_BYTES :]
-            i = RECORD_BYTES * (self._peer + 1) - TRAILER_BYTES
-            self._agree_want = None if expect is None else expect[i : i + TRAILER_BYTES]
-            self._pair_out = self._pair_in = True
-            self._pair_first = self._pair_rec = None
-            if self._fb is None:  # the fallback channel: one standing receive per communicator
-                self._post_fallback(np.zeros(64, np.uint8))
-            self._agree_check, self._agree_label, self._agree_open = check, op_label, True
-            return
-        MPI, B = self._MPI, self._byte
-        if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
-            peers = [r for r in range(self.size) if r != self.rank]
-            recvs = [self.comm.Recv_init([table[r], B], r, self.tag) for r in peers]
-            sends = [self.comm.Send_init([record[r], B], r, self.tag) for r in peers]
-            sts = [MPI.Status() for _ in peers + peers]  # (the receives' first)
-            self._free_agreeing()
-            self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts[: len(peers)], sts)
-        MPI.Prequest.Startall(self._agreeing[5])
-        self._agree_check, self._agree_label, self._agree_open = check, op_label, True
-
-    def _agree_in(self) -> bool:
-        """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
-        if self.paired:
-            return self._fallback_in()
-        _, _, peers, recvs, _, _, sts, _ = self._agreeing
-        try:
-            if not self._MPI.Request.Testall(recvs, sts):
-                return False
-        except self._MPI.Exception as e:
-            raise self._record_error(e) from None
-        self._agree_done(peers, [st.Get_count(self._byte) for st in sts])
-        return True
-
-    def _record_error(self, e) -> FrameError:
-        """The error of an argument exchange that MPI failed with ``e`` (a larger message where
-        a record was expected); the check will not run."""
-        self._agree_check = None
-        return FrameError(
-            f"{self._agree_label}: an argument record could not be received "
-            f"({e.Get_error_string().splitlines()[0].strip()}): the ranks disagree on the call "
-            f"sequence, or it was altered",
-            peer="any",
-            op=self._agree_label,
-        )
-
-    def _agree_done(self, peers, counts) -> None:
-        check, self._agree_check = self._agree_check, None
-        n = self._agreeing[1].shape[1]
-        for r, got in zip(peers, counts):
-            if got != n:
-                raise record_size_error(self._agree_label, r, got, n)
-        check()
-
-    def _agree_watch(self) -> None:
-        """Inside a wait of the op: run the check as soon as the records are in, so a rank that
-        waits for a frame a disagreeing peer never sends raises the disagreement at once."""
-        if self._agree_check is not None:
-            self._agree_in()
-
-    def agree_finish(self, timeout, op_label):
-        if not self._agree_open:
-            return
-        if self.paired:
-            return self._pair_finish(timeout, op_label)
-        MPI = self._MPI
-        _, _, peers, recvs, sends, both, sts, all_sts = self._agreeing
-        if self._agree_check is not None:  # (else a wait of the op already had every record in)
-            try:
-                done = MPI.Request.Testall(both, all_sts)  # (the usual case: every record in, and sent)
-            except MPI.Exception as e:
-                raise self._record_error(e) from None
-            if done:
-                self._agree_done(peers, [st.Get_count(self._byte) for st in sts])
-                self._agree_open = False
-                return
-            for _ in range(_AGREE_SPINS):  # (the ranks usually enter an op together)
-                if self._agree_in():
-                    break
-            else:
-                check, self._agree_check = self._agree_check, None  # (the waits below must not run it)
-                counts = [self.wait_recv(req, timeout, r, op_label) for r, req in zip(peers, recvs)]
-                self._agree_check = check
-                self._agree_done(peers, counts)
-        if not MPI.Request.Testall(sends):
-            self.wait_sends(sends, timeout, peers, op_label)
-        self._agree_open = False
-
-    def send_record(self) -> None:
-        if self._pair_out:
-            self._pair_alone()
-
-    def expect_record(self, peer):
-        if not self._pair_in:
-            return None
-        self._pair_in = False
-        req = self._pair_rec = self.comm.Irecv([self._rrec, self._byte], peer, self.tag)
-        return req
-
-    def wait_record(self, timeout, peer, op_label):
-        req, self._pair_rec = self._pair_rec, None
-        if req is not None:
-            self._record_alone(self.wait_recv(req, timeout, peer, op_label), peer, op_label)
-
-    def _record_alone(self, got, peer, op_label) -> None:
-        """The peer's whole record, received alone into ``_rrec`` (``got`` bytes): exactly
-        :data:`~seccomm.agreement.RECORD_BYTES` (else ``FrameError`` naming ``peer``: a message
-        of another length is not a record, whatever its last bytes), then checked as
-        :meth:`take_record` checks one behind a frame."""
-        if got != RECORD_BYTES:
-            self._agree_check = None
-            raise record_size_error(op_label, peer, got, RECORD_BYTES)
-        self.take_record(memoryview(self._rrec), got, peer, op_label)
-
-    def _pair_alone(self) -> None:
-        """Paired: this rank's whole record to the peer, alone (an op without a frame to it)."""
-        self._pair_out = False
-        self._pair_sends.append(self.comm.Isend([self._agree_rec, self._byte], self._peer, self.tag))
-
-    def _pair_finish(self, timeout, op_label) -> None:
-        """Paired, at the op's end: the whole record alone to a peer that got no frame, and from
-        a peer that sent none (bcast's root and leaf, an op of no elements); then those sends."""
-        peer, B = self._peer, self._byte
-        if self._pair_out:
-            self._pair_alone()
-        if self._pair_in:
-            self._pair_in = False
-            req = self.comm.Irecv([self._rrec, B], peer, self.tag)
-            self._record_alone(self.wait_recv(req, timeout, peer, op_label), peer, op_label)
-        elif self._pair_first is not None:  # (posted by the op, never waited for)
-            self.wait_recv(self._pair_first[0], timeout, peer, op_label)
-        elif self._pair_rec is not None:  # (the same: a record alone before a clear frame)
-            self.wait_record(timeout, peer, op_label)
-        sends, self._pair_sends = self._pair_sends, []
-        if sends:
-            self.wait_sends(sends, timeout, [peer] * len(sends), op_label)
-        self._agree_open = False
-
-    def agree_settle(self, limit):
-        if self.paired:  # the op failed: the peer may need this rank's record to tell why
-            self._pair_out = self._pair_in = False
-            self._pair_first = self._pair_rec = None
-            self._fallback_send()
-        if self._agree_check is None:
-            return None
-        try:
-            poll_until(self._agree_in, limit, lambda: None, Backoff(spins=200, sleep_s=1e-4))
-        except SecCommError as e:
-            return e
-        return None
 
     # -- setup collectives, topology, teardown -------------------------------------------------
     def _coll(self, req, op_label, timeout):
@@ -553,34 +277,11 @@ class MPITransport(Transport):
         MPI = self._MPI
         if self.comm is not None and self.comm != MPI.COMM_NULL:
             self.notices.close()  # (its pair keys go with the communicator)
-            if self._fb is not None and self._fb[0] != MPI.REQUEST_NULL:  # (unmatched: safe to cancel)
-                try:
-                    self._fb[0].Cancel()
-                    self._fb[0].Wait()
-                except MPI.Exception:
-                    pass
-            self._fb = None
-            self._free_agreeing()
+            self.records.close()
             self._drain()
             self.comm.Free()
             _LIVE[0] -= 1
         self.comm = None
-
-    def _free_agreeing(self) -> None:
-        """Free agree()'s persistent requests (a receive still active, after a failed op, is
-        cancelled first: unmatched, as its peer never sent)."""
-        if self._agreeing is None:
-            return
-        MPI, (_, _, _, recvs, sends, _, _, _) = self._MPI, self._agreeing
-        self._agreeing = None
-        for req in recvs + sends:
-            try:
-                if not req.Test() and req in recvs:
-                    req.Cancel()
-                    req.Wait()
-                req.Free()
-            except MPI.Exception:
-                pass
 
     def _drain(self) -> None:
         """Receive and drop what arrived and was never received (an op that failed or was
@@ -599,10 +300,6 @@ class MPITransport(Transport):
                     return
         except MPI.Exception:
             pass
-
-
-#: tests of an argument exchange before its waits take over (agree)
-_AGREE_SPINS = 200
 
 
 #: private communicators of this process's MPITransports not yet closed
@@ -698,7 +395,7 @@ class _PairLink:
         """The op's first message went to the peer with its record behind the frame, and the
         first receive is posted for frame and record (as :meth:`MPITransport.put_record` and
         :meth:`MPITransport.record_due` record it)."""
-        self.t._pair_out = self.t._pair_in = False
+        self.t.records.pair_out = self.t.records.pair_in = False
 
     def send(self, frame):
         """:meth:`MPITransport.isend` of a host ``frame`` to the peer."""
