@@ -1,6 +1,6 @@
 // Run CUDA kernels on the CPU, for tests on machines without a GPU.
 //
-// The kernel source (seccomm/gpu/cuda/aead.cu, unchanged) is compiled as C++ after this header.  A launch runs
+// The kernel source (kernels/aead.cu, unchanged) is compiled as C++ after this header.  A launch runs
 // its blocks one after another; a block's CUDA threads are fibers (ucontext) on the calling OS thread,
 // run in turn until each reaches __syncthreads or returns, so __syncthreads is a real barrier,
 // __shared__ variables (function statics here) are shared by the block's threads, and a barrier

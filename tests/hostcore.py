@@ -1,4 +1,4 @@
-"""Build seccomm/gpu/cuda/host_shim.c (the GPU AEAD core compiled for the host) with the system C compiler
+"""Build kernels/host_shim.c (the GPU AEAD core compiled for the host) with the system C compiler
 and expose seal/open through ctypes, with the same signatures as the `cryptography` AEADs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-KERNELS = Path(__file__).resolve().parents[1] / "seccomm" / "gpu" / "cuda"
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 
 
 def build(outdir: Path) -> ctypes.CDLL:

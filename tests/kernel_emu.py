@@ -1,4 +1,4 @@
-"""seccomm/gpu/cuda/aead.cu compiled for the CPU (tests/cuda_emu.h) and loaded as a stand-in for the
+"""kernels/aead.cu compiled for the CPU (tests/cuda_emu.h) and loaded as a stand-in for the
 ``cupy.RawModule`` that ``seccomm.gpu.aead.GPUAEAD`` launches: the same launch code, grid sizes
 and kernel source, on numpy arrays.  What it cannot show is speed, or faults a real device
 would report (out-of-bounds accesses are caught by the tests' guard bytes instead)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-KERNELS = Path(__file__).resolve().parents[1] / "seccomm" / "gpu" / "cuda"
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 HERE = Path(__file__).resolve().parent
 
 

@@ -1570,7 +1570,7 @@ def check_tamper_caught_on_rank0(comm, rec, suite, chunk_bytes, timeout, backend
 
 @scenario
 def device_kernels(comm, rec):
-    """the device engine driving the GPU kernels themselves (seccomm/gpu/cuda/aead.cu through GPUAEAD, run
+    """the device engine driving the GPU kernels themselves (kernels/aead.cu through GPUAEAD, run
     on the CPU by tests/cuda_emu.h) on even ranks, the CPU engine on odd ranks: the frames of the
     real kernels interoperate in every collective, the fused ring hop included, and a tampered
     frame is caught on a kernel rank.  A reduced matrix: the emulator runs every CUDA thread of a block

@@ -4,7 +4,7 @@ Usage, from the README's test setup plus ``pip install universalmutator``, in th
 
     python tests/mutation_c.py                          # a sample of every target (TARGETS)
     python tests/mutation_c.py --per-file 40 --seed 1   # another sample
-    python tests/mutation_c.py seccomm/gpu/cuda/sc_crypto.cuh --json mut_c.json
+    python tests/mutation_c.py kernels/sc_crypto.cuh --json mut_c.json
 
 universalmutator (https://github.com/agroce/universalmutator) rewrites source text with
 regular-expression rules for C (operators, constants, conditions, statements deleted ...), one
@@ -16,7 +16,7 @@ copy of the tracked files in a temporary directory (the checkout is never mutate
 the way its tests compile it, and, when it compiles, run against the tests that exercise that
 source:
 
-- ``seccomm/gpu/cuda/*``: the host-shim known-answer and property tests and the nvcc/NVRTC
+- ``kernels/*``: the host-shim known-answer and property tests and the nvcc/NVRTC
   builds (``tests/test_gpu_core.py``), the emulated kernels (``tests/test_gpu_kernels_emulated.py``,
   ``tests/test_cuda_emu.py``);
 - ``seccomm/pairswap/_pairswap.c``: rebuilt with ``setup.py build_ext --inplace``, then
@@ -59,9 +59,9 @@ GPU_TESTS = ["tests/test_gpu_core.py", "tests/test_gpu_kernels_emulated.py", "te
 SWAP_TESTS = ["tests/test_express.py", "tests/test_collectives_mpi.py", "-k", "test_express or np2"]
 #: source -> (how its tests compile it, the tests)
 TARGETS = {
-    "seccomm/gpu/cuda/sc_crypto.cuh": ("gpu", GPU_TESTS),
-    "seccomm/gpu/cuda/aead.cu": ("gpu", GPU_TESTS),
-    "seccomm/gpu/cuda/host_shim.c": ("gpu", GPU_TESTS),
+    "kernels/sc_crypto.cuh": ("gpu", GPU_TESTS),
+    "kernels/aead.cu": ("gpu", GPU_TESTS),
+    "kernels/host_shim.c": ("gpu", GPU_TESTS),
     "seccomm/pairswap/_pairswap.c": ("ext", SWAP_TESTS),
 }
 

@@ -1,4 +1,4 @@
-"""The GPU kernels' arithmetic core (seccomm/gpu/cuda/sc_crypto.cuh), compiled for the host with the system
+"""The GPU kernels' arithmetic core (kernels/sc_crypto.cuh), compiled for the host with the system
 C compiler, against RFC 8439, the NIST GCM vectors (FAIL cases included) and `cryptography` on
 random keys, nonces, AAD and lengths; and every .cu compiled by nvcc for sm_90 when nvcc exists."""
 
@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
@@ -133,7 +134,7 @@ def test_gmac_is_gcm_over_empty_plaintext(gcm, lib):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_nvcc_compiles_every_kernel_without_spills(tmp_path):
     sources = sorted(KERNELS.glob("*.cu"))
-    assert sources, "no .cu files in seccomm/gpu/cuda/"
+    assert sources, "no .cu files in kernels/"
     for src in sources:  # with CuPy's -ftz=true; the PTX kept (one compile gives both)
         keep = tmp_path / src.stem
         keep.mkdir()
@@ -331,7 +332,7 @@ def test_the_host_shim_runs_clean_under_asan_and_ubsan(tmp_path):
     cc = shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         pytest.skip("no gcc or clang")
-    here = KERNELS.parents[2] / "tests"
+    here = Path(__file__).resolve().parent
     exe = tmp_path / "drv"
     flags = ["-std=c99", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
     build = subprocess.run(

@@ -1,4 +1,4 @@
-"""The GPU kernels themselves (seccomm/gpu/cuda/aead.cu, every launch of seccomm.gpu.aead.GPUAEAD), run on
+"""The GPU kernels themselves (kernels/aead.cu, every launch of seccomm.gpu.aead.GPUAEAD), run on
 the CPU by tests/cuda_emu.h: batch indexing, the multi-lane MAC (per-thread Horner, the shared-
 memory tree, the segment chain), vector and byte paths, and fail-closed gating, bit for bit
 against `cryptography`.  Every output buffer has guard bytes around and between its chunks, which

@@ -117,7 +117,7 @@ def gpu_path() -> list[str]:
     """The GPU path and its own limits, as report items."""
     return [
         "Device buffers (CuPy arrays, torch CUDA tensors) are sealed and opened by seccomm's own "
-        "CUDA kernels (seccomm/gpu/cuda/aead.cu, sc_crypto.cuh): AES-256, GHASH, ChaCha20 and "
+        "CUDA kernels (kernels/aead.cu, sc_crypto.cuh): AES-256, GHASH, ChaCha20 and "
         "Poly1305 written for this project. They are not part of any cryptographic module and no "
         "validation covers them (algorithm or module); they are checked only against the CPU "
         "suites, RFC 8439 and NIST GCM vectors (tests/test_gpu_kernels_emulated.py, docs/gpu.md).",

@@ -1,4 +1,4 @@
-"""GPU path: our own AEAD kernels (cuda/aead.cu), compiled lazily with CuPy ``RawModule``.
+"""GPU path: our own AEAD kernels (kernels/aead.cu in the checkout), compiled lazily with CuPy ``RawModule``.
 
 ``import seccomm.gpu`` needs neither CuPy nor a GPU; :func:`available` says whether one is usable.
 """

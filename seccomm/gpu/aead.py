@@ -6,7 +6,7 @@ Per batch of n chunks (arrays on one device): ``keys`` (n, 32) uint8, ``nonces``
 int64 offset/length arrays (n,).  Scalars go to kernels as numpy scalars of the kernel's exact
 types (CuPy passes Python ints as 64-bit).  Open returns ``ok`` (n,) int32; a chunk whose tag
 fails is not written at all.  The kernels and their launch sequence are described in
-``cuda/aead.cu`` and ``docs/gpu.md``.
+``kernels/aead.cu`` and ``docs/gpu.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .kernels import get_module
 
 SUITE_CODES = {"chacha20-poly1305": 0, "aes-256-gcm": 1, "aes-256-gmac": 1}
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
-THREADS = 256  # SC_T in cuda/aead.cu: threads per block, one 64-byte unit each
+THREADS = 256  # SC_T in kernels/aead.cu: threads per block, one 64-byte unit each
 SEGMENT_BYTES = 64 * THREADS  # SC_SEG: bytes of a chunk per block
 _PW_SLOTS = 10  # SC_PW: per-chunk MAC powers from sc_mac_prep, 8 words each
 _SEAL, _OPEN, _MAC, _MAC_CONCAT, _HOP, _COPY = range(6)

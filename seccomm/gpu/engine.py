@@ -13,7 +13,7 @@ chunks.  A receive opens only after all its chunks arrived (one batched call), a
 Unverified bytes never reach a caller's buffer here either, without the CPU engine's scratch: an
 open is two passes on one stream, the MAC pass that sets ``ok[j]`` and then the decrypt (or GMAC
 copy) pass, whose kernels return at once for a chunk with ``ok[j] == 0``
-(``sc_units_*`` in ``cuda/aead.cu``: "OPEN and HOP skip a chunk whose ok[j] is 0"), so a failed
+(``sc_units_*`` in ``kernels/aead.cu``: "OPEN and HOP skip a chunk whose ok[j] is 0"), so a failed
 chunk's output region is not written at all; the fused reduce-scatter hop is gated the same way.
 Only the ``none`` suite copies its (unauthenticated) frames straight out.
 

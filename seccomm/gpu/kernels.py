@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
-#: the CUDA sources, shipped inside the package (``seccomm/gpu/cuda/``, package data), so editable
-#: and regular installs find them alike; ``SECCOMM_KERNELS_DIR`` points elsewhere (kernel work)
-KERNELS_DIR = Path(os.environ.get("SECCOMM_KERNELS_DIR", Path(__file__).resolve().parent / "cuda"))
+#: the CUDA sources: the checkout's ``kernels/`` folder, installed as the package data of
+#: ``seccomm.kernels`` (pyproject.toml maps it), so editable and regular installs find them
+#: alike; ``SECCOMM_KERNELS_DIR`` points elsewhere (kernel work)
+KERNELS_DIR = Path(os.environ.get("SECCOMM_KERNELS_DIR") or str(files("seccomm.kernels")))
 _MODULES: dict = {}
 
 
@@ -22,7 +24,7 @@ def available() -> bool:
 
 
 def get_module(device: int | None = None):
-    """The compiled ``cupy.RawModule`` of cuda/aead.cu for ``device`` (default: current).
+    """The compiled ``cupy.RawModule`` of kernels/aead.cu for ``device`` (default: current).
 
     Compiled on first use per device (CuPy also caches the binary on disk); kernel names are
     ``extern "C"``.  Raises ``RuntimeError`` when CuPy or a device is missing.
@@ -45,7 +47,7 @@ NVRTC_OPTIONS = ("--std=c++17",)
 
 
 def module_source() -> str:
-    """cuda/aead.cu with cuda/sc_crypto.cuh pasted in place of its #include: what NVRTC
+    """aead.cu with sc_crypto.cuh pasted in place of its #include (:data:`KERNELS_DIR`): what NVRTC
     compiles.  Pasted because CuPy's kernel cache keys on the source text, so an edit of the
     header must change it (an -I include would reuse a stale cubin)."""
     header = (KERNELS_DIR / "sc_crypto.cuh").read_text()
