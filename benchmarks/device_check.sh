@@ -19,7 +19,7 @@ rc=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 python3 -c "import cupy, mpi4py, cryptography; from mpi4py import MPI; print('cupy', cupy.__version__, 'mpi4py', mpi4py.__version__, 'cryptography', cryptography.__version__, MPI.Get_library_version().splitlines()[0])" 2>&1 | tee -a "$OUT/gpu.txt" || rc=1
 timeout 300 python3 benchmarks/gpu_check.py --out "$OUT" 2>&1 | tee "$OUT/gpu_check.log" || rc=1
-timeout 180 python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$OUT/test_gpu.log" || rc=1
+timeout 180 python3 -m pytest -q -m gpu tests/gpu/test_gpu.py -p no:cacheprovider 2>&1 | tee "$OUT/test_gpu.log" || rc=1
 # the crypto pool on the machine's cores to spare (2 ranks), CPU only
 timeout 150 bash benchmarks/spare_cores.sh > "$OUT/spare_cores.log" 2>&1 || rc=1
 tail -20 "$OUT/spare_cores.log"

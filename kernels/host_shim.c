@@ -37,7 +37,7 @@ void sc_host_gmac(const uint8_t *key, const uint8_t *iv, const uint8_t *a, size_
     sc_gmac_tag(rk, iv, a, alen, b, blen, tag);
 }
 
-// ---- pieces of the multi-lane MAC and T-table AES, for tests/test_gpu_core.py
+// ---- pieces of the multi-lane MAC and T-table AES, for tests/gpu/test_gpu_core.py
 void sc_host_p130_mul(const uint8_t *a16, const uint8_t *b16, const uint8_t *key32, uint8_t *tag16) {
     // tag of (r-independent) product block(a) * block(b), finished with pad key32[16..]
     sc_p130 p = sc_p130_mul(sc_p130_block(a16), sc_p130_block(b16));

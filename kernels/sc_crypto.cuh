@@ -2,7 +2,7 @@
 //
 // Every function is __host__ __device__ (plain static inline in a host build), so the exact code
 // that runs on the GPU also compiles with the system C compiler and is checked against RFC 8439,
-// the NIST GCM vectors and pyca/cryptography (tests/test_gpu_core.py).  This is verification code
+// the NIST GCM vectors and pyca/cryptography (tests/gpu/test_gpu_core.py).  This is verification code
 // for our GPU kernels: CPU traffic is sealed with `cryptography`, never with this.
 //
 // Sources: ChaCha20 and Poly1305 — RFC 8439 §2.1-2.8 (Poly1305 in 26-bit limbs, as in
@@ -403,7 +403,7 @@ SC_HD int sc_aes256gcm_open(const uint8_t key[32], const uint8_t iv[12], const u
 // Both MACs evaluate a polynomial, h = sum_i m_i k^(N-i+1) (Horner: h = (h + m_i) k), with
 // k = r mod 2^130-5 (Poly1305) or k = H in GF(2^128) (GHASH).  The kernels split a chunk into
 // lanes, evaluate each lane with Horner and combine lanes with powers of k; these are the field
-// operations they need, checked here against the sequential code (tests/test_gpu_core.py).
+// operations they need, checked here against the sequential code (tests/gpu/test_gpu_core.py).
 
 // Poly1305 field element: five 26-bit limbs (limb 1 may exceed 2^26 slightly after a multiply).
 typedef struct { uint32_t v[5]; } sc_p130;

@@ -1,5 +1,5 @@
 """Buffers and arguments on real ranks, run as scenarios of tests/mpi_worker.py (``layouts``,
-``nan_minmax``); tests/test_arguments_mpi.py launches them.
+``nan_minmax``); tests/ranks/test_arguments_mpi.py launches them.
 
 Every case keeps its correct value as the assertion: native MPI on the same buffers (mpi4py
 takes any contiguous buffer, in its memory order), or numpy's reduction over every rank's input.

@@ -1,6 +1,6 @@
 """Render a page in headless Chromium (Debian package 'chromium') and measure the screenshot:
-shared by the compliance report's test (tests/test_report.py) and the scaling report's
-(tests/test_scaling_report.py)."""
+shared by the compliance report's test (tests/cli/test_report.py) and the scaling report's
+(tests/cli/test_scaling_report.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPU paths of SecureComm on real ranks (run by tests/test_gpu.py under ``mpiexec -n 2``).
+"""GPU paths of SecureComm on real ranks (run by tests/gpu/test_gpu.py under ``mpiexec -n 2``).
 
 ``staged`` (MPI): collectives on CuPy arrays run on the device engine (seccomm's kernels seal and
 open on the GPU; frames cross a non-CUDA-aware MPI through host copies), torch bfloat16 CUDA

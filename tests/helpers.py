@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 
-WORKER = Path(__file__).with_name("mpi_worker.py")
+TESTS = Path(__file__).resolve().parent  # (tests/: the workers and shared modules)
+WORKER = TESTS / "mpi_worker.py"
 #: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
 PLAN = {
     1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
@@ -85,7 +86,7 @@ def mpiexec() -> str:
 
 
 #: seconds each world size's launch of PLAN may take before run_worker kills it and names the hung
-#: case: 4-6x what each took on 2 cores shared with other jobs (tests/test_collectives_mpi.py
+#: case: 4-6x what each took on 2 cores shared with other jobs (tests/ranks/test_collectives_mpi.py
 #: --durations, progress files on: np1 2 s, np2 23 s, np3 40 s, np4 20 s, np5 22 s)
 LAUNCH_LIMIT_S = {1: 60, 2: 120, 3: 180, 4: 120, 5: 120}
 

@@ -1028,7 +1028,7 @@ def express(comm, rec):
     if comm.size != 2:
         return
     r, built = comm.rank, seccomm.pairswap.built()  # (not built: the Python path on both ranks, checked
-    for mode in ("both", "rank 0", "rank 1", "neither"):  # alike; tests/test_express.py says so)
+    for mode in ("both", "rank 0", "rank 1", "neither"):  # alike; tests/unit/test_express.py says so)
         mine = built and (mode == "both" or mode == f"rank {r}")
         for suite, enc in [(s, "all") for s in SUITES] + [("aes-256-gcm", "inter-node")]:
             with python_path(not mine):  # (inter-node: one node, every hop in the clear, the
@@ -1614,7 +1614,7 @@ def device_kernels(comm, rec):
 
 @scenario
 def hang(comm, rec):
-    """a deliberate hang, only for tests/test_timeout.py (not in helpers' PLAN): every rank but
+    """a deliberate hang, only for tests/ranks/test_timeout.py (not in helpers' PLAN): every rank but
     0 starts a case that never ends; rank 0 finishes its case and waits for them at the gather."""
     if comm.rank == 0:
         rec.start("hang: rank 0's case")

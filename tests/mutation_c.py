@@ -17,11 +17,11 @@ the way its tests compile it, and, when it compiles, run against the tests that 
 source:
 
 - ``kernels/*``: the host-shim known-answer and property tests and the nvcc/NVRTC
-  builds (``tests/test_gpu_core.py``), the emulated kernels (``tests/test_gpu_kernels_emulated.py``,
-  ``tests/test_cuda_emu.py``);
+  builds (``tests/gpu/test_gpu_core.py``), the emulated kernels (``tests/gpu/test_gpu_kernels_emulated.py``,
+  ``tests/gpu/test_cuda_emu.py``);
 - ``seccomm/pairswap/_pairswap.c``: rebuilt with ``setup.py build_ext --inplace``, then
-  ``tests/test_express.py`` (the compiled swap in process) and the two-rank scenarios of
-  ``tests/test_collectives_mpi.py`` (real ranks: paired, express, tamper, nonce_unique ...).
+  ``tests/unit/test_express.py`` (the compiled swap in process) and the two-rank scenarios of
+  ``tests/ranks/test_collectives_mpi.py`` (real ranks: paired, express, tamper, nonce_unique ...).
 
 The tests of each source must pass on the unmutated copy first (else the run stops).  A mutant
 that does not compile is *stillborn* (left out of the score); one that makes a test
@@ -55,8 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation import ROOT, copy_checkout, read_rows  # noqa: E402
 
 SURVIVORS_C = ROOT / "tests" / "mutation_survivors_c.csv"
-GPU_TESTS = ["tests/test_gpu_core.py", "tests/test_gpu_kernels_emulated.py", "tests/test_cuda_emu.py"]
-SWAP_TESTS = ["tests/test_express.py", "tests/test_collectives_mpi.py", "-k", "test_express or np2"]
+GPU_TESTS = [
+    "tests/gpu/test_gpu_core.py", "tests/gpu/test_gpu_kernels_emulated.py", "tests/gpu/test_cuda_emu.py"
+]  # fmt: skip
+SWAP_TESTS = [
+    "tests/unit/test_express.py", "tests/ranks/test_collectives_mpi.py", "-k", "test_express or np2"
+]  # fmt: skip
 #: source -> (how its tests compile it, the tests)
 TARGETS = {
     "kernels/sc_crypto.cuh": ("gpu", GPU_TESTS),

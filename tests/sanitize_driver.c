@@ -1,4 +1,4 @@
-/* tests/test_gpu_core.py::test_the_host_shim_runs_clean_under_asan_and_ubsan: every entry point of
+/* tests/gpu/test_gpu_core.py::test_the_host_shim_runs_clean_under_asan_and_ubsan: every entry point of
    kernels/host_shim.c on exact-size heap buffers (0-130 bytes of payload, 0-33 of AAD),
    built with -fsanitize=address,undefined: an out-of-bounds access or undefined behaviour stops it. */
 #include <stdint.h>

@@ -245,7 +245,7 @@ def main():
     def rec(name, ok, detail=""):
         results.append({"name": name, "ok": bool(ok), "detail": str(detail), "rank": rank})
 
-    if sys.argv[2:] == ["cuda"]:  # tests/test_gpu.py: CUDA buckets under gloo (ranks may share a GPU)
+    if sys.argv[2:] == ["cuda"]:  # tests/gpu/test_gpu.py: CUDA buckets under gloo (ranks may share a GPU)
         fns = (lambda r, w, rec: grads_match(r, w, rec, device="cuda:0"),)
     else:
         fns = (grads_match, grouped_staged, buckets_like_ddp, fp16_limits, bf16_bucket, agreement, tamper)

@@ -65,3 +65,19 @@ def load_chacha(name: str) -> list[dict]:
             if k:
                 cur[k] = _value(v)
     return [v for v in out if len(v.get("iv", b"")) == 12 and len(v.get("tag", b"")) == 16]
+
+
+#: RFC 8439 section 2.8.2: the AEAD_CHACHA20_POLY1305 example (the KAT and the GPU core test it)
+RFC8439_2_8_2 = dict(
+    key=bytes(range(0x80, 0xA0)),
+    iv=bytes.fromhex("070000004041424344454647"),
+    aad=bytes.fromhex("50515253c0c1c2c3c4c5c6c7"),
+    pt=b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the "
+    b"future, sunscreen would be it.",
+    ct=bytes.fromhex(
+        "d31a8d34648e60db7b86afbc53ef7ec2a4aded51296e08fea9e2b5a736ee62d63dbea45e8ca9671282fafb69"
+        "da92728b1a71de0a9e060b2905d6a5b67ecd3b3692ddbd7f2d778b8c9803aee328091b58fab324e4fad67594"
+        "5585808b4831d7bc3ff4def08e4b7a9de576d26586cec64b6116"
+    ),
+    tag=bytes.fromhex("1ae10b594f09e26a7e902ecbd0600691"),
+)

@@ -5,7 +5,7 @@ A leaf of the CLI package (it imports only :mod:`seccomm.units` and :mod:`seccom
 the command modules and ``seccomm.cli`` both import it without a circle.
 
 Every numeric option of every command is parsed by :func:`int_in`, :func:`float_in` or
-:func:`size_in` (each marked ``range_checked``; ``tests/test_cli_args.py`` holds every command
+:func:`size_in` (each marked ``range_checked``; ``tests/cli/test_cli_args.py`` holds every command
 to it), and every output path goes through :func:`check_outputs` before any rank starts work.
 """
 

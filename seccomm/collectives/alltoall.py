@@ -71,7 +71,7 @@ def _counts(count, p, rank):
     return Counts(n, n, n)
 
 
-def _pairwise_cost(n, topo):  # pragma: no mutate block (cost model: tests/test_model.py)
+def _pairwise_cost(n, topo):  # pragma: no mutate block (cost model: tests/unit/test_model.py)
     """p-1 steps of S/p bytes.  Across nodes (block placement) step s takes min(s, p-s, R) of a
     node's R ranks off the node at once, sharing its NIC: steps s and p-s with s < R have s
     flows, the p-2R+1 others R."""

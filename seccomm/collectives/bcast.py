@@ -92,7 +92,7 @@ def _reset(send, buf, rank, root):
         buf.fill(0)
 
 
-def _binomial_cost(n, topo):  # pragma: no mutate block (cost model: tests/test_model.py)
+def _binomial_cost(n, topo):  # pragma: no mutate block (cost model: tests/unit/test_model.py)
     """lg p steps of the whole message, frames forwarded as sealed by the root."""
     return [Step(n, s.inter, 1, s.spine, False, False, True) for s in rd_steps(n, topo, False)]
 

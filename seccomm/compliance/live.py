@@ -49,7 +49,7 @@ def _attack_evidence(d: Doc, rv: Review) -> None:
         "ops are first calls, so the frames attacked are those of the Python path; the compiled "
         "two-rank swap (a repeated call's plan) is not attacked here, and with an attacker transport "
         "in place it is not used (a wrapper sees every frame). Its checks are the Python path's: "
-        f"tests/test_express.py and the express scenario on real ranks. {again}"
+        f"tests/unit/test_express.py and the express scenario on real ranks. {again}"
     )
     d.table(
         ["attack class", "trials", "detected", "silently accepted", "result", "ran with", "example error"],

@@ -350,7 +350,7 @@ def _nonces(d: Doc, rv: Review) -> None:
             "Tested: tests/mpi_worker.py 'nonce_unique' records every (key, nonce) pair the Python path "
             "seals on real ranks across rotations and finds no repeat. The compiled two-rank swap "
             "seals in C outside that record; its nonce and AAD bytes are checked equal to the Python "
-            "path's for the same op index, epoch and op number (tests/test_express.py).",
+            "path's for the same op index, epoch and op number (tests/unit/test_express.py).",
         ]
     )
 

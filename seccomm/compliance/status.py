@@ -120,7 +120,7 @@ def gpu_path() -> list[str]:
         "CUDA kernels (kernels/aead.cu, sc_crypto.cuh): AES-256, GHASH, ChaCha20 and "
         "Poly1305 written for this project. They are not part of any cryptographic module and no "
         "validation covers them (algorithm or module); they are checked only against the CPU "
-        "suites, RFC 8439 and NIST GCM vectors (tests/test_gpu_kernels_emulated.py, docs/gpu.md).",
+        "suites, RFC 8439 and NIST GCM vectors (tests/gpu/test_gpu_kernels_emulated.py, docs/gpu.md).",
         "Side channel: the AES rounds look up T-tables (4 x 1 KiB) and GHASH uses Shoup 4-bit "
         "tables (16 entries of 16 bytes for each multiplier), both in shared memory and indexed by "
         "data that depends on the key and the plaintext. Which banks a warp hits, and so its timing, "

@@ -66,7 +66,7 @@ class Devices:
         return DeviceOpRun(ctx, frame, itemsize, collective)
 
     @staticmethod
-    def staged(fn, sendbuf, recvbuf, **kw) -> None:  # pragma: no mutate block (GPU: tests/test_gpu.py)
+    def staged(fn, sendbuf, recvbuf, **kw) -> None:  # pragma: no mutate block (GPU: tests/gpu/test_gpu.py)
         """Run ``fn(send, recv, **kw)`` on host copies of device buffers
         (:func:`seccomm.gpu.staging.staged_call`)."""
         from .staging import staged_call

@@ -122,12 +122,10 @@ def test_fused_hop_equals_cpu(suite, dtype):
 def _run_worker(mode, ranks=2):
     import subprocess
     import sys
-    from pathlib import Path
-
-    from helpers import mpiexec
+    from helpers import TESTS, mpiexec
 
     out = subprocess.run(
-        [mpiexec(), "-n", str(ranks), sys.executable, str(Path(__file__).with_name("gpu_worker.py")), mode],
+        [mpiexec(), "-n", str(ranks), sys.executable, str(TESTS / "gpu_worker.py"), mode],
         capture_output=True,
         text=True,
         timeout=600,

@@ -272,7 +272,7 @@ def test_bench_alltoall(tmp_path):
 @pytest.mark.mpi
 def test_bench_wrong_results_fail_the_run():
     out = run_cmd(
-        [mpiexec(), "-n", "2", sys.executable, str(Path(__file__).with_name("bench_worker.py"))],
+        [mpiexec(), "-n", "2", sys.executable, str(Path(__file__).resolve().parents[1] / "bench_worker.py")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -506,7 +506,7 @@ def test_the_header_says_what_the_run_does():
 def test_every_launcher_example_gives_the_job_secret():
     """Every torchrun line and every DDP hook snippet of the README and the docs says where the
     job secret comes from (every rank needs one under a launcher)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
     snippets = 0
     for page in pages:

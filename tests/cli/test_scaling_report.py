@@ -17,7 +17,7 @@ from seccomm import costmodel as m
 from seccomm import calibration as calib
 from seccomm.lab import ClusterSpec, diagnose, report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "scaling-data"
 SIZES = [2**k for k in range(16, 25)]  # 64 KiB .. 16 MiB, as the lab's sweeps
 

@@ -2,7 +2,7 @@
 numpy reference, frames that never carry plaintext where the policy encrypts, and every altered,
 replayed, reordered, truncated or misdirected frame refused, naming the sender and the op.
 
-The same properties are checked on real ranks (tests/mpi_worker.py, tests/test_faults.py); these
+The same properties are checked on real ranks (tests/mpi_worker.py, tests/ranks/test_faults.py); these
 run in the test process, so that mutation testing (tests/mutation.py, docs/testing.md) learns
 which tests reach each function of the engine, the framing and the collectives, and they run in
 seconds.  Small ``chunk_bytes`` make every hop many frames.

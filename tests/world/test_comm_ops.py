@@ -1,5 +1,5 @@
 """SecureComm's bookkeeping around the ops, on the in-process world of threads (helpers of
-tests/test_threadworld_ops.py): epochs and rotation, close, an op that failed, ranks that
+tests/world/test_threadworld_ops.py): epochs and rotation, close, an op that failed, ranks that
 disagree on a call, the algorithm "auto" picks, inf/NaN arithmetic, the device engine and the
 staged route."""
 

@@ -12,21 +12,8 @@ from cryptography.exceptions import InvalidTag
 
 from seccomm.framing import AAD_BYTES, Slot
 from seccomm.suites import NONCE_BYTES, TAG_BYTES, get_suite
-from vectors import load_chacha, load_nist_gcm
+from vectors import RFC8439_2_8_2, load_chacha, load_nist_gcm
 
-RFC8439_2_8_2 = dict(
-    key=bytes(range(0x80, 0xA0)),
-    iv=bytes.fromhex("070000004041424344454647"),
-    aad=bytes.fromhex("50515253c0c1c2c3c4c5c6c7"),
-    pt=b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the "
-    b"future, sunscreen would be it.",
-    ct=bytes.fromhex(
-        "d31a8d34648e60db7b86afbc53ef7ec2a4aded51296e08fea9e2b5a736ee62d63dbea45e8ca9671282fafb69"
-        "da92728b1a71de0a9e060b2905d6a5b67ecd3b3692ddbd7f2d778b8c9803aee328091b58fab324e4fad67594"
-        "5585808b4831d7bc3ff4def08e4b7a9de576d26586cec64b6116"
-    ),
-    tag=bytes.fromhex("1ae10b594f09e26a7e902ecbd0600691"),
-)
 # RFC 8439 Appendix A.5: the decryption example (key, nonce, AAD, tag; first ciphertext bytes)
 RFC8439_A5 = dict(
     key=bytes.fromhex("1c9240a5eb55d38af333888604f6b5f0473917c1402b80099dca5cbc207075c0"),

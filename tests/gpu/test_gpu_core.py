@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 from hostcore import KERNELS, HostAEAD, build
-from test_kat import RFC8439_2_8_2
+from vectors import RFC8439_2_8_2
 from vectors import load_chacha, load_nist_gcm
 
 LENGTHS = [0, 1, 15, 16, 17, 63, 64, 65, 1000, (1 << 20) + 3]
@@ -332,7 +332,7 @@ def test_the_host_shim_runs_clean_under_asan_and_ubsan(tmp_path):
     cc = shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         pytest.skip("no gcc or clang")
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]
     exe = tmp_path / "drv"
     flags = ["-std=c99", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
     build = subprocess.run(

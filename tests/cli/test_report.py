@@ -582,7 +582,7 @@ def test_statements_about_binding_drops_nonces_and_covered_paths_match_the_code(
     assert ANY_RANK != 0  # group frames' AAD destination: no rank
     assert "Drops surface as TransportTimeout naming the rank to blame" not in md
     assert "lands in the dropped frame's place and fails its tag" in md
-    src = (Path(__file__).resolve().parents[1] / "seccomm" / "pairswap" / "_pairswap.c").read_text()
+    src = (Path(__file__).resolve().parents[2] / "seccomm" / "pairswap" / "_pairswap.c").read_text()
     assert "nonce" in src and "_pairswap.c" in nonce_location()
     assert "the compiled two-rank swap (a repeated call's plan) is not attacked here" in md
     inner = type("Inner", (), {"rank": 0, "size": 2, "pair_link": lambda self, peer: "link"})()

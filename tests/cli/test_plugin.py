@@ -18,7 +18,7 @@ from seccomm.collectives import COLLECTIVES
 
 from helpers import mpiexec, run_cmd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 GOOD_HEX = "5acce60d79575cfbee4c48d281e8a927ba3dd9934283527a722c077169fb85d0"  # os.urandom(32).hex()

@@ -1,6 +1,6 @@
 """The hop engine (seccomm/engine.py) when a frame fails or a rank stops, and its crypto thread
 pool, on the in-process world of threads (tests/threadworld.py, helpers of
-tests/test_threadworld_ops.py): every error names the frame that failed, every request of a
+tests/world/test_threadworld_ops.py): every error names the frame that failed, every request of a
 failed op stays referenced, crypto runs on the pool exactly where it pays, and a failed chunk
 waits for the jobs still running."""
 

@@ -18,7 +18,7 @@ from seccomm.cli.usage import PLOT_HINT
 from helpers import run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _actions():
@@ -144,7 +144,7 @@ def test_bad_output_paths_stop_before_any_work(tmp_path, cmd, option, extra, whe
     (tmp_path / "file").write_text("x")
     bench = tmp_path / "bench.json"  # a bench result for --calibrate (its fit comes after the check)
     bench.write_text('{"config": {}, "world_size": 2, "rows": []}')
-    cal = Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json"
+    cal = Path(__file__).resolve().parents[2] / "docs" / "calibration-dev-2ranks.json"
     extra = [{"BENCH": str(bench), "CAL": str(cal)}.get(x, x) for x in extra]
     paths = {
         "missing folder": "/nonexistent/out.png",
@@ -172,7 +172,7 @@ def test_unwritable_output_paths_stop_before_any_work(tmp_path, monkeypatch, cap
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bench.json").write_text('{"config": {}, "world_size": 2, "rows": []}')
-    cal = str(Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json")
+    cal = str(Path(__file__).resolve().parents[2] / "docs" / "calibration-dev-2ranks.json")
     extra = [{"BENCH": str(tmp_path / "bench.json"), "CAL": cal}.get(x, x) for x in extra]
     path = "/proc/seccomm-pcap/sub" if option == "--pcap" else "/proc/seccomm-out.png"
     assert cli.main([cmd, *extra, option, path]) == 2

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "seccomm"
+ROOT = Path(__file__).resolve().parents[2] / "seccomm"
 #: ``python -m seccomm`` runs the CLI: the entry point, not a tool, and nothing imports it
 ENTRY_POINTS = {"seccomm.__main__"}
 

@@ -5,7 +5,7 @@ the first one's, whatever setup messages of the first an attacker replays into t
 second then refuses to start, on every rank).
 
 The same attacks on real ranks: tests/mpi_worker.py ``setup_downgrade`` and ``setup_replay``, and
-``seccomm attack`` (tests/test_attack.py)."""
+``seccomm attack`` (tests/cli/test_attack.py)."""
 
 from __future__ import annotations
 

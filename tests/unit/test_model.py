@@ -17,7 +17,7 @@ from seccomm import calibration as calib
 from helpers import run_cmd
 
 SECCOMM = [sys.executable, "-m", "seccomm"]
-CAL = Path(__file__).resolve().parents[1] / "docs" / "calibration-dev-2ranks.json"
+CAL = Path(__file__).resolve().parents[2] / "docs" / "calibration-dev-2ranks.json"
 
 MIB = 1 << 20
 
@@ -382,7 +382,7 @@ def test_malformed_calibration(tmp_path, capsys):
         ["--json", "."],
         [
             "--calibrate",
-            str(Path(__file__).parents[1] / "docs" / "calibration-dev-2ranks.json"),
+            str(Path(__file__).parents[2] / "docs" / "calibration-dev-2ranks.json"),
             "--out",
             "/x/c.json",
         ],

@@ -33,7 +33,7 @@ def _run_worker(*args, nolocal=True, n=3):
     env = dict(os.environ, MPIR_CVAR_NOLOCAL="1") if nolocal else dict(os.environ)
     return run_cmd(
         [mpiexec(), "-disable-auto-cleanup", "-n", str(n), sys.executable]
-        + [str(Path(__file__).with_name("fault_worker.py")), *map(str, args)],
+        + [str(Path(__file__).resolve().parents[1] / "fault_worker.py"), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -93,7 +93,7 @@ def test_tampered_frame_stops_every_rank_at_once():
             "-n",
             "3",
             sys.executable,
-            str(Path(__file__).with_name("fault_worker.py")),
+            str(Path(__file__).resolve().parents[1] / "fault_worker.py"),
             "1",
             "ring",
             "tamper",
