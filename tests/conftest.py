@@ -1,5 +1,6 @@
 """Shared fixtures: launch real MPI ranks once per world size and cache what they report (the
-helpers behind them: tests/helpers.py)."""
+helpers behind them: tests/helpers.py); ``world``: the ranks a test body runs on
+(tests/worlds.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 
 import pytest
 
+import worlds
 from helpers import PLAN, cached_launches
 
 # A shell starts a background job (`cmd &`, no job control) with SIGINT ignored, and an ignored
@@ -19,3 +21,21 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def mpi_results(tmp_path_factory):
     return cached_launches(tmp_path_factory, PLAN)
+
+
+def pytest_generate_tests(metafunc):
+    """A test that takes ``world`` runs once per world of :func:`worlds.params`: 1 to 5 ranks as
+    threads, or under mpiexec the real ranks."""
+    if "world" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):  # (a test's own ``world`` argument)
+        names = mark.args[0]
+        if "world" in ([n.strip() for n in names.split(",")] if isinstance(names, str) else names):
+            return
+    values, ids = worlds.params()
+    metafunc.parametrize("world", values, ids=ids, indirect=True)
+
+
+@pytest.fixture
+def world(request):
+    return worlds.make(request.param)

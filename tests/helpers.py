@@ -20,11 +20,9 @@ TESTS = Path(__file__).resolve().parent  # (tests/: the workers and shared modul
 WORKER = TESTS / "mpi_worker.py"
 #: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
 PLAN = {
-    1: ["sweep", "algorithms", "uint8_sweep", "rotation", "nonce_unique"],
+    1: ["sweep", "rotation", "nonce_unique"],
     2: [
         "sweep",
-        "algorithms",
-        "uint8_sweep",
         "rotation",
         "nonce_unique",
         "tamper",
@@ -43,8 +41,6 @@ PLAN = {
     ],
     3: [
         "sweep",
-        "algorithms",
-        "uint8_sweep",
         "rotation",
         "nonce_unique",
         "tamper",
@@ -63,8 +59,6 @@ PLAN = {
     ],
     4: [
         "sweep",
-        "algorithms",
-        "uint8_sweep",
         "nonce_unique",
         "policy",
         "setup_downgrade",
@@ -72,7 +66,7 @@ PLAN = {
         "setup_blame",
         "device_engine",
     ],
-    5: ["sweep", "algorithms", "uint8_sweep", "rotation"],
+    5: ["sweep", "rotation"],
 }
 
 

@@ -286,36 +286,6 @@ def sweep(comm, rec):
 
 
 @scenario
-def algorithms(comm, rec):
-    """both allreduce algorithms, all ops, small chunks (many frames per hop), crypto pool on"""
-    for suite in SUITES:
-        for alg in ("ring", "recursive_doubling"):
-            sc = SecureComm(comm, suite, algorithm=alg, psk=PSK, chunk_bytes=1024, crypto_threads=2)
-            for dname in ("float32", "int32", "float16", "bfloat16"):
-                for n in (1, 5, 1001, 10007):
-                    for op in ("sum", "max", "min", "prod") + (
-                        ("avg",) if dname.startswith(("f", "b")) else ()
-                    ):
-                        check_allreduce(comm, sc, rec, dname, n, op=op, tag=f"[{alg}]")
-            sc.close()
-    sc = SecureComm(comm, "aes-256-gcm", psk=PSK, bcast_chain_bytes=0, chunk_bytes=512)
-    for root in range(comm.size):
-        check_bcast(comm, sc, rec, "float32", 3001, root)
-    sc.close()
-
-
-@scenario
-def uint8_sweep(comm, rec):
-    """uint8 sum of 1..64 bytes (a public MPI bug failed exactly at 16 bytes)"""
-    for suite in SUITES:
-        for alg in ("ring", "recursive_doubling"):
-            sc = SecureComm(comm, suite, algorithm=alg, psk=PSK)
-            for n in range(1, 65):
-                check_allreduce(comm, sc, rec, "uint8", n, tag=f"[{alg}]")
-            sc.close()
-
-
-@scenario
 def rotation(comm, rec):
     """forced key rotation mid-run gives the same results as no rotation"""
     plain = SecureComm(comm, "aes-256-gcm", psk=PSK)

@@ -14,8 +14,6 @@ CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
 #: minimum cases a scenario must have checked at a world size (guards against a silent no-op)
 MIN_CASES = {
     "sweep": 700,
-    "algorithms": 600,
-    "uint8_sweep": 512,
     "rotation": 62,
     "nonce_unique": 1,
     "tamper": 16,
