@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from .errors import KeyScheduleError
@@ -280,20 +281,33 @@ def _mapped() -> set:
     return seen
 
 
-def drop_orphan_shm(before: set) -> list:
+def drop_orphan_shm(before: set, settle: float = 2.0) -> list:
     """Ranks stopped by a signal never reach ``MPI_Finalize``, which unlinks MPICH's shared-memory
     file: remove each such file that appeared since ``before`` (:func:`_shm_files` at the
-    launch), is this user's, and no process maps or holds open any more.  Returns the paths
-    removed."""
-    gone, mapped = [], None
+    launch), is this user's, and no process maps or holds open any more.  A killed rank lets go
+    of its mapping only once it has exited, which may be a moment after its launcher returned
+    (more so on a loaded machine): a file still mapped is looked at again every 0.1 s for up to
+    ``settle`` seconds, and left alone if it is mapped still (a job of someone else's that
+    started meanwhile).  Returns the paths removed."""
+    pending = []
     for f in sorted(_shm_files() - before):
         with contextlib.suppress(OSError):
-            if f.stat().st_uid != os.getuid():
+            if f.stat().st_uid == os.getuid():
+                pending.append(f)
+    gone, deadline = [], time.monotonic() + settle
+    while pending:
+        mapped, still = _mapped(), []
+        for f in pending:
+            if str(f) in mapped:
+                still.append(f)
                 continue
-            mapped = _mapped() if mapped is None else mapped
-            if str(f) not in mapped:
+            with contextlib.suppress(OSError):
                 f.unlink()
                 gone.append(f)
+        if not still or time.monotonic() >= deadline:
+            break
+        pending = still
+        time.sleep(0.1)
     return gone
 
 

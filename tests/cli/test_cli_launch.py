@@ -323,10 +323,37 @@ def test_orphan_mpich_shared_memory_is_removed_and_nothing_else(tmp_path, monkey
     with open(mapped, "r+b") as f:
         m = mmap.mmap(f.fileno(), 4096)  # (mapped after the file is closed, as MPICH's segment)
     with open(held, "rb"):
-        gone = launch.drop_orphan_shm(before)
+        gone = launch.drop_orphan_shm(before, settle=0.3)
     m.close()
     assert gone == [orphan] and not orphan.exists()
     assert old.exists() and mapped.exists() and held.exists() and other.exists()
+
+
+def test_a_file_its_dying_rank_still_maps_is_removed_once_the_rank_is_gone(tmp_path, monkeypatch):
+    """A killed rank lets go of MPICH's shared-memory file only once it has exited, which may be
+    a moment after its launcher returned (a file left in /dev/shm after a CI run beside another
+    job): ``drop_orphan_shm`` looks again for up to ``settle`` seconds and removes it then; without
+    that wait (``settle=0``) the file stays."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(launch, "SHM_DIR", tmp_path)
+    before = launch._shm_files()
+    code = (
+        "import mmap, sys, time; f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096); "
+        "f.close(); print('mapped', flush=True); time.sleep(float(sys.argv[2]))"
+    )
+    for settle, kept in ((0.0, True), (5.0, False)):
+        shm = tmp_path / f"mpich_shm_dying{settle:g}_0"
+        shm.write_bytes(b"\0" * 4096)
+        rank = subprocess.Popen(
+            [sys.executable, "-c", code, str(shm), "0.5"], stdout=subprocess.PIPE, text=True
+        )
+        assert rank.stdout.readline() == "mapped\n"
+        gone = launch.drop_orphan_shm(before, settle=settle)
+        rank.wait()
+        assert shm.exists() is kept and (gone == []) is kept, (settle, gone)
+        shm.unlink(missing_ok=True)
 
 
 @pytest.mark.mpi
