@@ -78,10 +78,19 @@ def set_modules(work: Path, modules: list[str]) -> None:
 
 
 def run_mutmut(work: Path, children: int, log: Path) -> int:
+    """mutmut in ``work``; its exit status.  The MPICH shared-memory files its processes leave
+    (a mutant's test process that is killed, or mutmut's own crash at exit, never reaches
+    ``MPI_Finalize``) are removed once it is done (:func:`seccomm.launch.drop_orphan_shm`)."""
+    from seccomm.launch import _shm_files, drop_orphan_shm
+
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy, not the checkout
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
-    with open(log, "w") as f:
-        return subprocess.run(cmd, cwd=work, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    shm = _shm_files()
+    try:
+        with open(log, "w") as f:
+            return subprocess.run(cmd, cwd=work, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    finally:
+        drop_orphan_shm(shm)
 
 
 def results(work: Path, modules: list[str]) -> dict[str, dict[str, int]]:

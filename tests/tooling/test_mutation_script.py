@@ -5,6 +5,7 @@ rows (mutmut and universalmutator themselves are run by the scripts, not here: m
 from __future__ import annotations
 
 import csv
+import subprocess
 
 import mutation
 import mutation_c
@@ -142,3 +143,22 @@ def test_c_rows_of_another_file_or_a_line_that_moved_are_stale(tmp_path):
         "seccomm/pairswap/_pairswap.c:3 (past the end of the file)",
         "seccomm/other.c:1 (not a file this script mutates)",
     ]
+
+
+def test_a_mutation_run_leaves_no_mpich_shared_memory(tmp_path, monkeypatch):
+    """A mutant's test process killed by mutmut (or mutmut's crash at its exit) never reaches
+    MPI_Finalize: the shared-memory file it leaves is removed once mutmut is done, and a file
+    from before the run stays."""
+    from seccomm import launch
+
+    monkeypatch.setattr(launch, "SHM_DIR", tmp_path)
+    old = tmp_path / "mpich_shm_old_0"
+    old.write_bytes(b"x")
+
+    def mutmut(cmd, **kw):  # (a run whose process left its file behind, then crashed)
+        (tmp_path / "mpich_shm_3_0").write_bytes(b"x")
+        return subprocess.CompletedProcess(cmd, -11)
+
+    monkeypatch.setattr(mutation.subprocess, "run", mutmut)
+    assert mutation.run_mutmut(tmp_path, 1, tmp_path / "log") == -11
+    assert sorted(p.name for p in tmp_path.glob("mpich_shm_*")) == ["mpich_shm_old_0"]
