@@ -185,7 +185,7 @@ class AttackTransport(TransportWrapper):
         elif self.cls == "truncate":
             out = out[: max(0, out.size - int(self.rng.integers(1, 17)))].copy()
         elif self.cls == "pad":
-            extra = int(self.rng.choice([1, 7, 16, 4096]))  # (larger: tests/ranks/test_transports_on_ranks.py)
+            extra = int(self.rng.choice([1, 7, 16, 4096]))  # (larger: tests/ranks/test_transports_on_ranks)
             out = np.concatenate([out, np.frombuffer(os.urandom(extra), np.uint8)])
         elif self.cls == "inject":
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
