@@ -28,10 +28,15 @@ DEFAULT_BCAST_CHAIN_BYTES = Tuning.bcast_chain_bytes  # bcast: chain above, bino
 PROTOCOL = 2
 
 
+def timeout_setting(timeout):
+    """The timeout as given: ``timeout``, else ``SECCOMM_TIMEOUT``, else 60 (not yet a number)."""
+    return timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
+
+
 def read_timeout(timeout) -> float:
-    """Seconds any single wait may block: ``timeout``, else ``SECCOMM_TIMEOUT``, else 60; NaN
-    where it is not a number (:meth:`Options.read` reports it)."""
-    raw = timeout if timeout is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
+    """Seconds any single wait may block (:func:`timeout_setting` as a float); NaN where it is
+    not a number (:meth:`Options.read` reports it)."""
+    raw = timeout_setting(timeout)
     try:
         return float(raw)
     except (TypeError, ValueError):
@@ -126,8 +131,8 @@ class Options:
         if self.crypto_threads is not None:
             _check_int("crypto_threads", self.crypto_threads, 1, 1024)
         if not self.timeout > 0:
-            shown_raw = timeout_raw if timeout_raw is not None else os.environ.get("SECCOMM_TIMEOUT", 60)
-            raise ValueError(f"timeout must be a number of seconds > 0, got {shown(shown_raw)}")
+            given = shown(timeout_setting(timeout_raw))
+            raise ValueError(f"timeout must be a number of seconds > 0, got {given}")
         if size > MAX_RANKS:
             raise ValueError(f"world size {size} exceeds {MAX_RANKS} (16-bit step field)")
         node_ids = self.node_ids
