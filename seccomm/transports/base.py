@@ -16,14 +16,58 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from ..errors import FrameError
+from .records import Records
+
+
+class NoNotices:
+    """The failure notices of a transport that sends none (the default): every call is a no-op,
+    so a rank waiting on one that stopped waits out its own deadline and names the rank it
+    waited on."""
+
+    def authenticate(self, macs) -> None:
+        return None
+
+    def abort(self, blame) -> None:
+        return None
+
+    def fail(self) -> None:
+        return None
+
+    def refuse(self, seq: int, error: str) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+#: the notices of every transport that has none of its own
+NO_NOTICES = NoNotices()
 
 
 class Transport:
     """Interface.  ``rank``, ``size``; all buffers are contiguous uint8.
+
+    **The core**, what a transport implements: :meth:`isend`, :meth:`irecv`, :meth:`wait_recv`,
+    :meth:`wait_sends` (frames, point-to-point), :meth:`allgather`, :meth:`scatter`,
+    :meth:`bcast` (the setup collectives), and where it has something to do there
+    :meth:`cancel`, :meth:`quiesce`, :meth:`host_key`, :meth:`close`.
+
+    **Mechanisms with defaults**, each an object the transport names, so a transport that has
+    its own replaces one object and the rest stays:
+
+    - ``records``: the argument-record channel (:meth:`agree_start` … :meth:`announce`).
+      Default :class:`~seccomm.transports.records.Records`: the whole exchange before the op's
+      first frame, over :meth:`isend`/:meth:`irecv`; the MPI transport overlaps it with the op
+      (:mod:`seccomm.transports.mpi_records`).
+    - ``notices``: failure notices (:meth:`abort`, :meth:`fail`, :meth:`refuse`,
+      :meth:`authenticate_notices`).  Default: none travel (a rank waiting on one that stopped
+      waits out its deadline and names it); MPI: :class:`~seccomm.transports.notices.Notices`.
+    - receipts (:attr:`receipt_after`, :meth:`isend_receipt`): default none are asked for.
+    - :meth:`pair_link`: default ``None`` (the engine calls :meth:`isend` and the rest).
 
     ``small_bytes_default``: where ``algorithm="auto"`` switches allreduce from recursive doubling
     (lg p messages) to ring (2(p-1) messages); higher for transports with a higher latency.
@@ -36,57 +80,26 @@ class Transport:
     size: int
     small_bytes_default = 64 << 10
     defer_last_sends = False
-    #: a hop of more than this many frames is acknowledged: its receiver sends the sender a
-    #: receipt (:meth:`isend_receipt`) once every frame of the hop is in, and the sender's op
-    #: ends only once its receipts are in, so no rank returns while a receiver still depends on
-    #: its progress (MPI: :attr:`MPITransport.receipt_after`; docs/design.md "Completion").
-    #: ``None``: never (sends that complete without the receiver, waited for at the op's end)
-    receipt_after: int | None = None
 
-    def isend_receipt(self, buf, peer: int):
-        """Send a receipt (``buf``: uint8) to ``peer`` on the receipts' own channel."""
-        raise NotImplementedError
-
-    def irecv_receipt(self, buf, peer: int):
-        """Post the receive of a receipt from ``peer`` into ``buf`` (waited for with
-        :meth:`wait_recv`)."""
-        raise NotImplementedError
-
-    #: the op's argument record rides in its first message to the peer (two ranks over MPI,
-    #: :meth:`agree_start`): an engine that keeps room after its frames asks :meth:`put_record`
-    #: and :meth:`record_due`, and hands the first message it received to :meth:`take_record`;
-    #: a wrapper says False (what it wraps then copies the record in and out: the wrapper's
-    #: isend and irecv see the frames as they are)
-    paired = False
-
-    def put_record(self, trailer) -> bool:
-        """Paired: whether the frame about to be sent is the op's first message to the peer; if
-        so, the record (after its op number, :data:`~seccomm.agreement.TRAILER_BYTES`) is written
-        into ``trailer``, the room after the frame, and frame and room go as one message."""
-        return False
-
-    def record_due(self) -> bool:
-        """Paired: whether the receive about to be posted is the op's first from the peer; if so,
-        it is posted for frame and room, and what arrived goes to :meth:`take_record`."""
-        return False
-
-    def take_record(self, wire, got: int, peer: int, op_label: str) -> int:
-        """Paired: the op's first message from ``peer``, ``got`` bytes in ``wire``: its record is
-        checked (the agreement's check: raises on a disagreement or a record that is not
-        authentic); returns the bytes of the frame before it."""
-        raise NotImplementedError
-
+    # -- the core ------------------------------------------------------------------------------
     def isend(self, buf, peer: int):
+        """Post the send of ``buf`` (uint8) to ``peer``; returns a request for :meth:`wait_sends`.
+        ``buf`` stays unchanged until that wait returns."""
         raise NotImplementedError
 
     def irecv(self, buf, peer: int):
+        """Post the receive of the next message from ``peer`` into ``buf`` (uint8); returns a
+        request for :meth:`wait_recv`."""
         raise NotImplementedError
 
     def wait_recv(self, req, timeout: float, peer: int, op_label: str) -> int:
-        """Wait (at most ``timeout`` seconds) for a receive; return the bytes received."""
+        """Wait (at most ``timeout`` seconds) for a receive; return the bytes received.  Raises
+        ``TransportTimeout`` naming ``peer`` past the deadline, ``FrameError`` for a message
+        larger than the buffer."""
         raise NotImplementedError
 
     def wait_sends(self, reqs: list, timeout: float, peers: list, op_label: str) -> None:
+        """Wait (at most ``timeout`` seconds each) for sends ``reqs`` to ``peers``."""
         raise NotImplementedError
 
     def allgather(self, sendbuf, recvbuf, op_label: str, timeout: float | None = None) -> None:
@@ -97,83 +110,6 @@ class Transport:
 
     def bcast(self, buf, root: int, op_label: str, timeout: float | None = None) -> None:
         raise NotImplementedError
-
-    def agree(self, record, table, timeout: float, op_label: str) -> None:
-        """Exchange each rank's argument record (:mod:`seccomm.agreement`) before an op's first
-        frame: ``record`` (uint8, shape (size, n): row j is this rank's record for rank j, whose
-        tag names both) goes row by row to every other rank, and the one rank j sent this rank
-        lands in ``table[j]`` (``table``: uint8, shape (size, n)).  Default: point-to-point, every
-        receive posted first, each waited for naming its rank (``TransportTimeout`` or
-        ``PeerAbortError`` as any wait), ``FrameError`` for a record of another length."""
-        peers = [r for r in range(self.size) if r != self.rank]
-        n = record.shape[1]
-        recvs = [self.irecv(table[r], r) for r in peers]
-        sends = [self.isend(record[r], r) for r in peers]
-        for r, req in zip(peers, recvs):
-            got = self.wait_recv(req, timeout, r, op_label)
-            if got != n:
-                raise record_size_error(op_label, r, got, n)
-        self.wait_sends(sends, timeout, peers, op_label)
-
-    def agree_start(self, record, table, check, timeout: float, op_label: str, expect=None) -> None:
-        """Begin an op's argument exchange (:meth:`agree`); ``check()`` (raises on a table that
-        disagrees) runs once every record is in; ``expect`` (bytes, optional): the table an
-        agreeing world sends back (:attr:`Agreement.expect <seccomm.agreement.Agreement.expect>`).
-        Default: the whole exchange and the check, now, before the op's first frame;
-        :meth:`agree_finish` and :meth:`agree_settle` then have nothing to do.  A transport may
-        instead overlap the exchange with the op (MPI): it then runs ``check()`` as soon as the
-        records are in, also inside any wait of the op (a rank that waits for a frame its
-        disagreeing peer never sends stops there); a :attr:`paired` one carries the record in
-        the op's first message to the peer instead of in a message of its own."""
-        self.agree(record, table, timeout, op_label)
-        check()
-
-    def agree_finish(self, timeout: float, op_label: str) -> None:
-        """At the op's end: wait for the records still out and run the check (waits name the
-        rank they wait on, as any wait)."""
-
-    def agree_settle(self, limit: float):
-        """After the op failed: the check's exception if every record arrives within ``limit``
-        seconds and the check fails (the failure was a disagreement), else ``None``."""
-        return None
-
-    def pair_link(self, peer: int):
-        """An object that moves host frames to and from ``peer`` with the least work per call
-        (``send(frame)``, ``recv(frame)``, ``wait(rreq, timeout, op_label) -> bytes``: as
-        :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
-        engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame).  A link
-        with an ``express`` attribute that is not ``None`` offers the compiled two-rank swap
-        (:mod:`seccomm.pairswap`; MPI only)."""
-        return None
-
-    def send_record(self) -> None:
-        """Paired: if this op's record has not gone to the peer yet, it goes now, alone: before
-        the op's first clear frame (``none``: its payload alone, no room behind it), and when
-        this rank sends the peer no frame in this op (a bcast leaf), before its first wait (two
-        ranks that each wait for the other, each naming the other as the root, then both read
-        the disagreement at once).  Default: nothing."""
-
-    def expect_record(self, peer: int):
-        """Paired: if the op's first message from ``peer`` is still to come, the receive about to
-        be posted is for a clear frame, which the peer's record precedes alone
-        (:meth:`send_record`): a receive for the record is posted now, ahead of the frame's, and
-        its request returned (the caller keeps it with the op's), for :meth:`wait_record`.
-        Default: ``None`` (nothing due)."""
-        return None
-
-    def wait_record(self, timeout: float, peer: int, op_label: str) -> None:
-        """Paired: wait for the record :meth:`expect_record` posted a receive for, and check it
-        as :meth:`take_record` does (raises on a disagreement).  Default: nothing."""
-
-    def discard(self, buf, peer: int) -> None:
-        """A wrapper dropped ``buf`` on its way to ``peer`` (the attacker harness): what this
-        transport would have sent with it is dropped too.  Default: nothing rides with a frame."""
-
-    def announce(self, record) -> list:
-        """Send ``record`` (refusal records, one row per receiver as :meth:`agree`'s) to every
-        other rank without waiting; returns the send requests, which the caller keeps
-        referenced.  Default: point-to-point."""
-        return [self.isend(record[r], r) for r in range(self.size) if r != self.rank]
 
     def cancel(self, reqs: list) -> None:
         """Best-effort cancel of pending requests after an error (buffers stay referenced)."""
@@ -189,39 +125,158 @@ class Transport:
         """Collective: let every rank's outstanding transfers finish (at most ``timeout`` s)."""
         return True
 
+    def close(self) -> None:
+        pass
+
+    # -- the argument records: the transport's ``records`` channel -----------------------------
+    @cached_property
+    def records(self) -> Records:
+        """The argument-record channel (default :class:`~seccomm.transports.records.Records`
+        over this transport's point-to-point calls); a transport with its own assigns it."""
+        return Records(self)
+
+    #: the op's argument record rides in its first message to the peer (two ranks over MPI,
+    #: :meth:`agree_start`): an engine that keeps room after its frames asks :meth:`put_record`
+    #: and :meth:`record_due`, and hands the first message it received to :meth:`take_record`;
+    #: a wrapper says False (what it wraps then copies the record in and out: the wrapper's
+    #: isend and irecv see the frames as they are)
+    paired = False
+
+    def agree(self, record, table, timeout: float, op_label: str) -> None:
+        """Exchange each rank's argument record (:mod:`seccomm.agreement`) before an op's first
+        frame: ``record`` (uint8, shape (size, n): row j is this rank's record for rank j, whose
+        tag names both) goes row by row to every other rank, and the one rank j sent this rank
+        lands in ``table[j]`` (``table``: uint8, shape (size, n)).  Default: point-to-point, every
+        receive posted first, each waited for naming its rank (``TransportTimeout`` or
+        ``PeerAbortError`` as any wait), ``FrameError`` for a record of another length."""
+        self.records.agree(record, table, timeout, op_label)
+
+    def agree_start(self, record, table, check, timeout: float, op_label: str, expect=None) -> None:
+        """Begin an op's argument exchange (:meth:`agree`); ``check()`` (raises on a table that
+        disagrees) runs once every record is in; ``expect`` (bytes, optional): the table an
+        agreeing world sends back (:attr:`Agreement.expect <seccomm.agreement.Agreement.expect>`).
+        Default: the whole exchange and the check, now, before the op's first frame;
+        :meth:`agree_finish` and :meth:`agree_settle` then have nothing to do.  A transport may
+        instead overlap the exchange with the op (MPI): it then runs ``check()`` as soon as the
+        records are in, also inside any wait of the op (a rank that waits for a frame its
+        disagreeing peer never sends stops there); a :attr:`paired` one carries the record in
+        the op's first message to the peer instead of in a message of its own."""
+        self.records.agree_start(record, table, check, timeout, op_label, expect)
+
+    def agree_finish(self, timeout: float, op_label: str) -> None:
+        """At the op's end: wait for the records still out and run the check (waits name the
+        rank they wait on, as any wait)."""
+        self.records.agree_finish(timeout, op_label)
+
+    def agree_settle(self, limit: float):
+        """After the op failed: the check's exception if every record arrives within ``limit``
+        seconds and the check fails (the failure was a disagreement), else ``None``."""
+        return self.records.agree_settle(limit)
+
+    def announce(self, record) -> list:
+        """Send ``record`` (refusal records, one row per receiver as :meth:`agree`'s) to every
+        other rank without waiting; returns the send requests, which the caller keeps
+        referenced.  Default: point-to-point."""
+        return self.records.announce(record)
+
+    def put_record(self, trailer) -> bool:
+        """Paired: whether the frame about to be sent is the op's first message to the peer; if
+        so, the record (after its op number, :data:`~seccomm.agreement.TRAILER_BYTES`) is written
+        into ``trailer``, the room after the frame, and frame and room go as one message."""
+        return self.records.put_record(trailer)
+
+    def record_due(self) -> bool:
+        """Paired: whether the receive about to be posted is the op's first from the peer; if so,
+        it is posted for frame and room, and what arrived goes to :meth:`take_record`."""
+        return self.records.record_due()
+
+    def take_record(self, wire, got: int, peer: int, op_label: str) -> int:
+        """Paired: the op's first message from ``peer``, ``got`` bytes in ``wire``: its record is
+        checked (the agreement's check: raises on a disagreement or a record that is not
+        authentic); returns the bytes of the frame before it."""
+        return self.records.take_record(wire, got, peer, op_label)
+
+    def send_record(self) -> None:
+        """Paired: if this op's record has not gone to the peer yet, it goes now, alone: before
+        the op's first clear frame (``none``: its payload alone, no room behind it), and when
+        this rank sends the peer no frame in this op (a bcast leaf), before its first wait (two
+        ranks that each wait for the other, each naming the other as the root, then both read
+        the disagreement at once).  Default: nothing."""
+        self.records.send_record()
+
+    def expect_record(self, peer: int):
+        """Paired: if the op's first message from ``peer`` is still to come, the receive about to
+        be posted is for a clear frame, which the peer's record precedes alone
+        (:meth:`send_record`): a receive for the record is posted now, ahead of the frame's, and
+        its request returned (the caller keeps it with the op's), for :meth:`wait_record`.
+        Default: ``None`` (nothing due)."""
+        return self.records.expect_record(peer)
+
+    def wait_record(self, timeout: float, peer: int, op_label: str) -> None:
+        """Paired: wait for the record :meth:`expect_record` posted a receive for, and check it
+        as :meth:`take_record` does (raises on a disagreement).  Default: nothing."""
+        self.records.wait_record(timeout, peer, op_label)
+
+    def discard(self, buf, peer: int) -> None:
+        """A wrapper dropped ``buf`` on its way to ``peer`` (the attacker harness): what this
+        transport would have sent with it is dropped too.  Default: nothing rides with a frame."""
+        self.records.discard(buf, peer)
+
+    # -- failure notices: the transport's ``notices`` --------------------------------------------
+    #: the failure notices (default :data:`NO_NOTICES`: none travel); a transport with its own
+    #: assigns them (MPI: :class:`~seccomm.transports.notices.Notices`)
+    notices: NoNotices = NO_NOTICES
+
     def abort(self, blame) -> None:
         """This rank stops the current operation after an error in a frame from rank ``blame``:
         tell the ranks waiting on it, so they raise now instead of at their deadline."""
+        self.notices.abort(blame)
 
     def fail(self) -> None:
         """This rank stops the current operation after an error of its own (any exception
         inside the operation that is not a frame error): tell the ranks waiting on it, so they
         raise ``PeerAbortError`` naming this rank now instead of at their deadline."""
+        self.notices.fail()
 
     def refuse(self, seq: int, error: str) -> None:
         """This rank refused its own arguments to its op number ``seq`` (``error``: the
         exception's name, ``"ValueError"`` or ``"TypeError"``) before sending anything: tell the
         ranks that wait, or will wait, on it in that op, so they raise ``PeerAbortError`` naming
         this rank and the refusal now instead of at their deadline."""
+        self.notices.refuse(seq, error)
 
     def authenticate_notices(self, macs) -> None:
         """Authenticate the give-up/abort notices (failure propagation) with ``macs``, this
         rank's :class:`~seccomm.control.PairMacs` of the session (each notice bound to its sender
-        and receiver), handed over once the session keys exist.  No-op for transports that send
-        no notices."""
+        and receiver), handed over once the session keys exist."""
+        self.notices.authenticate(macs)
 
-    def close(self) -> None:
-        pass
+    # -- receipts and the pair link (the MPI transport's; defaults: none) ------------------------
+    #: a hop of more than this many frames is acknowledged: its receiver sends the sender a
+    #: receipt (:meth:`isend_receipt`) once every frame of the hop is in, and the sender's op
+    #: ends only once its receipts are in, so no rank returns while a receiver still depends on
+    #: its progress (MPI: :attr:`MPITransport.receipt_after`; docs/design.md "Completion").
+    #: ``None``: never (sends that complete without the receiver, waited for at the op's end)
+    receipt_after: int | None = None
 
+    def isend_receipt(self, buf, peer: int):
+        """Send a receipt (``buf``: uint8) to ``peer`` on the receipts' own channel (a channel
+        apart from the frames'; asked for only where :attr:`receipt_after` is set)."""
+        raise NotImplementedError
 
-def record_size_error(op_label: str, peer: int, got: int, n: int) -> FrameError:
-    """An argument record of ``got`` bytes, not ``n``, from ``peer`` (:meth:`Transport.agree`)."""
-    return FrameError(
-        f"{op_label}: the argument record from rank {peer} has {got} bytes, not {n}: the ranks "
-        f"disagree on the call sequence, or it was altered",
-        peer=peer,
-        op=op_label,
-    )
+    def irecv_receipt(self, buf, peer: int):
+        """Post the receive of a receipt from ``peer`` into ``buf`` (waited for with
+        :meth:`wait_recv`)."""
+        raise NotImplementedError
+
+    def pair_link(self, peer: int):
+        """An object that moves host frames to and from ``peer`` with the least work per call
+        (``send(frame)``, ``recv(frame)``, ``wait(rreq, timeout, op_label) -> bytes``: as
+        :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
+        engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame).  A link
+        with an ``express`` attribute that is not ``None`` offers the compiled two-rank swap
+        (:mod:`seccomm.pairswap`; MPI only)."""
+        return None
 
 
 # -- the one poll-until-deadline loop ----------------------------------------------------------
@@ -297,6 +352,14 @@ class TransportWrapper(Transport):
     @property
     def receipt_after(self):
         return self.inner.receipt_after
+
+    @property
+    def records(self):
+        return self.inner.records
+
+    @property
+    def notices(self):
+        return self.inner.notices
 
     def isend_receipt(self, buf, peer):
         return self.inner.isend_receipt(buf, peer)

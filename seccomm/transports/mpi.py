@@ -72,10 +72,6 @@ class MPITransport(Transport):
         # neighbour that stalled because of it.  One small receive per peer, posted up front.
         self.notices = Notices(self.comm, MPI, self.rank, self.size, tag + 1)
 
-    def authenticate_notices(self, macs) -> None:
-        """:meth:`Notices.authenticate <seccomm.transports.notices.Notices.authenticate>`."""
-        self.notices.authenticate(macs)
-
     def isend(self, buf, peer):
         if self.records.pair_out:  # (paired: the op's first message, from a caller without room)
             return self.records.isend_first(buf, peer)
@@ -95,40 +91,6 @@ class MPITransport(Transport):
 
     def irecv_receipt(self, buf, peer):
         return self.comm.Irecv([buf, self._byte], peer, self.tag + 3)
-
-    def discard(self, buf, peer):
-        self.records.pair_out = False  # (paired: the record the op's first message carried is gone)
-
-    # -- the argument records (RecordChannel) ---------------------------------------------------
-    def put_record(self, trailer) -> bool:
-        return self.records.put_record(trailer)
-
-    def record_due(self) -> bool:
-        return self.records.record_due()
-
-    def take_record(self, wire, got, peer, op_label):
-        return self.records.take_record(wire, got, peer, op_label)
-
-    def agree(self, record, table, timeout, op_label):
-        self.records.agree(record, table, timeout, op_label)
-
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
-        self.records.agree_start(record, table, check, timeout, op_label, expect)
-
-    def agree_finish(self, timeout, op_label):
-        self.records.agree_finish(timeout, op_label)
-
-    def agree_settle(self, limit):
-        return self.records.agree_settle(limit)
-
-    def send_record(self) -> None:
-        self.records.send_record()
-
-    def expect_record(self, peer):
-        return self.records.expect_record(peer)
-
-    def wait_record(self, timeout, peer, op_label):
-        self.records.wait_record(timeout, peer, op_label)
 
     def pair_link(self, peer):
         return _PairLink(self, peer)
@@ -251,18 +213,6 @@ class MPITransport(Transport):
         from ..topology import host_key
 
         return host_key()
-
-    def abort(self, blame) -> None:
-        if self.comm is not None:
-            self.notices.abort(blame)
-
-    def fail(self) -> None:
-        if self.comm is not None:
-            self.notices.fail()
-
-    def refuse(self, seq: int, error: str) -> None:
-        if self.comm is not None:
-            self.notices.refuse(seq, error)
 
     def quiesce(self, timeout):
         # A non-blocking barrier keeps MPI progressing until every rank has arrived: MPICH
@@ -393,8 +343,9 @@ class _PairLink:
 
     def first_done(self) -> None:
         """The op's first message went to the peer with its record behind the frame, and the
-        first receive is posted for frame and record (as :meth:`MPITransport.put_record` and
-        :meth:`MPITransport.record_due` record it)."""
+        first receive is posted for frame and record (as
+        :meth:`~seccomm.transports.base.Transport.put_record` and
+        :meth:`~seccomm.transports.base.Transport.record_due` record it)."""
         self.t.records.pair_out = self.t.records.pair_in = False
 
     def send(self, frame):

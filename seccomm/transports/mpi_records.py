@@ -21,18 +21,19 @@ import numpy as np
 
 from ..agreement import RECORD_BYTES, TRAILER_BYTES
 from ..errors import FrameError, SecCommError
-from .base import Backoff, poll_until, record_size_error
+from .base import Backoff, poll_until
+from .records import Records, record_size_error
 from .notices import _DRAIN
 
 #: tests of an argument exchange before its waits take over (agree_finish)
 _AGREE_SPINS = 200
 
 
-class RecordChannel:
+class RecordChannel(Records):
     """The argument records of the ops of MPI transport ``t`` (module docstring)."""
 
     def __init__(self, t):
-        self.t = t
+        super().__init__(t)
         self._agreeing = None  # agree_start()'s persistent requests, made on first use
         self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
         self._agree_open = False  # its requests are started and not all finished
@@ -61,6 +62,9 @@ class RecordChannel:
                 pass
         self._fb = None
         self.free()
+
+    def discard(self, buf, peer) -> None:
+        self.pair_out = False  # (paired: the record the op's first message carried is gone)
 
     def put_record(self, trailer) -> bool:
         if not self.pair_out:

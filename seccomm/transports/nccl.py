@@ -27,8 +27,8 @@ Design (NCCL >= 2.7 point-to-point; CuPy's ``NcclCommunicator.send``/``recv``):
   are still authenticated, so no altered content passes.
 
 Setup messages (hello, key delivery, finished: :mod:`seccomm.handshake`) are small host buffers;
-they go over a control :class:`~seccomm.transports.base.Transport` (MPI by default), which also
-bootstraps NCCL by broadcasting its unique id.
+they go over a control :class:`~seccomm.transports.base.Transport` (MPI by default), as do the
+argument records and the failure notices; it also bootstraps NCCL by broadcasting its unique id.
 
 Needs CuPy with NCCL and a GPU per rank; nothing here is imported by ``import seccomm``.
 """
@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import FrameError, TransportTimeout
 from .base import Backoff, Transport, poll_until
+from .records import Records
 
 _BACKOFF = Backoff(spins=1000, sleep_s=2e-5)  # a CUDA event query is cheap: spin, then sleep
 
@@ -86,6 +87,9 @@ class NCCLTransport(Transport):
             ) from None
         self._cupy, self._nccl = cupy, nccl
         self.control = control
+        # the argument records go over the control transport, the whole exchange before the
+        # op's first frame (NCCL's waits cannot watch an overlapped one), and so do the notices
+        self.records, self.notices = Records(control), control.notices
         self.rank, self.size, self.timeout = control.rank, control.size, timeout
         self.device = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
         uid = np.zeros(128, np.uint8)  # NCCL_UNIQUE_ID_BYTES, as raw bytes
@@ -218,17 +222,6 @@ class NCCLTransport(Transport):
             self._abort()
 
     # -- setup, over the control transport ---------------------------------------------------
-    def agree(self, record, table, timeout, op_label):
-        return self.control.agree(record, table, timeout, op_label)
-
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
-        # before the op (the default), over the control transport: NCCL's waits cannot watch it
-        self.control.agree(record, table, timeout, op_label)
-        check()
-
-    def announce(self, record):
-        return self.control.announce(record)
-
     def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         return self.control.allgather(sendbuf, recvbuf, op_label, timeout)
 
@@ -252,20 +245,6 @@ class NCCLTransport(Transport):
             self._abort()
             return False
         return self.control.quiesce(max(0.1, deadline - time.monotonic()))
-
-    def abort(self, blame):
-        return self.control.abort(blame)
-
-    def fail(self):
-        return self.control.fail()
-
-    def refuse(self, seq, error):
-        return self.control.refuse(seq, error)
-
-    def authenticate_notices(self, macs):
-        """The notices go over the control transport (MPI: authenticated from now on); the NCCL
-        waits themselves read none and blame the peer they waited on."""
-        return self.control.authenticate_notices(macs)
 
     def close(self):
         if not self._broken:

@@ -127,6 +127,7 @@ class Notices:
             if r != rank:
                 self.post(r)
         self.sent: list = []
+        self.closed = False  # (close(): the communicator is gone, nothing more is sent)
 
     def authenticate(self, macs) -> None:
         """From now on send and believe only notices MACed with ``macs`` (this rank's
@@ -140,17 +141,23 @@ class Notices:
     def abort(self, blame) -> None:
         """This rank stopped after an error in a frame from ``blame`` (``"any"``: a message
         whose sender MPI could not say): tell the others."""
+        if self.closed:
+            return
         self.notify(int(blame) if isinstance(blame, (int, np.integer)) else UNKNOWN_SENDER, _ABORT)
         self.flush(0.2)
 
     def fail(self) -> None:
         """This rank stopped after an error of its own: tell the others."""
+        if self.closed:
+            return
         self.notify(self.rank, _FAILED)
         self.flush(0.2)
 
     def refuse(self, seq: int, error: str) -> None:
         """This rank refused its own arguments to its op ``seq`` (``error``: the exception's
         name): tell the others."""
+        if self.closed:
+            return
         self.notify(self.rank, refusal_kind(seq, error if error in REFUSALS else "ValueError"))
         self.flush(0.2)
 
@@ -166,6 +173,7 @@ class Notices:
                     pass
         self.reqs = []
         self.macs = None
+        self.closed = True
 
     def check(self) -> bool:
         """Collect authentic give-up notices that arrived (none before

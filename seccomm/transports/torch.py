@@ -18,8 +18,8 @@ Under ``nccl`` two things change (both selectable for tests with ``batch_p2p``/`
 
 Every wait has a deadline: gloo's ``Work.wait(timeout)``, or polling ``Work.is_completed()``
 (NCCL completion is a CUDA event query) until the deadline.  A silent peer gives
-``TransportTimeout`` instead of a hang.  No give-up or abort notices travel here (so there is
-nothing to forge, and ``authenticate_notices`` is the base no-op): a rank that times out names
+``TransportTimeout`` instead of a hang.  No give-up or abort notices travel here (the base's
+``notices``: none, so there is nothing to forge): a rank that times out names
 the peer it waited on, and ranks waiting on one that stopped after an error wait out their own
 deadline.
 """
@@ -33,8 +33,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import FrameError, SecCommError, TransportTimeout
+from ..errors import FrameError, TransportTimeout
 from .base import Backoff, Transport, poll_until
+from .records import Records
 
 _BACKOFF = Backoff(sleep_s=5e-5)  # Work.is_completed() queries a CUDA event: every 50 us
 
@@ -90,6 +91,8 @@ class TorchTransport(Transport):
         self._nccl = nccl
         self._poll_completion = nccl  # gloo's point-to-point Work never reports completion
         self._pending: list[_P2P] = []
+        # the argument records in one all-gather (gloo point-to-point costs about 1 ms a message)
+        self.records = Records(self, gathered=True)
 
     # -- point-to-point ----------------------------------------------------------------------
     def _target(self, t: torch.Tensor):
@@ -182,23 +185,6 @@ class TorchTransport(Transport):
     def wait_sends(self, reqs, timeout, peers, op_label):
         for req, peer in zip(reqs, peers):
             self._poll(self._work(req), timeout, peer, op_label)
-
-    def agree(self, record, table, timeout, op_label):
-        # one collective (gloo point-to-point costs about 1 ms a message): every rank's whole
-        # set of records (one per receiver: size x 40 bytes), of which each keeps its own row
-        got = np.zeros((self.size,) + record.shape, np.uint8)
-        self.allgather(record, got, op_label, timeout)
-        table[:] = got[:, self.rank]
-
-    def announce(self, record):
-        # the others wait in the op's all-gather: join it with the refusal records (waiting at
-        # most the deadline for them to arrive), so that they stop at once
-        got = np.zeros((self.size,) + record.shape, np.uint8)
-        try:
-            self.allgather(record, got, "refusal")
-        except SecCommError:
-            pass
-        return []
 
     def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         mine = self._stage(_tensor(sendbuf))

@@ -205,3 +205,34 @@ def test_a_received_frame_is_accepted_in_one_place():
     # the device engine's batched kernel opens a step's frames at once, each landed first
     found.discard("seccomm/gpu/engine.py calls open")
     assert not found, sorted(found)
+
+
+#: what a transport implements (:class:`seccomm.transports.base.Transport`, "The core")
+TRANSPORT_CORE = {
+    "isend", "irecv", "wait_recv", "wait_sends",  # frames
+    "allgather", "scatter", "bcast",  # the setup collectives
+    "cancel", "quiesce", "host_key", "close", "begin_op",
+}  # fmt: skip
+#: mechanisms with a default that a transport may replace by methods of its own: the MPI
+#: transport's receipt channel and pair link (its records and notices are objects it names)
+TRANSPORT_OWN = {
+    "MPITransport": {"isend_receipt", "irecv_receipt", "pair_link"},
+    "NCCLTransport": {"from_mpi"},  # (a constructor)
+}
+
+
+def test_transports_implement_only_the_core():
+    """The transports of the package define the core of the interface and nothing else public:
+    the argument records, the failure notices and the rest come from the base, through objects
+    a transport names (``records``, ``notices``), so a new transport is its core."""
+    found = {}
+    for p in (ROOT / "transports").glob("*.py"):
+        for node in ast.parse(p.read_text()).body:
+            bases = {getattr(b, "id", "") for b in getattr(node, "bases", ())}
+            if "Transport" not in bases or node.name == "TransportWrapper":
+                continue  # (the wrapper forwards the whole interface: that is what it is for)
+            public = {f.name for f in node.body if isinstance(f, ast.FunctionDef) and f.name[0] != "_"}
+            extra = public - TRANSPORT_CORE - TRANSPORT_OWN.get(node.name, set())
+            found[node.name] = sorted(extra)
+    assert {"MPITransport", "TorchTransport", "NCCLTransport"} <= set(found)
+    assert not any(found.values()), found
