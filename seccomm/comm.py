@@ -250,7 +250,6 @@ class SecureComm:
             EncryptPolicy(self.encrypt, self.node_ids),
             self.suite,
             self.chunk_bytes,
-            self.timeout,
             control,
         )
 

@@ -102,7 +102,8 @@ class OpSequence:
         reqs, peers, label = self.unsent
         self.unsent = None
         try:
-            self.transport.wait_sends(reqs, self.timeout, peers, f"{label} (its last sends)")
+            self.transport.begin_op(f"{label} (its last sends)", self.timeout)
+            self.transport.wait_sends(reqs, peers)
         except SecCommError as e:
             self.broken = f"{label} failed ({type(e).__name__})"
             self.transport.cancel(list(reqs))
@@ -120,12 +121,13 @@ class OpSequence:
         communicator unusable and tells the other ranks at once."""
         a, t = self.agreement, self.transport
         a.record_tail(run.frame.seq, tail)
+        t.begin_op(run.op_label, self.timeout)  # (every wait of the op names it)
         try:
-            t.agree_start(a.out, a.table, check, self.timeout, run.op_label, a.expect)
+            t.agree_start(a.out, a.table, check, a.expect)
             _quiet(steps)
             if run.receipts:
                 run.receipts.finish(run)
-            t.agree_finish(self.timeout, run.op_label)
+            t.agree_finish()
             if run.sends:
                 if t.defer_last_sends and not run.lent:
                     reqs, peers = zip(*run.sends)

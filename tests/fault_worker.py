@@ -48,14 +48,14 @@ class Watch(TransportWrapper):
 
     waiting = None
 
-    def wait_recv(self, req, timeout, peer, op_label):
+    def wait_recv(self, req, peer):
         self.waiting = peer
-        return self.inner.wait_recv(req, timeout, peer, op_label)
+        return self.inner.wait_recv(req, peer)
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
+    def wait_sends(self, reqs, peers):
         for req, peer in zip(reqs, peers):  # one at a time, in order, as MPITransport waits
             self.waiting = peer
-            self.inner.wait_sends([req], timeout, [peer], op_label)
+            self.inner.wait_sends([req], [peer])
 
 
 class ForgeBeforeAbort(Watch):
@@ -96,11 +96,12 @@ class UnknownSender(Watch):
 
     armed = False
 
-    def wait_recv(self, req, timeout, peer, op_label):
+    def wait_recv(self, req, peer):
+        op_label = self.op_label
         if self.armed:
             self.armed = False
             raise FrameError(f"{op_label}: planted: a message of unknown sender", peer="any", op=op_label)
-        return super().wait_recv(req, timeout, peer, op_label)
+        return super().wait_recv(req, peer)
 
 
 class RaiseInOp(TransportWrapper):

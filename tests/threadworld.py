@@ -225,8 +225,8 @@ class ThreadTransport(Transport):
             def recv(self, frame):
                 return t.irecv(frame, peer)
 
-            def wait(self, rreq, timeout, op_label):
-                return t.wait_recv(rreq, timeout, peer, op_label)
+            def wait(self, rreq):
+                return t.wait_recv(rreq, peer)
 
         return Link()
 
@@ -245,17 +245,18 @@ class ThreadTransport(Transport):
         self._record = self.irecv(np.empty(64, np.uint8), peer)
         return self._record
 
-    def wait_record(self, timeout, peer, op_label):
+    def wait_record(self, peer):
+        op_label = self.op_label
         req, self._record = self._record, None
         if req is not None:
-            self._record_alone(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            self._record_alone(req.buf, self.wait_recv(req, peer), peer, op_label)
 
     def _record_alone(self, buf, got, peer, op_label):
         if got != 40:  # (a record alone is whole: RECORD_BYTES)
             self._pair[2] = None
             msg = f"{op_label}: argument record of {got} bytes from rank {peer}"
             raise FrameError(msg, peer=peer, op=op_label)
-        self.take_record(buf, got, peer, op_label)
+        self.take_record(buf, got, peer)
 
     def put_record(self, trailer):
         if not self._pair_out:
@@ -270,7 +271,8 @@ class ThreadTransport(Transport):
         self._pair_in = False
         return True
 
-    def take_record(self, wire, got, peer, op_label):
+    def take_record(self, wire, got, peer):
+        op_label = self.op_label
         if got < 32:
             self._pair[2] = None
             msg = f"{op_label}: argument record of {got} bytes from rank {peer}"
@@ -303,7 +305,8 @@ class ThreadTransport(Transport):
         return True
 
     # -- the argument exchange, overlapped with the op as the MPI transport does ---------------
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+    def agree_start(self, record, table, check, expect=None):
+        timeout, op_label = self.op_timeout, self.op_label
         _check_wait(timeout, op_label)
         if self.paired:
             i = 40 * (1 - self.rank) + 8  # (record: a row per receiver; the peer's is sent)
@@ -327,12 +330,13 @@ class ThreadTransport(Transport):
         recvs, _, peers, check, label = self._agreeing
         self._agreeing[3] = None  # (the waits below must not run it)
         for q, r in zip(recvs, peers):
-            got = self.wait_recv(q, timeout, r, label)
+            got = self.wait_recv(q, r)
             if got != len(q.buf):
                 raise FrameError(f"{label}: argument record of {got} bytes from rank {r}", peer=r, op=label)
         check()
 
-    def agree_finish(self, timeout, op_label):
+    def agree_finish(self):
+        timeout, op_label = self.op_timeout, self.op_label
         if self._pair is not None:
             peer, sends, self._pair_sends = 1 - self.rank, self._pair_sends, []
             if self._pair_out:  # no frame went to the peer: the record alone
@@ -341,13 +345,13 @@ class ThreadTransport(Transport):
             if self._pair_in:  # none came: the record alone
                 self._pair_in = False
                 req = self.irecv(np.empty(64, np.uint8), peer)
-                self._record_alone(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+                self._record_alone(req.buf, self.wait_recv(req, peer), peer, op_label)
             elif self._first is not None:
-                self.wait_recv(self._first[0], timeout, peer, op_label)
+                self.wait_recv(self._first[0], peer)
             elif self._record is not None:
-                self.wait_record(timeout, peer, op_label)
+                self.wait_record(peer)
             self._pair = None
-            self.wait_sends(sends, timeout, [peer] * len(sends), op_label)
+            self.wait_sends(sends, [peer] * len(sends))
             return
         if self._agreeing is None:
             return
@@ -355,7 +359,7 @@ class ThreadTransport(Transport):
             self._agree_now(timeout)
         _, sends, peers, _, _ = self._agreeing
         self._agreeing = None
-        self.wait_sends(sends, timeout, peers, op_label)
+        self.wait_sends(sends, peers)
 
     def agree_settle(self, limit):
         if self._pair is not None:
@@ -389,14 +393,15 @@ class ThreadTransport(Transport):
         box = self.world.mail[(1 - self.rank, self.rank, "fallback")]
         return bool(box) and len(box[0]) == 40 and box[0][:8] == bytes(self._pair[0][:8])
 
-    def wait_recv(self, req, timeout, peer, op_label):
+    def wait_recv(self, req, peer):
+        timeout, op_label = self.op_timeout, self.op_label
         _check_wait(timeout, op_label)
         if not isinstance(req, _Recv) or req.peer != peer:
             raise AssertionError(f"rank {self.rank}: wait_recv({req!r}, peer={peer!r})")
         if self._first is not None and req is self._first[0]:  # staged: the record off, then the frame
             dest = self._first[1]
             self._first = None
-            got = self.take_record(req.buf, self.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            got = self.take_record(req.buf, self.wait_recv(req, peer), peer)
             np.frombuffer(dest, np.uint8)[:got] = req.buf[:got]
             return got
         w, box = self.world, self.world.mail[req.box]
@@ -421,10 +426,10 @@ class ThreadTransport(Transport):
             watched = len(box) <= req.index and watch and self._records_in()
             fb = fb and len(box) <= req.index and self._fallback_ready()
         if fb and self._fallback():  # (it raises on a disagreement)
-            return self.wait_recv(req, timeout, peer, op_label)
+            return self.wait_recv(req, peer)
         if watched:  # every record is in while this rank waits: the check runs (it may raise)
             self._agree_now(timeout)
-            return self.wait_recv(req, timeout, peer, op_label)
+            return self.wait_recv(req, peer)
         with w.cv:
             if len(box) <= req.index:  # and the ranks waiting on this one stop too
                 w.stopped.setdefault(self.rank, w.stopped[peer])
@@ -451,7 +456,8 @@ class ThreadTransport(Transport):
         dest[: len(data)] = np.frombuffer(data, np.uint8)
         return len(data)
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
+    def wait_sends(self, reqs, peers):
+        timeout, op_label = self.op_timeout, self.op_label
         _check_wait(timeout, op_label)
         if len(reqs) != len(peers) or any(
             not isinstance(q, _Sent) or q.peer != peer for q, peer in zip(reqs, peers)

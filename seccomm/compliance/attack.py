@@ -260,7 +260,7 @@ class RecordAttack(TransportWrapper):
         super().__init__(inner)
         self.cls, self.ops, self.xor, self.first = cls, 0, {}, {}
 
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+    def agree_start(self, record, table, check, expect=None):
         self.ops += 1
         peers = [j for j in range(self.size) if j != self.rank]
         n = record.shape[1]
@@ -269,7 +269,7 @@ class RecordAttack(TransportWrapper):
             for j in peers:
                 self.first[j] = seen[j].copy()
                 self.xor[j] = seen[j, 24:] ^ record[j, 24:]
-            return self.inner.agree_start(record, table, check, timeout, op_label, expect)
+            return self.inner.agree_start(record, table, check, expect)
 
         def rewritten():
             for j in peers:
@@ -282,7 +282,7 @@ class RecordAttack(TransportWrapper):
                     table[j] = self.first[j]
             check()
 
-        return self.inner.agree_start(record, table, rewritten, timeout, op_label, None)
+        return self.inner.agree_start(record, table, rewritten, None)
 
 
 def run_record_class(

@@ -106,13 +106,13 @@ def land(run, box: Inbox, j: int, req=None, got=None, defer=None):
     t, peer = run.t, box.peer
     if got is None:
         if j == 0:
-            run.first.check_alone(run.timeout, peer, run.op_label)
+            run.first.check_alone(peer)
         if box.link is None:
-            got = t.wait_recv(req, run.timeout, peer, run.op_label)
+            got = t.wait_recv(req, peer)
         else:
-            got = box.link.wait(req, run.timeout, run.op_label)
+            got = box.link.wait(req)
     if j == 0 and box.record is not None:
-        got = t.take_record(box.record, got, peer, run.op_label)
+        got = t.take_record(box.record, got, peer)
     want = len(box.frames[j])
     if got != want:  # a frame of the wrong length cannot be authentic
         raise frame_error(run, box, j, f"frame has {got} bytes, expected {want} (truncated or padded)")

@@ -91,9 +91,9 @@ class Receipts:
         come within the deadline blames its receiver, as any wait; one of another length,
         another op's number or a tag that fails raises :class:`~seccomm.errors.FrameError`
         naming it."""
-        t, timeout, label = run.t, run.timeout, run.op_label
+        t, label = run.t, run.op_label
         for req, buf, peer, want in self.waiting:
-            got = t.wait_recv(req, timeout, peer, label)
+            got = t.wait_recv(req, peer)
             if got != RECEIPT_BYTES or not hmac.compare_digest(buf[:RECEIPT_BYTES].tobytes(), want):
                 raise FrameError(
                     f"{label}: the receipt from rank {peer} is not this op's ({got} bytes; altered, "
@@ -105,5 +105,5 @@ class Receipts:
         self.waiting = []
         if self.given:
             reqs, peers, _ = zip(*self.given)
-            t.wait_sends(reqs, timeout, peers, label)
+            t.wait_sends(reqs, peers)
             self.given = []

@@ -52,9 +52,9 @@ class FirstMessage:
             pending.append(req)
             self.alone = True
 
-    def check_alone(self, timeout: float, src, op_label: str) -> None:
+    def check_alone(self, src) -> None:
         """Before the first clear frame from ``src`` is waited for: its record, if it came alone,
         checked (the transport raises on a disagreement)."""
         if self.alone:
             self.alone = False
-            self.t.wait_record(timeout, src, op_label)
+            self.t.wait_record(src)

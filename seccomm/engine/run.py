@@ -24,9 +24,10 @@ class OpContext:
     (:class:`~seccomm.framing.Workspace`, or the device engine's); ``keys``: the
     :class:`~seccomm.keys.KeySchedule`; ``pool``: crypto thread pool or ``None`` (crypto on the
     calling thread); ``policy``: which hops are encrypted (:class:`~seccomm.policy.EncryptPolicy`);
-    ``suite``: the communicator's suite; ``chunk_bytes``: frame payload bytes; ``timeout``: seconds
-    any single wait may block; ``control``: the rank's :class:`~seccomm.control.PairMacs`
-    (receipts).
+    ``suite``: the communicator's suite; ``chunk_bytes``: frame payload bytes; ``control``: the
+    rank's :class:`~seccomm.control.PairMacs` (receipts).  (The seconds a wait may block, and
+    the op it names, the transport holds: :meth:`Transport.begin_op
+    <seccomm.transports.base.Transport.begin_op>`.)
     """
 
     rank: int
@@ -38,7 +39,6 @@ class OpContext:
     policy: EncryptPolicy
     suite: CipherSuite
     chunk_bytes: int
-    timeout: float
     control: object = None
 
 
@@ -58,7 +58,7 @@ class OpRun:
     def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int, collective: str):
         self.t, self.ws, self.rank, self.size = ctx.transport, ctx.workspace, ctx.rank, ctx.size
         self.keys, self.policy, self.pool, self.suite = ctx.keys, ctx.policy, ctx.pool, ctx.suite
-        self.collective, self.itemsize, self.timeout = collective, itemsize, ctx.timeout
+        self.collective, self.itemsize = collective, itemsize
         self.frame = frame
         self.chunk_elems = chunk_elems(ctx.chunk_bytes, itemsize)
         self.op_label = f"{collective} #{frame.seq}"  # names the operation in transport errors
@@ -178,7 +178,7 @@ class OpRun:
         if self.sends:
             reqs, peers = zip(*self.sends)
             self.sends = []
-            self.t.wait_sends(reqs, self.timeout, peers, self.op_label)
+            self.t.wait_sends(reqs, peers)
         self.lent = False
 
     def _sent(self, reqs, peer) -> None:

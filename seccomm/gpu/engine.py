@@ -344,7 +344,7 @@ class DeviceOpRun(OpRun):
             if len(rreqs) > self.receipts.after:
                 self.receipts.give(self, prv)
             if s < p - 2:  # (the last hop's sends: left to the op's end, as exchange leaves them)
-                t.wait_sends(sreqs, self.timeout, [nxt] * len(sreqs), self.op_label)
+                t.wait_sends(sreqs, [nxt] * len(sreqs))
             else:
                 self.sends += [(q, nxt) for q in sreqs]
             if len(sreqs) > self.receipts.after:

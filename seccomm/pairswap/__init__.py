@@ -176,7 +176,7 @@ def rest(run, sw, got) -> None:  # pragma: no mutate block (MPI: tests/mpi_worke
     if got == MPIERR:
         raise link.error(sw.mpi_error, run.op_label)
     if got == PENDING:
-        got = link.wait(rreq, run.timeout, run.op_label)
+        got = link.wait(rreq)
         if not sw.finish(got):
             return
     landed(got)

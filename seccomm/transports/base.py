@@ -6,9 +6,10 @@ and raises :class:`~seccomm.errors.TransportTimeout` naming the peer instead of 
 wait that polls goes through :func:`poll_until`.  Wrappers (tampering, recording, the attacker
 harness) subclass :class:`TransportWrapper` and override what they need.
 
-``op_label`` (every wait and setup collective takes one): the operation a transfer belongs to,
-as error messages name it, e.g. ``"allreduce #3"`` or ``"key exchange"``; it becomes the ``op``
-of the :class:`~seccomm.errors.SecCommError` raised.
+The transport holds the op its waits belong to (:meth:`Transport.begin_op`: the label error
+messages name, e.g. ``"allreduce #3"``, which becomes the ``op`` of the
+:class:`~seccomm.errors.SecCommError` raised, and the seconds each wait may block); the setup
+collectives take their label and timeout as arguments.
 """
 
 from __future__ import annotations
@@ -81,7 +82,19 @@ class Transport:
     small_bytes_default = 64 << 10
     defer_last_sends = False
 
+    #: the op the waits belong to, as their errors name it (``"allreduce #3"``, ``"key
+    #: exchange"``: the ``op`` of the :class:`~seccomm.errors.SecCommError` raised), and the
+    #: seconds each wait may block before ``TransportTimeout``: set by :meth:`begin_op`
+    op_label: str = "setup"
+    op_timeout: float = 60.0
+
     # -- the core ------------------------------------------------------------------------------
+    def begin_op(self, label: str, timeout: float) -> None:
+        """The waits from now on belong to op ``label`` and each may block at most ``timeout``
+        seconds (the op's :class:`~seccomm.sequence.OpSequence` calls this before the op's first
+        transfer).  A transport that hands waits to another (NCCL's control) passes it on."""
+        self.op_label, self.op_timeout = label, timeout
+
     def isend(self, buf, peer: int):
         """Post the send of ``buf`` (uint8) to ``peer``; returns a request for :meth:`wait_sends`.
         ``buf`` stays unchanged until that wait returns."""
@@ -92,14 +105,14 @@ class Transport:
         request for :meth:`wait_recv`."""
         raise NotImplementedError
 
-    def wait_recv(self, req, timeout: float, peer: int, op_label: str) -> int:
-        """Wait (at most ``timeout`` seconds) for a receive; return the bytes received.  Raises
-        ``TransportTimeout`` naming ``peer`` past the deadline, ``FrameError`` for a message
+    def wait_recv(self, req, peer: int) -> int:
+        """Wait (at most :attr:`op_timeout` seconds) for a receive; return the bytes received.
+        Raises ``TransportTimeout`` naming ``peer`` past the deadline, ``FrameError`` for a message
         larger than the buffer."""
         raise NotImplementedError
 
-    def wait_sends(self, reqs: list, timeout: float, peers: list, op_label: str) -> None:
-        """Wait (at most ``timeout`` seconds each) for sends ``reqs`` to ``peers``."""
+    def wait_sends(self, reqs: list, peers: list) -> None:
+        """Wait (at most :attr:`op_timeout` seconds each) for sends ``reqs`` to ``peers``."""
         raise NotImplementedError
 
     def allgather(self, sendbuf, recvbuf, op_label: str, timeout: float | None = None) -> None:
@@ -142,16 +155,16 @@ class Transport:
     #: isend and irecv see the frames as they are)
     paired = False
 
-    def agree(self, record, table, timeout: float, op_label: str) -> None:
+    def agree(self, record, table) -> None:
         """Exchange each rank's argument record (:mod:`seccomm.agreement`) before an op's first
         frame: ``record`` (uint8, shape (size, n): row j is this rank's record for rank j, whose
         tag names both) goes row by row to every other rank, and the one rank j sent this rank
         lands in ``table[j]`` (``table``: uint8, shape (size, n)).  Default: point-to-point, every
         receive posted first, each waited for naming its rank (``TransportTimeout`` or
         ``PeerAbortError`` as any wait), ``FrameError`` for a record of another length."""
-        self.records.agree(record, table, timeout, op_label)
+        self.records.agree(record, table)
 
-    def agree_start(self, record, table, check, timeout: float, op_label: str, expect=None) -> None:
+    def agree_start(self, record, table, check, expect=None) -> None:
         """Begin an op's argument exchange (:meth:`agree`); ``check()`` (raises on a table that
         disagrees) runs once every record is in; ``expect`` (bytes, optional): the table an
         agreeing world sends back (:attr:`Agreement.expect <seccomm.agreement.Agreement.expect>`).
@@ -161,12 +174,12 @@ class Transport:
         records are in, also inside any wait of the op (a rank that waits for a frame its
         disagreeing peer never sends stops there); a :attr:`paired` one carries the record in
         the op's first message to the peer instead of in a message of its own."""
-        self.records.agree_start(record, table, check, timeout, op_label, expect)
+        self.records.agree_start(record, table, check, expect)
 
-    def agree_finish(self, timeout: float, op_label: str) -> None:
+    def agree_finish(self) -> None:
         """At the op's end: wait for the records still out and run the check (waits name the
         rank they wait on, as any wait)."""
-        self.records.agree_finish(timeout, op_label)
+        self.records.agree_finish()
 
     def agree_settle(self, limit: float):
         """After the op failed: the check's exception if every record arrives within ``limit``
@@ -190,11 +203,11 @@ class Transport:
         it is posted for frame and room, and what arrived goes to :meth:`take_record`."""
         return self.records.record_due()
 
-    def take_record(self, wire, got: int, peer: int, op_label: str) -> int:
+    def take_record(self, wire, got: int, peer: int) -> int:
         """Paired: the op's first message from ``peer``, ``got`` bytes in ``wire``: its record is
         checked (the agreement's check: raises on a disagreement or a record that is not
         authentic); returns the bytes of the frame before it."""
-        return self.records.take_record(wire, got, peer, op_label)
+        return self.records.take_record(wire, got, peer)
 
     def send_record(self) -> None:
         """Paired: if this op's record has not gone to the peer yet, it goes now, alone: before
@@ -212,10 +225,10 @@ class Transport:
         Default: ``None`` (nothing due)."""
         return self.records.expect_record(peer)
 
-    def wait_record(self, timeout: float, peer: int, op_label: str) -> None:
+    def wait_record(self, peer: int) -> None:
         """Paired: wait for the record :meth:`expect_record` posted a receive for, and check it
         as :meth:`take_record` does (raises on a disagreement).  Default: nothing."""
-        self.records.wait_record(timeout, peer, op_label)
+        self.records.wait_record(peer)
 
     def discard(self, buf, peer: int) -> None:
         """A wrapper dropped ``buf`` on its way to ``peer`` (the attacker harness): what this
@@ -271,7 +284,7 @@ class Transport:
 
     def pair_link(self, peer: int):
         """An object that moves host frames to and from ``peer`` with the least work per call
-        (``send(frame)``, ``recv(frame)``, ``wait(rreq, timeout, op_label) -> bytes``: as
+        (``send(frame)``, ``recv(frame)``, ``wait(rreq) -> bytes``: as
         :meth:`isend`, :meth:`irecv` and :meth:`wait_recv` to and from ``peer``), or ``None``: the
         engine then calls those.  Default ``None`` (a wrapper's too: it sees every frame).  A link
         with an ``express`` attribute that is not ``None`` offers the compiled two-rank swap
@@ -358,6 +371,17 @@ class TransportWrapper(Transport):
         return self.inner.records
 
     @property
+    def op_label(self):
+        return self.inner.op_label
+
+    @property
+    def op_timeout(self):
+        return self.inner.op_timeout
+
+    def begin_op(self, label, timeout):
+        return self.inner.begin_op(label, timeout)
+
+    @property
     def notices(self):
         return self.inner.notices
 
@@ -378,11 +402,11 @@ class TransportWrapper(Transport):
     def irecv(self, buf, peer):
         return self.inner.irecv(buf, peer)
 
-    def wait_recv(self, req, timeout, peer, op_label):
-        return self.inner.wait_recv(req, timeout, peer, op_label)
+    def wait_recv(self, req, peer):
+        return self.inner.wait_recv(req, peer)
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
-        return self.inner.wait_sends(reqs, timeout, peers, op_label)
+    def wait_sends(self, reqs, peers):
+        return self.inner.wait_sends(reqs, peers)
 
     def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         return self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
@@ -393,14 +417,14 @@ class TransportWrapper(Transport):
     def bcast(self, buf, root, op_label, timeout=None):
         return self.inner.bcast(buf, root, op_label, timeout)
 
-    def agree(self, record, table, timeout, op_label):
-        return self.inner.agree(record, table, timeout, op_label)
+    def agree(self, record, table):
+        return self.inner.agree(record, table)
 
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
-        return self.inner.agree_start(record, table, check, timeout, op_label, expect)
+    def agree_start(self, record, table, check, expect=None):
+        return self.inner.agree_start(record, table, check, expect)
 
-    def agree_finish(self, timeout, op_label):
-        return self.inner.agree_finish(timeout, op_label)
+    def agree_finish(self):
+        return self.inner.agree_finish()
 
     def agree_settle(self, limit):
         return self.inner.agree_settle(limit)
@@ -420,8 +444,8 @@ class TransportWrapper(Transport):
     def expect_record(self, peer):
         return self.inner.expect_record(peer)
 
-    def wait_record(self, timeout, peer, op_label):
-        return self.inner.wait_record(timeout, peer, op_label)
+    def wait_record(self, peer):
+        return self.inner.wait_record(peer)
 
     def cancel(self, reqs):
         return self.inner.cancel(reqs)

@@ -162,24 +162,24 @@ class MPITransport(Transport):
         except MPI.Exception as e:
             raise _mpi_error(e, peer, op_label) from None
 
-    def wait_recv(self, req, timeout, peer, op_label):
+    def wait_recv(self, req, peer):
         first = self.records.pair_first
         if first is not None and req is first[0]:
-            return self.records.recv_first(req, timeout, peer, op_label)
+            return self.records.recv_first(req, peer)
         st = self._status
         if type(req) is _HostCopyRequest:
-            self._poll(req.req, timeout, st, peer, op_label)
+            self._poll(req.req, self.op_timeout, st, peer, self.op_label)
             req.dev.set(req.host)  # received frame: host -> device
             return st.Get_count(self._byte)
         try:
             if req.Test(st):  # (the usual case on the hot path: in at the first look)
                 return st.Get_count(self._byte)
         except self._MPI.Exception as e:
-            raise _mpi_error(e, peer, op_label) from None
-        self._poll(req, timeout, st, peer, op_label)
+            raise _mpi_error(e, peer, self.op_label) from None
+        self._poll(req, self.op_timeout, st, peer, self.op_label)
         return st.Get_count(self._byte)
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
+    def wait_sends(self, reqs, peers):
         for req, peer in zip(reqs, peers):
             if type(req) is _HostCopyRequest:
                 req = req.req
@@ -187,8 +187,8 @@ class MPITransport(Transport):
                 if req.Test():  # (the usual case: done at the first look)
                     continue
             except self._MPI.Exception as e:
-                raise _mpi_error(e, peer, op_label) from None
-            self._poll(req, timeout, None, peer, op_label)
+                raise _mpi_error(e, peer, self.op_label) from None
+            self._poll(req, self.op_timeout, None, peer, self.op_label)
 
     # -- setup collectives, topology, teardown -------------------------------------------------
     def _coll(self, req, op_label, timeout):
@@ -356,9 +356,9 @@ class _PairLink:
         """:meth:`MPITransport.irecv` of a host ``frame`` from the peer."""
         return self.irecv([frame, self.byte], self.peer, self.tag)
 
-    def wait(self, rreq, timeout: float, op_label: str) -> int:
+    def wait(self, rreq) -> int:
         """:meth:`MPITransport.wait_recv` of ``rreq``: the bytes received."""
-        return self.t.wait_recv(rreq, timeout, self.peer, op_label)
+        return self.t.wait_recv(rreq, self.peer)
 
 
 class _HostCopyRequest:

@@ -79,11 +79,11 @@ class RecordChannel(Records):
         self.pair_in = False
         return True
 
-    def take_record(self, wire, got, peer, op_label):
+    def take_record(self, wire, got, peer):
         n = TRAILER_BYTES
         if got < n:
             self._agree_check = None
-            raise record_size_error(op_label, peer, got, n)
+            raise record_size_error(self.t.op_label, peer, got, n)
         tr = wire[got - n : got]
         if tr == self._agree_want:  # (the usual case: it agrees, nothing else to do)
             self._agree_check = None
@@ -132,13 +132,13 @@ class RecordChannel(Records):
         self.pair_first = (req, buf)
         return req
 
-    def recv_first(self, req, timeout, peer, op_label) -> int:
+    def recv_first(self, req, peer) -> int:
         dest = self.pair_first[1]
         self.pair_first = None
         st = self.t._status
-        self.t._poll(req, timeout, st, peer, op_label)
+        self.t._poll(req, self.t.op_timeout, st, peer, self.t.op_label)
         stage = self._stages["recv"]
-        m = self.take_record(memoryview(stage), st.Get_count(self.t._byte), peer, op_label)
+        m = self.take_record(memoryview(stage), st.Get_count(self.t._byte), peer)
         if type(dest) is not memoryview and hasattr(dest, "__cuda_array_interface__"):
             dest[:m].set(stage[:m])
         else:
@@ -187,13 +187,13 @@ class RecordChannel(Records):
         except self.t._MPI.Exception:
             pass
 
-    def agree(self, record, table, timeout, op_label):
+    def agree(self, record, table):
         """As :meth:`Transport.agree` (the whole exchange, now), on the persistent requests of
         :meth:`agree_start`."""
-        self.agree_start(record, table, lambda: None, timeout, op_label)
-        self.agree_finish(timeout, op_label)
+        self.agree_start(record, table, lambda: None)
+        self.agree_finish()
 
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+    def agree_start(self, record, table, check, expect=None):
         """Overlapped with the op: persistent requests on ``record`` and ``table`` (made on first
         use, kept across ops) are started, every receive with every send, before the op's first
         frame (a pair's messages match in order: records before frames); each wait of the op
@@ -216,7 +216,7 @@ class RecordChannel(Records):
             self.pair_first = self._pair_rec = None
             if self._fb is None:  # the fallback channel: one standing receive per communicator
                 self._post_fallback(np.zeros(64, np.uint8))
-            self._agree_check, self._agree_label, self._agree_open = check, op_label, True
+            self._agree_check, self._agree_label, self._agree_open = check, self.t.op_label, True
             return
         MPI, B = self.t._MPI, self.t._byte
         if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
@@ -227,7 +227,7 @@ class RecordChannel(Records):
             self.free()
             self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts[: len(peers)], sts)
         MPI.Prequest.Startall(self._agreeing[5])
-        self._agree_check, self._agree_label, self._agree_open = check, op_label, True
+        self._agree_check, self._agree_label, self._agree_open = check, self.t.op_label, True
 
     def _agree_in(self) -> bool:
         """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
@@ -268,11 +268,11 @@ class RecordChannel(Records):
         if self._agree_check is not None:
             self._agree_in()
 
-    def agree_finish(self, timeout, op_label):
+    def agree_finish(self):
         if not self._agree_open:
             return
         if self.t.paired:
-            return self._pair_finish(timeout, op_label)
+            return self._pair_finish()
         MPI = self.t._MPI
         _, _, peers, recvs, sends, both, sts, all_sts = self._agreeing
         if self._agree_check is not None:  # (else a wait of the op already had every record in)
@@ -289,11 +289,11 @@ class RecordChannel(Records):
                     break
             else:
                 check, self._agree_check = self._agree_check, None  # (the waits below must not run it)
-                counts = [self.t.wait_recv(req, timeout, r, op_label) for r, req in zip(peers, recvs)]
+                counts = [self.t.wait_recv(req, r) for r, req in zip(peers, recvs)]
                 self._agree_check = check
                 self._agree_done(peers, counts)
         if not MPI.Request.Testall(sends):
-            self.t.wait_sends(sends, timeout, peers, op_label)
+            self.t.wait_sends(sends, peers)
         self._agree_open = False
 
     def send_record(self) -> None:
@@ -307,27 +307,27 @@ class RecordChannel(Records):
         req = self._pair_rec = self.t.comm.Irecv([self._rrec, self.t._byte], peer, self.t.tag)
         return req
 
-    def wait_record(self, timeout, peer, op_label):
+    def wait_record(self, peer):
         req, self._pair_rec = self._pair_rec, None
         if req is not None:
-            self._record_alone(self.t.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            self._record_alone(self.t.wait_recv(req, peer), peer)
 
-    def _record_alone(self, got, peer, op_label) -> None:
+    def _record_alone(self, got, peer) -> None:
         """The peer's whole record, received alone into ``_rrec`` (``got`` bytes): exactly
         :data:`~seccomm.agreement.RECORD_BYTES` (else ``FrameError`` naming ``peer``: a message
         of another length is not a record, whatever its last bytes), then checked as
         :meth:`take_record` checks one behind a frame."""
         if got != RECORD_BYTES:
             self._agree_check = None
-            raise record_size_error(op_label, peer, got, RECORD_BYTES)
-        self.take_record(memoryview(self._rrec), got, peer, op_label)
+            raise record_size_error(self.t.op_label, peer, got, RECORD_BYTES)
+        self.take_record(memoryview(self._rrec), got, peer)
 
     def _pair_alone(self) -> None:
         """Paired: this rank's whole record to the peer, alone (an op without a frame to it)."""
         self.pair_out = False
         self._pair_sends.append(self.t.comm.Isend([self._agree_rec, self.t._byte], self._peer, self.t.tag))
 
-    def _pair_finish(self, timeout, op_label) -> None:
+    def _pair_finish(self) -> None:
         """Paired, at the op's end: the whole record alone to a peer that got no frame, and from
         a peer that sent none (bcast's root and leaf, an op of no elements); then those sends."""
         peer, B = self._peer, self.t._byte
@@ -336,14 +336,14 @@ class RecordChannel(Records):
         if self.pair_in:
             self.pair_in = False
             req = self.t.comm.Irecv([self._rrec, B], peer, self.t.tag)
-            self._record_alone(self.t.wait_recv(req, timeout, peer, op_label), peer, op_label)
+            self._record_alone(self.t.wait_recv(req, peer), peer)
         elif self.pair_first is not None:  # (posted by the op, never waited for)
-            self.t.wait_recv(self.pair_first[0], timeout, peer, op_label)
+            self.t.wait_recv(self.pair_first[0], peer)
         elif self._pair_rec is not None:  # (the same: a record alone before a clear frame)
-            self.wait_record(timeout, peer, op_label)
+            self.wait_record(peer)
         sends, self._pair_sends = self._pair_sends, []
         if sends:
-            self.t.wait_sends(sends, timeout, [peer] * len(sends), op_label)
+            self.t.wait_sends(sends, [peer] * len(sends))
         self._agree_open = False
 
     def agree_settle(self, limit):

@@ -198,13 +198,13 @@ class NCCLTransport(Transport):
             with self.device:
                 op.dev.get(out=op.host)
 
-    def wait_recv(self, req, timeout, peer, op_label):
-        self._wait(req, timeout, peer, op_label)
+    def wait_recv(self, req, peer):
+        self._wait(req, self.op_timeout, peer, self.op_label)
         return req.nbytes
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
+    def wait_sends(self, reqs, peers):
         for req, peer in zip(reqs, peers):
-            self._wait(req, timeout, peer, op_label)
+            self._wait(req, self.op_timeout, peer, self.op_label)
 
     def _abort(self) -> None:
         if not self._broken:
@@ -233,6 +233,10 @@ class NCCLTransport(Transport):
 
     def host_key(self):
         return self.control.host_key()
+
+    def begin_op(self, label, timeout):
+        super().begin_op(label, timeout)
+        self.control.begin_op(label, timeout)  # (the argument records wait there)
 
     def quiesce(self, timeout):
         """Let launched transfers finish (at most ``timeout`` s), then the control quiesce."""

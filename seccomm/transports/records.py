@@ -27,11 +27,11 @@ class Records:
     def __init__(self, t, gathered: bool = False):
         self.t, self.gathered = t, gathered
 
-    def agree(self, record, table, timeout: float, op_label: str) -> None:
+    def agree(self, record, table) -> None:
         t = self.t
         if self.gathered:  # every rank's whole set of records, of which each keeps its row
             got = np.zeros((t.size,) + record.shape, np.uint8)
-            t.allgather(record, got, op_label, timeout)
+            t.allgather(record, got, t.op_label, t.op_timeout)
             table[:] = got[:, t.rank]
             return
         peers = [r for r in range(t.size) if r != t.rank]
@@ -39,16 +39,16 @@ class Records:
         recvs = [t.irecv(table[r], r) for r in peers]
         sends = [t.isend(record[r], r) for r in peers]
         for r, req in zip(peers, recvs):
-            got = t.wait_recv(req, timeout, r, op_label)
+            got = t.wait_recv(req, r)
             if got != n:
-                raise record_size_error(op_label, r, got, n)
-        t.wait_sends(sends, timeout, peers, op_label)
+                raise record_size_error(t.op_label, r, got, n)
+        t.wait_sends(sends, peers)
 
-    def agree_start(self, record, table, check, timeout: float, op_label: str, expect=None) -> None:
-        self.t.agree(record, table, timeout, op_label)  # (the transport's: it may have its own)
+    def agree_start(self, record, table, check, expect=None) -> None:
+        self.t.agree(record, table)  # (the transport's: it may have its own)
         check()
 
-    def agree_finish(self, timeout: float, op_label: str) -> None:
+    def agree_finish(self) -> None:
         return None
 
     def agree_settle(self, limit: float):
@@ -72,7 +72,7 @@ class Records:
     def record_due(self) -> bool:
         return False
 
-    def take_record(self, wire, got: int, peer: int, op_label: str) -> int:
+    def take_record(self, wire, got: int, peer: int) -> int:
         raise NotImplementedError("only a paired channel carries records behind frames")
 
     def send_record(self) -> None:
@@ -81,7 +81,7 @@ class Records:
     def expect_record(self, peer: int):
         return None
 
-    def wait_record(self, timeout: float, peer: int, op_label: str) -> None:
+    def wait_record(self, peer: int) -> None:
         return None
 
     def discard(self, buf, peer: int) -> None:

@@ -174,17 +174,17 @@ class TorchTransport(Transport):
             return req.work
         return req[0]
 
-    def wait_recv(self, req, timeout, peer, op_label):
-        self._poll(self._work(req), timeout, peer, op_label)
+    def wait_recv(self, req, peer):
+        self._poll(self._work(req), self.op_timeout, peer, self.op_label)
         if isinstance(req, _P2P):
             if req.dev is not req.host:
                 req.host.copy_(req.dev)  # device -> host (a no-op copy when not staged)
             return req.host.numel()
         return req[1].numel()
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
+    def wait_sends(self, reqs, peers):
         for req, peer in zip(reqs, peers):
-            self._poll(self._work(req), timeout, peer, op_label)
+            self._poll(self._work(req), self.op_timeout, peer, self.op_label)
 
     def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
         mine = self._stage(_tensor(sendbuf))

@@ -920,10 +920,11 @@ def test_the_last_sends_of_an_op_that_never_complete_break_the_next_op():
     class LastSendsFail(TransportWrapper):
         cancelled: list = []
 
-        def wait_sends(self, reqs, timeout, peers, op_label):
+        def wait_sends(self, reqs, peers):
+            timeout, op_label = self.op_timeout, self.op_label
             if op_label.endswith("(its last sends)"):
                 raise TransportTimeout(f"{op_label}: planted", peer=peers[0], op=op_label, timeout_s=timeout)
-            return self.inner.wait_sends(reqs, timeout, peers, op_label)
+            return self.inner.wait_sends(reqs, peers)
 
         def cancel(self, reqs):
             self.cancelled.append((self.rank, list(reqs)))
@@ -1072,9 +1073,10 @@ def test_a_transport_that_does_not_defer_has_every_send_waited_for_in_the_op():
         defer_last_sends = False
         waited: list = []
 
-        def wait_sends(self, reqs, timeout, peers, op_label):
+        def wait_sends(self, reqs, peers):
+            op_label = self.op_label
             self.waited.append((self.rank, op_label))
-            return self.inner.wait_sends(reqs, timeout, peers, op_label)
+            return self.inner.wait_sends(reqs, peers)
 
     def body(sc):
         sc.allreduce(np.ones(8, np.float32), np.zeros(8, np.float32))
@@ -1091,7 +1093,7 @@ def test_an_error_of_its_own_keeps_the_ops_requests_referenced(error):
     touch their buffers)."""
 
     class Boom(TransportWrapper):
-        def wait_recv(self, req, timeout, peer, op_label):
+        def wait_recv(self, req, peer):
             raise error("this rank fails here", peer=peer) if error is FrameError else error("here")
 
     def body(sc):
@@ -1113,7 +1115,7 @@ def test_a_failed_clear_op_keeps_every_request_it_posted(alg, paired):
     referenced by the SecureComm, none of them a placeholder."""
 
     class Boom(TransportWrapper):
-        def wait_recv(self, req, timeout, peer, op_label):
+        def wait_recv(self, req, peer):
             raise FrameError("this rank fails here", peer=peer)
 
     def body(sc):

@@ -146,13 +146,13 @@ class Held(TransportWrapper):
     def irecv_receipt(self, buf, peer):
         return self._hold(self.inner.irecv_receipt(buf, peer))
 
-    def wait_recv(self, req, timeout, peer, op_label):
-        got = self.inner.wait_recv(req.inner, timeout, peer, op_label)
+    def wait_recv(self, req, peer):
+        got = self.inner.wait_recv(req.inner, peer)
         self.done.add(self._index[id(req)])
         return got
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
-        self.inner.wait_sends([r.inner for r in reqs], timeout, peers, op_label)
+    def wait_sends(self, reqs, peers):
+        self.inner.wait_sends([r.inner for r in reqs], peers)
         self.done.update(self._index[id(r)] for r in reqs)
 
     def cancel(self, reqs):
@@ -349,8 +349,8 @@ class Receipts(TransportWrapper):
         self._own.append(buf)
         return self.inner.isend_receipt(buf, peer)
 
-    def wait_recv(self, req, timeout, peer, op_label):
-        got = self.inner.wait_recv(req, timeout, peer, op_label)
+    def wait_recv(self, req, peer):
+        got = self.inner.wait_recv(req, peer)
         if id(req) not in self.receipt_reqs:
             time.sleep(self.slow)
             with self.lock:

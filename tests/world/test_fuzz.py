@@ -98,10 +98,11 @@ class FuzzPeer(Transport):
     agreement = None
     fuzz_records = False
 
-    def agree(self, record, table, timeout, op_label):
+    def agree(self, record, table):
+        op_label = self.op_label
         self.sent.append(bytes(record))
         if self.fuzz_records:
-            got = self.wait_recv(_Req(table[1]), timeout, 1, op_label)
+            got = self.wait_recv(_Req(table[1]), 1)
             if got != len(record):
                 raise FrameError(f"{op_label}: record of {got} bytes", peer=1)
             return
@@ -117,7 +118,8 @@ class FuzzPeer(Transport):
     def irecv(self, buf, peer):
         return _Req(buf)
 
-    def wait_recv(self, req, timeout, peer, op_label):
+    def wait_recv(self, req, peer):
+        op_label = self.op_label
         dest = np.frombuffer(req.buf, np.uint8)
         data = self.deliver(self.k, dest.size, self.sent)
         self.k += 1
@@ -126,7 +128,7 @@ class FuzzPeer(Transport):
         dest[: len(data)] = np.frombuffer(data, np.uint8)
         return len(data)
 
-    def wait_sends(self, reqs, timeout, peers, op_label):
+    def wait_sends(self, reqs, peers):
         pass
 
 

@@ -31,7 +31,7 @@ class Reflector(TransportWrapper):
         super().__init__(inner)
         self.mode, self.ops, self.rel, self.first = mode, 0, {}, {}
 
-    def agree_start(self, record, table, check, timeout, op_label, expect=None):
+    def agree_start(self, record, table, check, expect=None):
         self.ops += 1
         op = self.ops
 
@@ -56,7 +56,7 @@ class Reflector(TransportWrapper):
                 table[[a, b]] = table[[b, a]]
             check()
 
-        return self.inner.agree_start(record, table, attacked, timeout, op_label, expect)
+        return self.inner.agree_start(record, table, attacked, expect)
 
 
 def _run(p, mode, attacked=range(100)):
