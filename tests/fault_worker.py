@@ -157,7 +157,7 @@ except (SecCommError, RuntimeError) as e:
         f"{getattr(e, 'blamed', '-')}\n".encode(),
     )  # one write: mpiexec interleaves ranks
     os.write(1, f"WAITED {c.rank} {getattr(sc.transport, 'waiting', None)} MESSAGE {e}\n".encode())
-os.write(1, f"FORGED {c.rank} {sum(sc.transport.notices.forged_notices.values())}\n".encode())
+os.write(1, f"FORGED {c.rank} {sum(sc.transport.notices.told.forged_notices.values())}\n".encode())
 if tamper or mode in ("raise", "unknown-sender"):
     sc.close()  # tear down together: nobody's transfer is cut by a rank that already left
 os._exit(0)

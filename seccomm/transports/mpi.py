@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import FrameError, SecCommError, TransportTimeout
 from .base import Backoff, Transport, poll_until
-from .mpi_records import RecordChannel
+from .mpi_records import channel
 from .notices import _MUTUAL_WAIT, Notices
 
 #: spin 2000 polls, yield the CPU up to poll 40000, then sleep 20 us between polls
@@ -61,7 +61,7 @@ class MPITransport(Transport):
         except MPI.Exception as e:
             raise _no_communicator(e) from None
         self.paired = self.size == 2  # (two ranks: an op's record rides in its first message)
-        self.records = RecordChannel(self)
+        self.records = channel(self)
         try:
             self._poll(req, timeout, None, "any", "communicator setup (MPI_Comm_idup)")
         except FrameError as e:  # (MPI failed the duplicate: _mpi_error's text does not fit)
@@ -133,7 +133,7 @@ class MPITransport(Transport):
         def notices():  # a rank already gave up on the one this rank waits on
             self.records.watch()
             n = self.notices
-            if n.check() and peer in n.gave_up:
+            if n.check() and peer in n.told.gave_up:
                 # waiting for a good part of the deadline already: this rank did not stall
                 # while peer waited on it (a mutual wait: what they sent each other was lost)
                 long = time.monotonic() - start >= _MUTUAL_WAIT * timeout

@@ -1,19 +1,21 @@
-"""The argument records of an MPI transport's ops (:mod:`seccomm.agreement`): :class:`RecordChannel`.
+"""The argument records of an MPI transport's ops (:mod:`seccomm.agreement`), one of two channels.
 
 Before an op's first frame every rank sends every other its argument record, and the op checks
 the table once they are in.  Over MPI the exchange overlaps the op:
 
-- on two ranks ("paired") there is no message of its own: the record after its op number rides
-  behind the op's first frame to the peer, in the same message (:meth:`RecordChannel.put_record`,
-  :meth:`~RecordChannel.record_due`, :meth:`~RecordChannel.take_record`; copied in and out for a
-  caller that keeps no room after its frames); an op without a frame to the peer sends its whole
-  record alone; a rank whose op failed sends it once more on a fallback tag;
-- on more ranks, persistent requests on the record and table (made on first use, kept across
-  ops) start before the op's first frame; each wait of the op looks at them
-  (:meth:`~RecordChannel.watch`) and :meth:`~RecordChannel.agree_finish` ends them.
+- :class:`PairedRecords`, on two ranks: no message of its own: the record after its op number
+  rides behind the op's first frame to the peer, in the same message
+  (:meth:`~PairedRecords.put_record`, :meth:`~PairedRecords.record_due`,
+  :meth:`~PairedRecords.take_record`; copied in and out for a caller that keeps no room after
+  its frames); an op without a frame to the peer sends its whole record alone; a rank whose op
+  failed sends it once more on a fallback tag;
+- :class:`PersistentRecords`, on more ranks: persistent requests on the record and table (made
+  on first use, kept across ops) start before the op's first frame; each wait of the op looks at
+  them (:meth:`~PersistentRecords.watch`) and :meth:`~PersistentRecords.agree_finish` ends them.
 
-The :class:`~seccomm.transports.mpi.MPITransport` owns its channel (``records``) and hands it
-the record calls of the :class:`~seccomm.transports.base.Transport` interface."""
+The :class:`~seccomm.transports.mpi.MPITransport` names its channel (``records``, made by
+:func:`channel`); the :class:`~seccomm.transports.base.Transport` interface hands it the record
+calls."""
 
 from __future__ import annotations
 
@@ -29,20 +31,57 @@ from .notices import _DRAIN
 _AGREE_SPINS = 200
 
 
-class RecordChannel(Records):
-    """The argument records of the ops of MPI transport ``t`` (module docstring)."""
+def channel(t) -> "_Exchange":
+    """The record channel of MPI transport ``t``: :class:`PairedRecords` on two ranks
+    (``t.paired``), else :class:`PersistentRecords`."""
+    return PairedRecords(t) if t.paired else PersistentRecords(t)
+
+
+class _Exchange(Records):
+    """What both channels share: the open exchange's check and op, and the first-message flags
+    the transport's ``isend``/``irecv``/``wait_recv`` read (always off on more than two ranks)."""
+
+    pair_out = pair_in = False  # the op's first send / first receive is to come
+    pair_first = None  # (request, destination) of a staged first receive
 
     def __init__(self, t):
         super().__init__(t)
-        self._agreeing = None  # agree_start()'s persistent requests, made on first use
         self._agree_check, self._agree_label = None, ""  # the open exchange's check, op
-        self._agree_open = False  # its requests are started and not all finished
-        # two ranks: the state of the op's exchange, and the fallback channel
+        self._agree_open = False  # its messages are out and not all in
+
+    def agree(self, record, table):
+        """As :meth:`Transport.agree` (the whole exchange, now), by :meth:`agree_start` and
+        :meth:`agree_finish`."""
+        self.agree_start(record, table, lambda: None)
+        self.agree_finish()
+
+    def watch(self) -> None:
+        """Inside a wait of the op: run the check as soon as the records are in, so a rank that
+        waits for a frame a disagreeing peer never sends raises the disagreement at once."""
+        if self._agree_check is not None:
+            self._agree_in()
+
+    def agree_settle(self, limit):
+        if self._agree_check is None:
+            return None
+        try:
+            poll_until(self._agree_in, limit, lambda: None, Backoff(spins=200, sleep_s=1e-4))
+        except SecCommError as e:
+            return e
+        return None
+
+    def _agree_in(self) -> bool:
+        raise NotImplementedError
+
+
+class PairedRecords(_Exchange):
+    """Two ranks: the record rides behind the op's first frame to the peer (module docstring)."""
+
+    def __init__(self, t):
+        super().__init__(t)
         self._peer = 1 - t.rank
         self._agree_rec = self._agree_table = None  # this op's record and table
         self._agree_tr = self._agree_want = None  # its trailer, and the trailer the peer must send
-        self.pair_out = self.pair_in = False  # the op's first send / first receive is to come
-        self.pair_first = None  # (request, destination) of a staged first receive
         self._pair_rec = None  # the receive of the peer's record alone before a clear frame
         self._pair_sends: list = []  # this op's sends of the record alone
         self._stages: dict = {}  # "send"/"recv" -> grow-only staging buffer of first messages
@@ -51,8 +90,8 @@ class RecordChannel(Records):
         self._fb_sent: list = []  # this rank's fallback record and its send (once)
 
     def close(self) -> None:
-        """Cancel the standing fallback receive (unmatched: safe to cancel) and free the
-        persistent requests, before the communicator is freed."""
+        """Cancel the standing fallback receive (unmatched: safe to cancel), before the
+        communicator is freed."""
         MPI = self.t._MPI
         if self._fb is not None and self._fb[0] != MPI.REQUEST_NULL:
             try:
@@ -61,7 +100,25 @@ class RecordChannel(Records):
             except MPI.Exception:
                 pass
         self._fb = None
-        self.free()
+
+    def agree_start(self, record, table, check, expect=None):
+        """No message of its own: the record after its op number rides behind the op's first
+        frame to the peer, in the same message (:meth:`put_record`, :meth:`record_due`,
+        :meth:`take_record`; copied in and out here for a caller that keeps no room); an op
+        without a frame to the peer sends its whole record alone (a bcast leaf before its first
+        wait: :meth:`send_record`; any other at its end).  A rank whose op failed sends its
+        record once more, on its own tag (:meth:`agree_settle`): a peer that could not read the
+        one in the first message (a larger message than it expected) looks for it there in its
+        waits."""
+        self._agree_rec, self._agree_table = record[self._peer], table
+        self._agree_tr = memoryview(self._agree_rec)[RECORD_BYTES - TRAILER_BYTES :]
+        i = RECORD_BYTES * (self._peer + 1) - TRAILER_BYTES
+        self._agree_want = None if expect is None else expect[i : i + TRAILER_BYTES]
+        self.pair_out = self.pair_in = True
+        self.pair_first = self._pair_rec = None
+        if self._fb is None:  # the fallback channel: one standing receive per communicator
+            self._post_fallback(np.zeros(64, np.uint8))
+        self._agree_check, self._agree_label, self._agree_open = check, self.t.op_label, True
 
     def discard(self, buf, peer) -> None:
         self.pair_out = False  # (paired: the record the op's first message carried is gone)
@@ -145,6 +202,9 @@ class RecordChannel(Records):
             np.frombuffer(dest, np.uint8)[:m] = stage[:m]
         return m
 
+    def _agree_in(self) -> bool:
+        return self._fallback_in()
+
     def _fallback_in(self) -> bool:
         """Whether the peer's fallback record of this op arrived (then checked: may raise).  A
         rank whose op failed sends its whole record there, so that a peer that could not read
@@ -187,114 +247,9 @@ class RecordChannel(Records):
         except self.t._MPI.Exception:
             pass
 
-    def agree(self, record, table):
-        """As :meth:`Transport.agree` (the whole exchange, now), on the persistent requests of
-        :meth:`agree_start`."""
-        self.agree_start(record, table, lambda: None)
-        self.agree_finish()
-
-    def agree_start(self, record, table, check, expect=None):
-        """Overlapped with the op: persistent requests on ``record`` and ``table`` (made on first
-        use, kept across ops) are started, every receive with every send, before the op's first
-        frame (a pair's messages match in order: records before frames); each wait of the op
-        looks at them (:meth:`watch`) and :meth:`agree_finish` ends them.
-
-        Paired (two ranks): no message of its own.  The record after its op number rides behind
-        the op's first frame to the peer, in the same message (:meth:`put_record`,
-        :meth:`record_due`, :meth:`take_record`; copied in and out here for a caller that keeps
-        no room); an op without a frame to the peer sends its whole record alone (a bcast leaf
-        before its first wait: :meth:`send_record`; any other at its end).
-        A rank whose op failed sends its record once more, on its own tag (:meth:`agree_settle`):
-        a peer that could not read the one in the first message (a larger message than it
-        expected) looks for it there in its waits."""
-        if self.t.paired:
-            self._agree_rec, self._agree_table = record[self._peer], table
-            self._agree_tr = memoryview(self._agree_rec)[RECORD_BYTES - TRAILER_BYTES :]
-            i = RECORD_BYTES * (self._peer + 1) - TRAILER_BYTES
-            self._agree_want = None if expect is None else expect[i : i + TRAILER_BYTES]
-            self.pair_out = self.pair_in = True
-            self.pair_first = self._pair_rec = None
-            if self._fb is None:  # the fallback channel: one standing receive per communicator
-                self._post_fallback(np.zeros(64, np.uint8))
-            self._agree_check, self._agree_label, self._agree_open = check, self.t.op_label, True
-            return
-        MPI, B = self.t._MPI, self.t._byte
-        if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
-            peers = [r for r in range(self.t.size) if r != self.t.rank]
-            recvs = [self.t.comm.Recv_init([table[r], B], r, self.t.tag) for r in peers]
-            sends = [self.t.comm.Send_init([record[r], B], r, self.t.tag) for r in peers]
-            sts = [MPI.Status() for _ in peers + peers]  # (the receives' first)
-            self.free()
-            self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts[: len(peers)], sts)
-        MPI.Prequest.Startall(self._agreeing[5])
-        self._agree_check, self._agree_label, self._agree_open = check, self.t.op_label, True
-
-    def _agree_in(self) -> bool:
-        """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
-        if self.t.paired:
-            return self._fallback_in()
-        _, _, peers, recvs, _, _, sts, _ = self._agreeing
-        try:
-            if not self.t._MPI.Request.Testall(recvs, sts):
-                return False
-        except self.t._MPI.Exception as e:
-            raise self._record_error(e) from None
-        self._agree_done(peers, [st.Get_count(self.t._byte) for st in sts])
-        return True
-
-    def _record_error(self, e) -> FrameError:
-        """The error of an argument exchange that MPI failed with ``e`` (a larger message where
-        a record was expected); the check will not run."""
-        self._agree_check = None
-        return FrameError(
-            f"{self._agree_label}: an argument record could not be received "
-            f"({e.Get_error_string().splitlines()[0].strip()}): the ranks disagree on the call "
-            f"sequence, or it was altered",
-            peer="any",
-            op=self._agree_label,
-        )
-
-    def _agree_done(self, peers, counts) -> None:
-        check, self._agree_check = self._agree_check, None
-        n = self._agreeing[1].shape[1]
-        for r, got in zip(peers, counts):
-            if got != n:
-                raise record_size_error(self._agree_label, r, got, n)
-        check()
-
-    def watch(self) -> None:
-        """Inside a wait of the op: run the check as soon as the records are in, so a rank that
-        waits for a frame a disagreeing peer never sends raises the disagreement at once."""
-        if self._agree_check is not None:
-            self._agree_in()
-
     def agree_finish(self):
-        if not self._agree_open:
-            return
-        if self.t.paired:
-            return self._pair_finish()
-        MPI = self.t._MPI
-        _, _, peers, recvs, sends, both, sts, all_sts = self._agreeing
-        if self._agree_check is not None:  # (else a wait of the op already had every record in)
-            try:
-                done = MPI.Request.Testall(both, all_sts)  # (the usual case: every record in, and sent)
-            except MPI.Exception as e:
-                raise self._record_error(e) from None
-            if done:
-                self._agree_done(peers, [st.Get_count(self.t._byte) for st in sts])
-                self._agree_open = False
-                return
-            for _ in range(_AGREE_SPINS):  # (the ranks usually enter an op together)
-                if self._agree_in():
-                    break
-            else:
-                check, self._agree_check = self._agree_check, None  # (the waits below must not run it)
-                counts = [self.t.wait_recv(req, r) for r, req in zip(peers, recvs)]
-                self._agree_check = check
-                self._agree_done(peers, counts)
-        if not MPI.Request.Testall(sends):
-            self.t.wait_sends(sends, peers)
-        self._agree_open = False
+        if self._agree_open:
+            self._pair_finish()
 
     def send_record(self) -> None:
         if self.pair_out:
@@ -347,17 +302,96 @@ class RecordChannel(Records):
         self._agree_open = False
 
     def agree_settle(self, limit):
-        if self.t.paired:  # the op failed: the peer may need this rank's record to tell why
-            self.pair_out = self.pair_in = False
-            self.pair_first = self._pair_rec = None
-            self._fallback_send()
-        if self._agree_check is None:
-            return None
+        # the op failed: the peer may need this rank's record to tell why
+        self.pair_out = self.pair_in = False
+        self.pair_first = self._pair_rec = None
+        self._fallback_send()
+        return super().agree_settle(limit)
+
+
+class PersistentRecords(_Exchange):
+    """More than two ranks: persistent requests on the record and table (module docstring)."""
+
+    def __init__(self, t):
+        super().__init__(t)
+        self._agreeing = None  # agree_start()'s persistent requests, made on first use
+
+    def close(self) -> None:
+        """Free the persistent requests, before the communicator is freed."""
+        self.free()
+
+    def agree_start(self, record, table, check, expect=None):
+        """Overlapped with the op: persistent requests on ``record`` and ``table`` (made on first
+        use, kept across ops) are started, every receive with every send, before the op's first
+        frame (a pair's messages match in order: records before frames); each wait of the op
+        looks at them (:meth:`watch`) and :meth:`agree_finish` ends them."""
+        MPI, B = self.t._MPI, self.t._byte
+        if self._agreeing is None or self._agreeing[0] is not table or self._agreeing[1] is not record:
+            peers = [r for r in range(self.t.size) if r != self.t.rank]
+            recvs = [self.t.comm.Recv_init([table[r], B], r, self.t.tag) for r in peers]
+            sends = [self.t.comm.Send_init([record[r], B], r, self.t.tag) for r in peers]
+            sts = [MPI.Status() for _ in peers + peers]  # (the receives' first)
+            self.free()
+            self._agreeing = (table, record, peers, recvs, sends, recvs + sends, sts[: len(peers)], sts)
+        MPI.Prequest.Startall(self._agreeing[5])
+        self._agree_check, self._agree_label, self._agree_open = check, self.t.op_label, True
+
+    def _agree_in(self) -> bool:
+        """Whether every record is in (then checked: sizes, then ``check()``, which may raise)."""
+        _, _, peers, recvs, _, _, sts, _ = self._agreeing
         try:
-            poll_until(self._agree_in, limit, lambda: None, Backoff(spins=200, sleep_s=1e-4))
-        except SecCommError as e:
-            return e
-        return None
+            if not self.t._MPI.Request.Testall(recvs, sts):
+                return False
+        except self.t._MPI.Exception as e:
+            raise self._record_error(e) from None
+        self._agree_done(peers, [st.Get_count(self.t._byte) for st in sts])
+        return True
+
+    def _record_error(self, e) -> FrameError:
+        """The error of an argument exchange that MPI failed with ``e`` (a larger message where
+        a record was expected); the check will not run."""
+        self._agree_check = None
+        return FrameError(
+            f"{self._agree_label}: an argument record could not be received "
+            f"({e.Get_error_string().splitlines()[0].strip()}): the ranks disagree on the call "
+            f"sequence, or it was altered",
+            peer="any",
+            op=self._agree_label,
+        )
+
+    def _agree_done(self, peers, counts) -> None:
+        check, self._agree_check = self._agree_check, None
+        n = self._agreeing[1].shape[1]
+        for r, got in zip(peers, counts):
+            if got != n:
+                raise record_size_error(self._agree_label, r, got, n)
+        check()
+
+    def agree_finish(self):
+        if not self._agree_open:
+            return
+        MPI = self.t._MPI
+        _, _, peers, recvs, sends, both, sts, all_sts = self._agreeing
+        if self._agree_check is not None:  # (else a wait of the op already had every record in)
+            try:
+                done = MPI.Request.Testall(both, all_sts)  # (the usual case: every record in, and sent)
+            except MPI.Exception as e:
+                raise self._record_error(e) from None
+            if done:
+                self._agree_done(peers, [st.Get_count(self.t._byte) for st in sts])
+                self._agree_open = False
+                return
+            for _ in range(_AGREE_SPINS):  # (the ranks usually enter an op together)
+                if self._agree_in():
+                    break
+            else:
+                check, self._agree_check = self._agree_check, None  # (the waits below must not run it)
+                counts = [self.t.wait_recv(req, r) for r, req in zip(peers, recvs)]
+                self._agree_check = check
+                self._agree_done(peers, counts)
+        if not MPI.Request.Testall(sends):
+            self.t.wait_sends(sends, peers)
+        self._agree_open = False
 
     def free(self) -> None:
         """Free agree()'s persistent requests (a receive still active, after a failed op, is

@@ -13,7 +13,8 @@ whose input names both; handed over by :meth:`Notices.authenticate` once the ses
 exist).  The key is derived with the session's salt, so it binds the communicator (session); the
 MAC binds the sender (the source rank the receive was posted for), the receiver, the blamed rank
 and the kind.  A notice whose MAC fails, or of the wrong size, is ignored, counted in
-``forged_notices`` and named in the error this rank raises; the receive from that rank is posted
+``forged_notices`` (:class:`~seccomm.transports.blame.Told`) and named in the error this
+rank raises; the receive from that rank is posted
 again, so a forgery cannot block the genuine notice.  Before the keys are handed over (during
 setup) no notice is sent or read: a rank whose setup wait expires blames the rank (or, for a
 setup collective, the collective) it waited on, within its deadline.  Under psk an insider rank
@@ -29,8 +30,8 @@ import struct
 
 import numpy as np
 
-from ..errors import PeerAbortError, TransportTimeout
 from .base import Backoff, poll_until
+from .blame import UNKNOWN_SENDER, Told
 
 _DRAIN = 1024  # messages on the notice tag that are not notices, taken per peer in one look
 #: a rank that has waited this share of the deadline on a peer that gave up on it did not stall:
@@ -46,10 +47,6 @@ _WAITED, _ABORT, _FAILED, _REFUSED = 0, 1, 2, 3
 #: exceptions a refusal notice can name, by code (1, 2)
 REFUSALS = ("ValueError", "TypeError")
 _NOTICE = struct.Struct(">qq")  # blamed rank, kind
-#: the blamed rank of an abort notice whose sender could not tell which rank sent the message
-#: that failed (a ``FrameError`` with ``peer == "any"``: a record receive that got a larger
-#: message); valid with kind ``_ABORT`` only
-UNKNOWN_SENDER = -1
 NOTICE_BYTES = _NOTICE.size + 16  # and the tag (seccomm.control)
 _NOTICE_LABEL = b"notice"
 
@@ -102,11 +99,8 @@ def _known_kind(kind: int) -> bool:
 
 class Notices:
     """The give-up notices of one MPI transport's private communicator ``comm`` (``MPI``: the
-    ``mpi4py.MPI`` module; notices on tag ``tag``).  What arrived so far: ``gave_up`` (rank ->
-    the rank it blamed), ``gave_up_in`` (rank -> the op it gave up waiting in, 0: unknown),
-    ``aborted`` (ranks that stopped after detecting an error), ``failed`` (of those, the ranks
-    whose error was their own), ``refused`` (of those, rank -> (op seq, exception)),
-    ``forged_notices`` (claimed sender -> notices that failed the MAC).  ``sent``: this rank's
+    ``mpi4py.MPI`` module; notices on tag ``tag``).  What arrived so far: ``told``
+    (:class:`~seccomm.transports.blame.Told`, which also says whom to blame).  ``sent``: this rank's
     notice (one per run: a ``None`` marker, then each message and its send request)."""
 
     def __init__(self, comm, MPI, rank: int, size: int, tag: int):  # noqa: N803 - the module
@@ -114,12 +108,7 @@ class Notices:
         self._byte = MPI.BYTE
         self.grace = 5.0  # seconds at most to wait for the chain of notices to settle (give_up)
         self.macs = None  # PairMacs, set by authenticate
-        self.gave_up: dict[int, int] = {}
-        self.gave_up_in: dict[int, int] = {}
-        self.aborted: set[int] = set()
-        self.failed: set[int] = set()
-        self.refused: dict[int, tuple[int, str]] = {}
-        self.forged_notices: dict[int, int] = {}
+        self.told = Told(rank)
         self._status = MPI.Status()
         self.buf = np.zeros((max(size, 1), NOTICE_BYTES), np.uint8)
         self.reqs = [MPI.REQUEST_NULL] * size
@@ -185,7 +174,7 @@ class Notices:
             for _ in range(_DRAIN):  # (forgeries in a row from r: drained, up to _DRAIN a look)
                 if not self._take(r, key, st):
                     break
-        return bool(self.gave_up)
+        return bool(self.told.gave_up)
 
     def _take(self, r: int, key, st) -> bool:
         """Look once at the notice receive from ``r``: True when what came was not a notice
@@ -208,46 +197,24 @@ class Notices:
         if got is None:
             self._forged(r)
             return True
-        self.gave_up[r] = got[0]
+        told = self.told
+        told.gave_up[r] = got[0]
         if got[1] & 0xFF == _WAITED:
-            self.gave_up_in[r] = got[1] >> 8
+            told.gave_up_in[r] = got[1] >> 8
         else:
-            self.aborted.add(r)
+            told.aborted.add(r)
         if got[1] & 0xFF != _WAITED and got[1] != _ABORT:
-            self.failed.add(r)
+            told.failed.add(r)
         if got[1] & 0xF == _REFUSED:
-            self.refused[r] = refusal(got[1])
+            told.refused[r] = refusal(got[1])
         self.reqs[r] = MPI.REQUEST_NULL
         return False
 
     def _forged(self, r: int) -> None:
         """A notice claiming to be from ``r`` failed authentication: count it, never use it, and
         listen for ``r``'s genuine notice again."""
-        self.forged_notices[r] = self.forged_notices.get(r, 0) + 1
+        self.told.forged_notices[r] = self.told.forged_notices.get(r, 0) + 1
         self.post(r)
-
-    def note(self) -> str:
-        if not self.forged_notices:
-            return ""
-        n, who = sum(self.forged_notices.values()), sorted(self.forged_notices)
-        return f" [{n} forged give-up notice(s) claiming rank(s) {who} failed authentication: ignored]"
-
-    def blame(self, peer: int) -> int:
-        """Follow the chain of notices from ``peer`` (who gave up waiting on whom) to its end,
-        or to the first rank on it that stopped after detecting an error."""
-        return self.walk(peer)[0]
-
-    def walk(self, peer: int) -> tuple[int, bool]:
-        """``(end, here)``: the end of the chain of notices from ``peer`` (:meth:`blame`) and
-        whether it led back to this rank (the rank before it is then the end)."""
-        seen = {self.rank}
-        while peer in self.gave_up and peer not in seen and peer not in self.aborted:
-            seen.add(peer)
-            nxt = self.gave_up[peer]
-            if nxt in seen:
-                return peer, nxt == self.rank
-            peer = nxt
-        return peer, False
 
     def notify(self, peer: int, kind: int) -> None:
         """Tell every other rank that this one gave up waiting on ``peer`` (one notice per run:
@@ -289,21 +256,23 @@ class Notices:
         ``waited``: this rank had waited on ``peer`` past its own deadline, or for
         :data:`_MUTUAL_WAIT` of it when ``peer``'s notice came.  A rank that finds that ``peer``
         gave up on it in an earlier op than the one it is in did that op's part
-        (:meth:`_did_its_part`) and counts as waiting too.  Otherwise a rank that did not wait
-        and finds the chain of notices from ``peer`` leading back to itself was the one that
-        stalled: its notice names itself, so that no other rank takes the cycle its late
-        notice would close for two ranks waiting on each other.  Then it waits a short grace
-        period (at most ``min(timeout, 5)`` s) until the chain from ``peer`` ends at a rank
-        whose own notice arrived (:meth:`settled`: ``peer`` alive but itself stuck, a
-        rank at the far end of a lost link, or one that stopped), so the blame lands on the
-        rank that stopped.  Two ranks that waited on each other name the link between them
-        (:meth:`_link`), never themselves.  Before :meth:`authenticate` no notice is
-        sent or awaited: the blame is ``peer``.
+        (:meth:`Told.did_its_part <seccomm.transports.blame.Told.did_its_part>`) and counts as
+        waiting too.  Otherwise a rank that did not wait and finds the chain of notices from
+        ``peer`` leading back to itself was the one that stalled: its notice names itself, so
+        that no other rank takes the cycle its late notice would close for two ranks waiting on
+        each other.  Then it waits a short grace period (at most ``min(timeout, 5)`` s) until
+        the chain from ``peer`` ends at a rank whose own notice arrived (:meth:`settled`:
+        ``peer`` alive but itself stuck, a rank at the far end of a lost link, or one that
+        stopped), so the blame lands on the rank that stopped.  The error is what the notices
+        told (:meth:`Told.verdict <seccomm.transports.blame.Told.verdict>`): two ranks that
+        waited on each other name the link between them, never themselves.  Before
+        :meth:`authenticate` no notice is sent or awaited: the blame is ``peer``.
         """
-        if not waited and self._did_its_part(peer, op_label):
+        told = self.told
+        if not waited and told.did_its_part(peer, waited_kind(op_label) >> 8):
             waited = True  # (peer's wait was for a message of an op this rank had already done)
         kind = waited_kind(op_label)
-        self.notify(self.rank if not waited and self.walk(peer)[1] else peer, kind)
+        self.notify(self.rank if not waited and told.walk(peer)[1] else peer, kind)
         if self.macs is not None:
             poll_until(
                 lambda: self.settled(peer),
@@ -312,106 +281,7 @@ class Notices:
                 Backoff(sleep_s=1e-3),
             )
         self.flush(min(timeout, 0.5))
-        culprit = self.blame(peer)
-        if culprit in self.refused:
-            raise PeerAbortError(
-                self._refused_text(culprit, op_label) + self.note(),
-                peer=culprit,
-                op=op_label,
-                blamed=culprit,
-            )
-        if culprit in self.failed:
-            raise PeerAbortError(
-                f"{op_label}: rank {culprit} stopped this operation after an error of its own (an "
-                f"exception raised on that rank inside the operation, not a frame error: see the error "
-                f"on rank {culprit})" + self.note(),
-                peer=culprit,
-                op=op_label,
-                blamed=culprit,
-            )
-        if culprit in self.aborted:
-            source = self.gave_up[culprit]
-            what = (
-                "a message whose sender it could not tell"
-                if source == UNKNOWN_SENDER
-                else f"a frame from rank {source}"
-            )
-            raise PeerAbortError(
-                f"{op_label}: rank {culprit} stopped this operation after it detected an error in "
-                f"{what} (see the error on rank {culprit})" + self.note(),
-                peer=culprit,
-                op=op_label,
-                blamed=None if source == UNKNOWN_SENDER else source,
-            )
-        link = self._link(culprit, waited)
-        if link is not None:
-            a, b = link
-            who = (
-                f"this rank (rank {self.rank}) and rank {culprit}"
-                if self.rank in link
-                else f"ranks {a} and {b}"
-            )
-            raise TransportTimeout(
-                f"{op_label}: {who} each waited on the other past the {timeout:g} s deadline: what "
-                f"they sent each other was lost on the way (dropped or held), or they disagree on "
-                f"the call sequence" + self.note(),
-                peer=culprit,
-                op=op_label,
-                timeout_s=timeout,
-                link=link,
-            )
-        if self.gave_up.get(culprit) == self.rank and culprit in self.gave_up:
-            raise TransportTimeout(  # the others gave up on this rank: it was the one that stalled
-                f"{op_label}: rank {culprit} gave up waiting on this rank (rank {self.rank}): it "
-                f"stalled past the {timeout:g} s deadline" + self.note(),
-                peer=self.rank,
-                op=op_label,
-                timeout_s=timeout,
-            )
-        via = "" if culprit == peer else f" (this rank waited on rank {peer}, itself stuck behind it)"
-        if self.gave_up.get(culprit) == culprit:
-            via += f" (rank {culprit} reports that it stalled)"
-        raise TransportTimeout(
-            f"{op_label}: rank {culprit} made no progress within {timeout:g} s{via}: it stopped, "
-            f"died, or the ranks disagree on the call sequence" + self.note(),
-            peer=culprit,
-            op=op_label,
-            timeout_s=timeout,
-        )
-
-    def _did_its_part(self, peer: int, op_label: str) -> bool:
-        """Whether ``peer`` gave up waiting on this rank in an op before the one this rank is in
-        now (``op_label``): this rank did that op's part, so what ``peer`` waited for was lost
-        or held on the way, and this rank, however briefly it has waited since, did not stall."""
-        theirs, mine = self.gave_up_in.get(peer, 0), waited_kind(op_label) >> 8
-        return self.gave_up.get(peer) == self.rank and 0 < theirs < mine
-
-    def _link(self, culprit: int, waited: bool):
-        """``(a, b)`` when the chain of notices ends in two ranks that gave up on each other
-        (``a < b``): neither stalled, both waited; what went between them was lost.  This rank is
-        one of them only when its own deadline passed waiting on ``culprit`` (``waited``): a
-        rank that stalled elsewhere sees the others' notices as soon as it waits again."""
-        other = self.gave_up.get(culprit)
-        if other is None or culprit in self.aborted:
-            return None
-        if other == self.rank:
-            return tuple(sorted((self.rank, culprit))) if waited else None
-        if other != culprit and self.gave_up.get(other) == culprit and other not in self.aborted:
-            return tuple(sorted((culprit, other)))
-        return None
-
-    def _refused_text(self, culprit: int, op_label: str) -> str:
-        """What a rank waiting in ``op_label`` is told of ``culprit``'s refusal notice."""
-        seq, error = self.refused[culprit]
-        if op_label.endswith(f" #{seq}"):
-            what = f"to {op_label}"
-        else:  # this rank is in another op: its own op #seq ended without that rank, or seqs differ
-            what = f"to its op #{seq or '?'} (this rank is in {op_label})"
-        return (
-            f"{op_label}: rank {culprit} refused its arguments {what}: {error} (see the error on rank "
-            f"{culprit}); the op cannot complete, and the SecureComm is unusable on every rank: "
-            f"build a new one"
-        )
+        raise told.verdict(peer, op_label, timeout, waited)
 
     def settled(self, peer: int) -> bool:
         """Whether the chain of notices from ``peer`` (the rank this rank waited on) ends at a
@@ -421,4 +291,4 @@ class Notices:
         notices do not settle it (a third rank that gave up on ``peer`` is as consistent with a
         dead ``peer`` as with one waiting on this rank)."""
         self.check()
-        return self.blame(peer) in self.gave_up
+        return self.told.blame(peer) in self.told.gave_up

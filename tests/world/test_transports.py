@@ -265,10 +265,10 @@ def test_junk_on_the_notice_tag_is_drained_and_counted_per_look():
         n.reqs = [MPI.REQUEST_NULL, Arrived()]
         n.post = post
         t.authenticate_notices(_macs(0, 2))
-        assert n.check() is False and n.forged_notices == {1: 1024}
-        assert n.check() is False and n.forged_notices == {1: 2048}
-        assert n.check() is True and n.forged_notices == {1: 3000}
-        assert n.gave_up == {1: 1} and 1 in n.aborted  # the genuine one, behind 3000 forgeries
+        assert n.check() is False and n.told.forged_notices == {1: 1024}
+        assert n.check() is False and n.told.forged_notices == {1: 2048}
+        assert n.check() is True and n.told.forged_notices == {1: 3000}
+        assert n.told.gave_up == {1: 1} and 1 in n.told.aborted  # the genuine one, behind 3000 forgeries
     finally:
         n.size = 1
         n.reqs = [MPI.REQUEST_NULL]
