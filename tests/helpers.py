@@ -20,11 +20,9 @@ TESTS = Path(__file__).resolve().parent  # (tests/: the workers and shared modul
 WORKER = TESTS / "mpi_worker.py"
 #: scenarios of tests/mpi_worker.py run at each world size (one mpiexec launch per size)
 PLAN = {
-    1: ["sweep", "rotation", "nonce_unique"],
+    1: ["sweep"],
     2: [
         "sweep",
-        "rotation",
-        "nonce_unique",
         "tamper",
         "mismatch",
         "call_mismatch",
@@ -41,8 +39,6 @@ PLAN = {
     ],
     3: [
         "sweep",
-        "rotation",
-        "nonce_unique",
         "tamper",
         "mismatch",
         "call_mismatch",
@@ -59,14 +55,13 @@ PLAN = {
     ],
     4: [
         "sweep",
-        "nonce_unique",
         "policy",
         "setup_downgrade",
         "setup_replay",
         "setup_blame",
         "device_engine",
     ],
-    5: ["sweep", "rotation"],
+    5: ["sweep"],
 }
 
 

@@ -285,33 +285,6 @@ def sweep(comm, rec):
         check_alltoall_args(comm, rec)
 
 
-@scenario
-def rotation(comm, rec):
-    """forced key rotation mid-run gives the same results as no rotation"""
-    plain = SecureComm(comm, "aes-256-gcm", psk=PSK)
-    for mode in ("psk", "psk-dhe"):
-        rot = SecureComm(
-            comm, "aes-256-gcm", psk=PSK, rotate_after_frames=200, chunk_bytes=4096, key_exchange=mode
-        )
-        for i in range(30):
-            x = make_data(comm, "float32", 3000 + 17 * i, salt=i)
-            a, b = np.empty_like(x), np.empty_like(x)
-            plain.allreduce(x, a)
-            rot.allreduce(x, b)
-            counts = rot.block_counts(x.size)
-            c = np.empty(counts[comm.rank], x.dtype)
-            rot.reduce_scatter(x, c)
-            off = sum(counts[: comm.rank])
-            rec(
-                f"rotation[{mode}] op {i} epoch {rot.epoch}",
-                np.allclose(a, b, rtol=1e-5, atol=1e-6)
-                and np.allclose(c, b[off : off + c.size], rtol=1e-5, atol=1e-6),
-            )
-        rec(f"rotation[{mode}] happened (epoch {rot.epoch})", comm.size == 1 or rot.epoch >= 3)
-        rot.close()
-    plain.close()
-
-
 class _RecordingKey:
     """Wraps a keyed suite to log which key (by derivation parameters) sealed which nonce."""
 
@@ -324,44 +297,6 @@ class _RecordingKey:
     def seal(self, slot, pt):
         self.log.append((self.keyid, bytes(slot.nonce)))
         return self.inner.seal(slot, pt)
-
-
-def _record_seals(keys, log):
-    """Make the key schedule ``keys`` hand out keyed suites that log every seal."""
-    direction, group = keys.direction, keys.group
-    keys.direction = lambda e, a, b: _RecordingKey(direction(e, a, b), repr(("d", e, a, b)), log)
-    keys.group = lambda e: _RecordingKey(group(e), repr(("g", e)), log)
-
-
-@scenario
-def nonce_unique(comm, rec):
-    """no (key, nonce) pair repeats across ranks, operations and epochs in a real run"""
-    log = []
-    sc = SecureComm(comm, "chacha20-poly1305", psk=PSK, rotate_after_frames=300, chunk_bytes=256)
-    _record_seals(sc.session.keys, log)
-    for i in range(12):
-        x = make_data(comm, "float32", 64 * i + 1, salt=i)
-        y = np.empty_like(x)
-        sc.allreduce(x, y)
-        for alg in ("ring", "recursive_doubling"):
-            sc.algorithm = alg
-            sc.allreduce(x, y)
-        sc.algorithm = "auto"
-        counts = sc.block_counts(x.size)
-        z = np.empty(counts[comm.rank], x.dtype)
-        sc.reduce_scatter(x, z)
-        sc.allgather(z, y)
-        sc.bcast(y, root=i % comm.size)
-        whole = x.size // comm.size * comm.size
-        sc.alltoall(x[:whole], y[:whole])
-    everything = comm.gather(log, root=0)
-    if comm.rank == 0:
-        flat = [e for part in everything for e in part]
-        rec(
-            f"nonce uniqueness over {len(flat)} seals, {sc.epoch + 1} epochs",
-            len(flat) == len(set(flat)) and (comm.size == 1 or len(flat) > 100),
-        )
-    sc.close()
 
 
 @scenario
@@ -909,7 +844,8 @@ def _recorder(t):
 
 
 def _record_key_seals(keys, log):
-    """Like :func:`_record_seals`, logging the key bytes themselves (sessions have other keys)."""
+    """Make the key schedule ``keys`` hand out keyed suites that log (key bytes, nonce) of every
+    seal (sessions have other keys)."""
     direction, group = keys.direction, keys.group
     keys.direction = lambda e, a, b: _RecordingKey(direction(e, a, b), keys.direction_key(e, a, b), log)
     keys.group = lambda e: _RecordingKey(group(e), keys.group_key(e), log)

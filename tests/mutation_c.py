@@ -21,7 +21,7 @@ source:
   ``tests/gpu/test_cuda_emu.py``);
 - ``seccomm/pairswap/_pairswap.c``: rebuilt with ``setup.py build_ext --inplace``, then
   ``tests/unit/test_express.py`` (the compiled swap in process) and the two-rank scenarios of
-  ``tests/ranks/test_collectives_mpi.py`` (real ranks: paired, express, tamper, nonce_unique ...).
+  ``tests/ranks/test_collectives_mpi.py`` (real ranks: paired, express, tamper ...).
 
 The tests of each source must pass on the unmutated copy first (else the run stops).  A mutant
 that does not compile is *stillborn* (left out of the score); one that makes a test

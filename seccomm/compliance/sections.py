@@ -347,8 +347,9 @@ def _nonces(d: Doc, rv: Review) -> None:
             "direction-key frame redirected to another rank; a group-key frame (allgather, bcast, the "
             "allgather phase of allreduce) names its origin but no receiver, since every rank is meant "
             "to read it: delivered to another rank it carries data that rank receives anyway.",
-            "Tested: tests/mpi_worker.py 'nonce_unique' records every (key, nonce) pair the Python path "
-            "seals on real ranks across rotations and finds no repeat. The compiled two-rank swap "
+            "Tested: tests/world/test_epochs.py records every (key, nonce) pair the Python path seals "
+            "on every rank across collectives and rotations (1 to 5 ranks in process, 2 and 3 real "
+            "ranks) and finds no repeat. The compiled two-rank swap "
             "seals in C outside that record; its nonce and AAD bytes are checked equal to the Python "
             "path's for the same op index, epoch and op number (tests/unit/test_express.py).",
         ]
