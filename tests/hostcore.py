@@ -114,8 +114,8 @@ class HostAEAD:
 
 
 class BatchAEAD:
-    """The batch API of ``seccomm.gpu.aead.GPUAEAD`` (seal/open of n chunks given keys, nonces,
-    AAD rows and byte offsets) over numpy arrays, one host-core call per chunk: what the kernels
+    """The batch API of ``seccomm.gpu.aead.GPUAEAD`` (seal/open of a ``Batch`` of n chunks, the
+    fused ``Hop``) over numpy arrays, one host-core call per chunk: what the kernels
     compute, on the CPU, so the device engine runs here."""
 
     def __init__(self, lib: ctypes.CDLL, suite: str):
@@ -133,7 +133,9 @@ class BatchAEAD:
     def _p(a, off=0):
         return ctypes.c_void_p(a.ctypes.data + int(off))
 
-    def seal(self, keys, nonces, aads, src, src_offs, lens, frames, fr_offs, max_len=None):
+    def seal(self, b):
+        keys, nonces, aads, src, src_offs, lens = b.keys, b.nonces, b.aads, b.src, b.src_offs, b.lens
+        frames, fr_offs = b.dst, b.dst_offs
         for j in range(lens.size):
             n, so, fo = int(lens[j]), int(src_offs[j]), int(fr_offs[j])
             k, iv, a = self._p(keys[j]), self._p(nonces[j]), self._p(aads[j])
@@ -160,7 +162,9 @@ class BatchAEAD:
                     self._p(frames, fo + n),
                 )
 
-    def open(self, keys, nonces, aads, frames, fr_offs, lens, out, out_offs, max_len=None):
+    def open(self, b):
+        keys, nonces, aads, frames, fr_offs, lens = b.keys, b.nonces, b.aads, b.src, b.src_offs, b.lens
+        out, out_offs = b.dst, b.dst_offs
         ok = np.zeros(lens.size, np.int32)
         for j in range(lens.size):
             n, fo, oo = int(lens[j]), int(fr_offs[j]), int(out_offs[j])
@@ -193,25 +197,13 @@ class BatchAEAD:
                 ok[j] = rc == 0
         return ok
 
-    def fused_hop(
-        self,
-        keys_in,
-        nonces_in,
-        aads_in,
-        frames_in,
-        in_offs,
-        own,
-        own_offs,
-        keys_out,
-        nonces_out,
-        aads_out,
-        frames_out,
-        out_offs,
-        lens,
-        dtype: str,
-        acc=None,
-        max_len=None,
-    ):
+    def fused_hop(self, h):
+        keys_in, nonces_in, aads_in = h.keys_in, h.nonces_in, h.aads_in
+        frames_in, in_offs = h.frames_in, h.in_offs
+        own, own_offs, lens, dtype, acc = h.own, h.own_offs, h.lens, h.dtype, h.acc
+        keys_out, nonces_out, aads_out, frames_out, out_offs = (
+            h.keys_out, h.nonces_out, h.aads_out, h.frames_out, h.out_offs,
+        )  # fmt: skip
         code = {"float32": 0, "float16": 1, "bfloat16": 2}[dtype]
         suite = self.code
         ok = np.zeros(lens.size, np.int32)

@@ -4,6 +4,6 @@
 """
 
 from .kernels import KERNELS_DIR, available, get_module
-from .aead import SUITE_CODES, GPUAEAD
+from .aead import SUITE_CODES, GPUAEAD, Batch, Hop
 
-__all__ = ["KERNELS_DIR", "available", "get_module", "SUITE_CODES", "GPUAEAD"]
+__all__ = ["KERNELS_DIR", "available", "get_module", "SUITE_CODES", "GPUAEAD", "Batch", "Hop"]

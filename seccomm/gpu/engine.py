@@ -33,6 +33,7 @@ from ..engine import Inbox, Lend, OpRun, Recv, Send, land
 from ..engine.land import frame_error
 from ..suites import SUITES
 from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN, Slot
+from .aead import Batch, Hop
 from ..suites import NONCE_BYTES, TAG_BYTES
 
 _ROW = NONCE_BYTES + AAD_BYTES + TAG_BYTES
@@ -193,9 +194,9 @@ class DeviceOpRun(OpRun):
         keys = be.asarray(np.tile(np.frombuffer(key, np.uint8), (n, 1)))
         d = [be.asarray(np.ascontiguousarray(a)) for a in (nonces, aads, offs, fr_offs, lens)]
         if seal:
-            aead.seal(keys, d[0], d[1], span, d[2], d[4], frames, d[3], max_len=int(lens.max()))
+            aead.seal(Batch(keys, d[0], d[1], span, d[2], d[4], frames, d[3], max_len=int(lens.max())))
             return None
-        ok = aead.open(keys, d[0], d[1], frames, d[3], d[4], span, d[2], max_len=int(lens.max()))
+        ok = aead.open(Batch(keys, d[0], d[1], frames, d[3], d[4], span, d[2], max_len=int(lens.max())))
         return be.to_host(ok) if xp is not np else ok
 
     @staticmethod
@@ -318,21 +319,23 @@ class DeviceOpRun(OpRun):
                     for a in (n_in, a_in, in_offs, own_offs, n_out, a_out, out_offs, lens)
                 ]
                 ok = aead.fused_hop(
-                    k_in,
-                    d[0],
-                    d[1],
-                    fin,
-                    d[2],
-                    span,
-                    d[3],
-                    k_out,
-                    d[4],
-                    d[5],
-                    fout,
-                    d[6],
-                    d[7],
-                    dname,
-                    max_len=int(lens.max()),
+                    Hop(
+                        k_in,
+                        d[0],
+                        d[1],
+                        fin,
+                        d[2],
+                        span,
+                        d[3],
+                        k_out,
+                        d[4],
+                        d[5],
+                        fout,
+                        d[6],
+                        d[7],
+                        dname,
+                        max_len=int(lens.max()),
+                    ),
                 )
                 ok = be.to_host(ok) if be.xp is not np else ok
                 bad = np.flatnonzero(np.asarray(ok) == 0)

@@ -30,7 +30,7 @@ def batch(lens, aad_len=89):
 def test_gpu_seal_opens_on_cpu_and_back(suite):
     import cupy as cp
 
-    from seccomm.gpu import GPUAEAD
+    from seccomm.gpu import GPUAEAD, Batch
 
     g = GPUAEAD(suite)
     keys, nonces, aads, offs, fr_offs = batch(LENS)
@@ -42,7 +42,7 @@ def test_gpu_seal_opens_on_cpu_and_back(suite):
             keys=keys, nonces=nonces, aads=aads, offs=offs, fr=fr_offs, lens=np.array(LENS, np.int64)
         ).items()
     }
-    g.seal(d["keys"], d["nonces"], d["aads"], cp.asarray(src), d["offs"], d["lens"], frames, d["fr"])
+    g.seal(Batch(d["keys"], d["nonces"], d["aads"], cp.asarray(src), d["offs"], d["lens"], frames, d["fr"]))
     host = cp.asnumpy(frames)
     for j, n in enumerate(LENS):
         pt = src[offs[j] : offs[j] + n].tobytes()
@@ -57,7 +57,7 @@ def test_gpu_seal_opens_on_cpu_and_back(suite):
     bad[fr_offs[3]] ^= 1  # tamper chunk 3
     out = cp.full(sum(LENS), 0x5A, cp.uint8)
     ok = cp.asnumpy(
-        g.open(d["keys"], d["nonces"], d["aads"], cp.asarray(bad), d["fr"], d["lens"], out, d["offs"])
+        g.open(Batch(d["keys"], d["nonces"], d["aads"], cp.asarray(bad), d["fr"], d["lens"], out, d["offs"]))
     )
     outh = cp.asnumpy(out)
     for j, n in enumerate(LENS):
@@ -74,7 +74,7 @@ def test_fused_hop_equals_cpu(suite, dtype):
     import cupy as cp
 
     from seccomm.dtypes import resolve_dtype
-    from seccomm.gpu import GPUAEAD
+    from seccomm.gpu import GPUAEAD, Hop
 
     dt = resolve_dtype(dtype)
     counts = [1, 100, 65536, 300001]
@@ -93,21 +93,23 @@ def test_fused_hop_equals_cpu(suite, dtype):
     out = cp.zeros(len(frames_in), cp.uint8)
     acc = cp.zeros(own.size, cp.uint8)
     ok = g.fused_hop(
-        cp.asarray(kin),
-        cp.asarray(nin),
-        cp.asarray(ain),
-        cp.asarray(np.frombuffer(frames_in, np.uint8)),
-        cp.asarray(fr_offs),
-        cp.asarray(own),
-        cp.asarray(offs),
-        cp.asarray(kout),
-        cp.asarray(nout),
-        cp.asarray(aout),
-        out,
-        cp.asarray(fr_offs),
-        L,
-        dtype,
-        acc,
+        Hop(
+            cp.asarray(kin),
+            cp.asarray(nin),
+            cp.asarray(ain),
+            cp.asarray(np.frombuffer(frames_in, np.uint8)),
+            cp.asarray(fr_offs),
+            cp.asarray(own),
+            cp.asarray(offs),
+            cp.asarray(kout),
+            cp.asarray(nout),
+            cp.asarray(aout),
+            out,
+            cp.asarray(fr_offs),
+            L,
+            dtype,
+            acc,
+        ),
     )
     assert (cp.asnumpy(ok) == 1).all()
     outh, acch = cp.asnumpy(out), cp.asnumpy(acc)
@@ -195,7 +197,7 @@ def test_fused_hop_special_values_on_device(dtype):
     import cupy as cp
 
     from seccomm.dtypes import resolve_dtype
-    from seccomm.gpu import GPUAEAD
+    from seccomm.gpu import GPUAEAD, Hop
     from test_gpu_kernels_emulated import special_pairs
 
     dt = resolve_dtype(dtype)
@@ -209,21 +211,23 @@ def test_fused_hop_special_values_on_device(dtype):
     out = cp.zeros(own.nbytes + 16, cp.uint8)
     z = cp.zeros(1, cp.int64)
     ok = GPUAEAD("chacha20-poly1305").fused_hop(
-        cp.asarray(kin),
-        cp.asarray(nin),
-        cp.asarray(ain),
-        cp.asarray(np.frombuffer(frame, np.uint8)),
-        z,
-        cp.asarray(np.frombuffer(own.tobytes(), np.uint8)),
-        z,
-        cp.asarray(kout),
-        cp.asarray(nout),
-        cp.asarray(aout),
-        out,
-        z,
-        cp.asarray(np.array([own.nbytes], np.int64)),
-        dtype,
-        acc,
+        Hop(
+            cp.asarray(kin),
+            cp.asarray(nin),
+            cp.asarray(ain),
+            cp.asarray(np.frombuffer(frame, np.uint8)),
+            z,
+            cp.asarray(np.frombuffer(own.tobytes(), np.uint8)),
+            z,
+            cp.asarray(kout),
+            cp.asarray(nout),
+            cp.asarray(aout),
+            out,
+            z,
+            cp.asarray(np.array([own.nbytes], np.int64)),
+            dtype,
+            acc,
+        ),
     )
     assert int(ok[0]) == 1
     got = cp.asnumpy(acc).view(dt)

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
 import kernel_emu
 from seccomm.dtypes import resolve_dtype
-from seccomm.gpu.aead import SEGMENT_BYTES, GPUAEAD
+from seccomm.gpu.aead import SEGMENT_BYTES, GPUAEAD, Batch, Hop
 
 SUITES = ["chacha20-poly1305", "aes-256-gcm", "aes-256-gmac"]
 SEG = SEGMENT_BYTES
@@ -89,7 +89,7 @@ def test_seal_is_bit_exact_with_cryptography(mod, suite, gap):
     src = rng.integers(0, 256, src_size, dtype=np.uint8)
     fr_offs, fr_size = layout(lens + 16, gap)
     frames = np.full(fr_size, POISON, np.uint8)
-    GPUAEAD(suite, module=mod).seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs)
+    GPUAEAD(suite, module=mod).seal(Batch(keys, nonces, aads, src, src_offs, lens, frames, fr_offs))
     for j, n in enumerate(lens):
         want = reference_seal(
             suite, bytes(keys[j]), bytes(nonces[j]), bytes(aads[j]), bytes(src[src_offs[j] : src_offs[j] + n])
@@ -122,7 +122,7 @@ def test_open_verifies_and_writes_only_verified_chunks(mod, suite):
     frames[fr_offs[15] + 3 * SEG // 2] ^= 4  # in the middle segment of a multi-segment chunk
     out_offs, out_size = layout(lens, 7)
     out = np.full(out_size, POISON, np.uint8)
-    ok = GPUAEAD(suite, module=mod).open(keys, nonces_used, aads, frames, fr_offs, lens, out, out_offs)
+    ok = GPUAEAD(suite, module=mod).open(Batch(keys, nonces_used, aads, frames, fr_offs, lens, out, out_offs))
     assert ok.dtype == np.int32 and ok.shape == (len(lens),)
     for j, n in enumerate(lens):
         got = out[out_offs[j] : out_offs[j] + n]
@@ -137,7 +137,7 @@ def test_open_verifies_and_writes_only_verified_chunks(mod, suite):
     short = lens.copy()
     short[10] -= 1
     before = out.copy()
-    ok = GPUAEAD(suite, module=mod).open(keys, nonces, aads, frames, fr_offs, short, out, out_offs)
+    ok = GPUAEAD(suite, module=mod).open(Batch(keys, nonces, aads, frames, fr_offs, short, out, out_offs))
     assert ok[10] == 0
     assert (
         out[out_offs[10] : out_offs[10] + lens[10]] == before[out_offs[10] : out_offs[10] + lens[10]]
@@ -155,11 +155,11 @@ def test_one_mebibyte_plus_three(mod, suite):
     frames = np.zeros(n + 16, np.uint8)
     zero = np.zeros(1, np.int64)
     g = GPUAEAD(suite, module=mod)
-    g.seal(keys, nonces, aads, src, zero, lens, frames, zero)
+    g.seal(Batch(keys, nonces, aads, src, zero, lens, frames, zero))
     want = reference_seal(suite, bytes(keys[0]), bytes(nonces[0]), bytes(aads[0]), src.tobytes())
     assert frames.tobytes() == want
     out = np.zeros(n, np.uint8)
-    assert g.open(keys, nonces, aads, frames, zero, lens, out, zero)[0] == 1
+    assert g.open(Batch(keys, nonces, aads, frames, zero, lens, out, zero))[0] == 1
     assert (out == src).all()
 
 
@@ -203,21 +203,23 @@ def test_fused_hop_is_bit_exact_and_fails_closed(mod, suite, ref_cls, dtype):
     frames_out = np.full(out_size, POISON, np.uint8)
     acc = np.full(own_size, POISON, np.uint8)
     ok = GPUAEAD(suite, module=mod).fused_hop(
-        k_in,
-        n_in,
-        a_in,
-        frames_in,
-        in_offs,
-        own,
-        own_offs,
-        k_out,
-        n_out,
-        a_out,
-        frames_out,
-        out_offs,
-        lens,
-        dtype,
-        acc=acc,
+        Hop(
+            k_in,
+            n_in,
+            a_in,
+            frames_in,
+            in_offs,
+            own,
+            own_offs,
+            k_out,
+            n_out,
+            a_out,
+            frames_out,
+            out_offs,
+            lens,
+            dtype,
+            acc=acc,
+        ),
     )
     for j in range(len(counts)):
         fo, ao, n = out_offs[j], own_offs[j], lens[j]
@@ -267,7 +269,7 @@ def test_batches_of_more_than_one_block_of_chunks(mod):
     fr_offs, fr_size = layout(lens + 16, 2)
     frames = np.full(fr_size, POISON, np.uint8)
     g = GPUAEAD(suite, module=mod)
-    g.seal(keys, nonces, aads, src, src_offs, lens, frames, fr_offs)
+    g.seal(Batch(keys, nonces, aads, src, src_offs, lens, frames, fr_offs))
     for j in (0, 1, 255, 256):
         want = reference_seal(
             suite,
@@ -279,7 +281,7 @@ def test_batches_of_more_than_one_block_of_chunks(mod):
         assert bytes(frames[fr_offs[j] : fr_offs[j] + lens[j] + 16]) == want, j
     frames[fr_offs[bad] + lens[bad]] ^= 1  # the tag of the chunk in the second block of finish
     out = np.full(src_size, POISON, np.uint8)
-    ok = g.open(keys, nonces, aads, frames, fr_offs, lens, out, src_offs)
+    ok = g.open(Batch(keys, nonces, aads, frames, fr_offs, lens, out, src_offs))
     assert ok.tolist() == [int(j != bad) for j in range(count)]
     for j in range(count):
         got = out[src_offs[j] : src_offs[j] + lens[j]]
@@ -338,21 +340,23 @@ def test_fused_hop_special_values_match_numpy(mod, dtype):
     frame_out = np.zeros(own.nbytes + 16, np.uint8)
     acc = np.zeros(own.nbytes, np.uint8)
     ok = GPUAEAD("chacha20-poly1305", module=mod).fused_hop(
-        k_in,
-        n_in,
-        a_in,
-        frame_in,
-        zero,
-        np.frombuffer(own.tobytes(), np.uint8).copy(),
-        zero,
-        k_out,
-        n_out,
-        a_out,
-        frame_out,
-        zero,
-        lens,
-        dtype,
-        acc=acc,
+        Hop(
+            k_in,
+            n_in,
+            a_in,
+            frame_in,
+            zero,
+            np.frombuffer(own.tobytes(), np.uint8).copy(),
+            zero,
+            k_out,
+            n_out,
+            a_out,
+            frame_out,
+            zero,
+            lens,
+            dtype,
+            acc=acc,
+        ),
     )
     assert ok[0] == 1
     ui = np.uint32 if dt.itemsize == 4 else np.uint16
@@ -378,16 +382,16 @@ def test_short_max_len_never_verifies(mod, suite):
     zero = np.zeros(1, np.int64)
     g = GPUAEAD(suite, module=mod)
     frames = np.zeros(int(lens[0]) + 16, np.uint8)
-    g.seal(keys, nonces, aads, src, zero, lens, frames, zero)
+    g.seal(Batch(keys, nonces, aads, src, zero, lens, frames, zero))
     out = np.full(int(lens[0]), POISON, np.uint8)
-    assert g.open(keys, nonces, aads, frames, zero, lens, out, zero, max_len=int(lens[0]))[0] == 1
+    assert g.open(Batch(keys, nonces, aads, frames, zero, lens, out, zero, max_len=int(lens[0])))[0] == 1
     out[:] = POISON
-    assert g.open(keys, nonces, aads, frames, zero, lens, out, zero, max_len=100)[0] == 0
+    assert g.open(Batch(keys, nonces, aads, frames, zero, lens, out, zero, max_len=100))[0] == 0
     assert (out == POISON).all()
     short = np.zeros_like(frames)
-    g.seal(keys, nonces, aads, src, zero, lens, short, zero, max_len=100)
+    g.seal(Batch(keys, nonces, aads, src, zero, lens, short, zero, max_len=100))
     assert (short[-16:] == 0).all()
-    assert g.open(keys, nonces, aads, short, zero, lens, out, zero)[0] == 0
+    assert g.open(Batch(keys, nonces, aads, short, zero, lens, out, zero))[0] == 0
 
 
 def test_bad_arguments_are_refused_before_any_launch(mod):
@@ -399,14 +403,16 @@ def test_bad_arguments_are_refused_before_any_launch(mod):
     g = GPUAEAD("aes-256-gcm", module=mod)
     before = {k: v.launches for k, v in mod._kernels.items()}
     with pytest.raises(TypeError, match="lens: dtype int32"):
-        g.seal(keys, nonces, aads, src, offs, lens.astype(np.int32), frames, fr)
+        g.seal(Batch(keys, nonces, aads, src, offs, lens.astype(np.int32), frames, fr))
     with pytest.raises(ValueError, match="keys: shape"):
-        g.seal(keys[:1], nonces, aads, src, offs, lens, frames, fr)
+        g.seal(Batch(keys[:1], nonces, aads, src, offs, lens, frames, fr))
     with pytest.raises(ValueError, match="aads: not C-contiguous"):
         wide = np.zeros((2, 100), np.uint8)
-        g.open(keys, nonces, wide[:, :89], frames, fr, lens, src, offs)
+        g.open(Batch(keys, nonces, wide[:, :89], frames, fr, lens, src, offs))
     with pytest.raises(TypeError, match="frames: dtype float32"):
-        g.open(keys, nonces, aads, np.zeros(62, np.float32), fr, lens, src, offs)
+        g.open(Batch(keys, nonces, aads, np.zeros(62, np.float32), fr, lens, src, offs))
     with pytest.raises(ValueError, match="adds"):
-        g.fused_hop(keys, nonces, aads, frames, fr, src, offs, keys, nonces, aads, frames, fr, lens, "int64")
+        g.fused_hop(
+            Hop(keys, nonces, aads, frames, fr, src, offs, keys, nonces, aads, frames, fr, lens, "int64")
+        )
     assert {k: v.launches for k, v in mod._kernels.items()} == before
