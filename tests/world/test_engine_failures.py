@@ -444,6 +444,25 @@ def test_a_receipt_that_is_missing_or_not_this_ops_blames_its_receiver(what, edi
     assert isinstance(out, list) and len(out) == 1 and np.all(out[0] == 2.0), res[1]
 
 
+def test_a_receipt_replayed_within_its_op_blames_its_receiver():
+    """Receipts of a pair are numbered within the op (the tag covers the op number and the
+    receipt's count): rank 1's first receipt of a ring allreduce, sent again in place of its
+    second (the allgather's), is FrameError naming rank 1, not taken as the second."""
+    first = []
+
+    def edit(b):
+        if not first:
+            first.append(b)
+            return b
+        return first[0]
+
+    res, _ = _receipt_run(2, "allreduce", dict(algorithm="ring", timeout=0.5), edit={1: edit})
+    err = res[0][0]
+    assert type(err).__name__ == "FrameError" and err.peer == 1 and err.seq == 1, res
+    assert "the receipt from rank 1 is not this op's" in str(err), str(err)
+    assert len(first) == 1 and res[1][0][0][0] == 2.0, res[1]  # (rank 1 had every frame)
+
+
 @pytest.mark.parametrize("p, paired", [(2, False), (2, True), (3, False), (4, False)])
 @pytest.mark.parametrize("suite, hosts", [("none", None), ("aes-256-gcm", None), ("aes-256-gcm", "two")])
 def test_both_ends_of_every_hop_agree_on_its_receipt(p, paired, suite, hosts):
