@@ -137,9 +137,9 @@ def open_frame(run, box: Inbox, j: int, out):
         raise frame_error(run, box, j) from None
 
 
-def frame_error(run, box: Inbox, j: int, detail: str = "", chunks=None) -> AuthenticationError:
-    """The error for frame j of ``box`` (of ``chunks``, default all of the inbox's): the tag
-    failed, or ``detail`` says what else is wrong with it."""
+def frame_error(run, box: Inbox, j: int, detail: str = "") -> AuthenticationError:
+    """The error for frame j of ``box`` (of all the inbox's frames): the tag failed, or
+    ``detail`` says what else is wrong with it."""
     f, step = run.frame, box.step
     return AuthenticationError(
         peer=box.peer,
@@ -147,7 +147,7 @@ def frame_error(run, box: Inbox, j: int, detail: str = "", chunks=None) -> Authe
         seq=f.seq,
         step=None if step == GROUP_STEP else step,
         chunk=j,
-        chunks=len(box.frames) if chunks is None else chunks,
+        chunks=len(box.frames),
         epoch=f.epoch,
         suite=box.suite.name,
         detail=detail,
