@@ -130,25 +130,23 @@ class Notices:
     def abort(self, blame) -> None:
         """This rank stopped after an error in a frame from ``blame`` (``"any"``: a message
         whose sender MPI could not say): tell the others."""
-        if self.closed:
-            return
-        self.notify(int(blame) if isinstance(blame, (int, np.integer)) else UNKNOWN_SENDER, _ABORT)
-        self.flush(0.2)
+        self._tell(int(blame) if isinstance(blame, (int, np.integer)) else UNKNOWN_SENDER, _ABORT)
 
     def fail(self) -> None:
         """This rank stopped after an error of its own: tell the others."""
-        if self.closed:
-            return
-        self.notify(self.rank, _FAILED)
-        self.flush(0.2)
+        self._tell(self.rank, _FAILED)
 
     def refuse(self, seq: int, error: str) -> None:
         """This rank refused its own arguments to its op ``seq`` (``error``: the exception's
         name): tell the others."""
-        if self.closed:
-            return
-        self.notify(self.rank, refusal_kind(seq, error if error in REFUSALS else "ValueError"))
-        self.flush(0.2)
+        self._tell(self.rank, refusal_kind(seq, error if error in REFUSALS else "ValueError"))
+
+    def _tell(self, blamed: int, kind: int) -> None:
+        """Send this rank's notice and drive it out for at most 0.2 s; nothing once closed (the
+        communicator is gone)."""
+        if not self.closed:
+            self.notify(blamed, kind)
+            self.flush(0.2)
 
     def close(self) -> None:
         """Cancel the notice receives (unmatched: safe to cancel) and drop the pair keys."""
