@@ -168,13 +168,17 @@ class ThreadTransport(Transport):
             raise AssertionError(f"rank {self.rank}: transfer with peer {peer!r}")
 
     def isend(self, buf, peer):
+        if self._pair_out:  # the op's first message from a caller without room: the record behind
+            self._pair_out = False
+            return self._post_send(buf, peer, bytes(self._pair[0][8:]))
+        return self._post_send(buf, peer)
+
+    def _post_send(self, buf, peer, record=b""):
+        """Post ``buf`` (and ``record`` behind it, on the wire only) to ``peer``."""
         self._check_peer(peer)
         w, data = self.world, bytes(host_bytes(buf))
         self.io.append(("send", *_where(buf)))
-        wire = data
-        if self._pair_out:  # the op's first message from a caller without room: the record behind
-            self._pair_out = False
-            wire = data + bytes(self._pair[0][8:])
+        wire = data + record
         with w.cv:
             box = w.mail[(self.rank, peer)]
             box.append(wire)
@@ -185,14 +189,18 @@ class ThreadTransport(Transport):
         return req
 
     def irecv(self, buf, peer):
-        self._check_peer(peer)
-        self.io.append(("recv", *_where(buf)))
-        req = _Recv(buf, self.posted[peer], peer, (peer, self.rank))
-        self.posted[peer] += 1
+        req = self._post_recv(buf, peer)
         if self._pair_in:  # (staged: wait_recv takes the record off)
             self._pair_in = False
             req.buf = np.empty(len(host_bytes(buf)) + 32, np.uint8)
             self._first = (req, buf)
+        return req
+
+    def _post_recv(self, buf, peer):
+        self._check_peer(peer)
+        self.io.append(("recv", *_where(buf)))
+        req = _Recv(buf, self.posted[peer], peer, (peer, self.rank))
+        self.posted[peer] += 1
         return req
 
     # -- receipts (a channel of their own, as the MPI transport's tag) -------------------------
@@ -213,22 +221,26 @@ class ThreadTransport(Transport):
 
     # -- paired ----------------------------------------------------------------------------
     def pair_link(self, peer):
-        """Paired: a link to ``peer`` over this transport's own calls (as MPI's pair link)."""
+        """Paired: a link to ``peer`` that posts frames as they are, as MPI's pair link hands them
+        straight to mpi4py (the record behind the op's first frame is the caller's to place:
+        ``put_record``/``record_due``)."""
         if not self.paired:
             return None
         t = self
 
         class Link:
             def send(self, frame):
-                return t.isend(frame, peer)
+                return t._post_send(frame, peer)
 
             def recv(self, frame):
-                return t.irecv(frame, peer)
+                return t._post_recv(frame, peer)
 
             def wait(self, rreq):
                 return t.wait_recv(rreq, peer)
 
-        return Link()
+        link = Link()
+        link.peer = peer  # (as the MPI pair link's)
+        return link
 
     def discard(self, buf, peer):
         self._pair_out = False  # (the record the first message carried is dropped with it)

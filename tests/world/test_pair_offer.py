@@ -1,0 +1,86 @@
+"""What the engine offers the compiled two-rank swap (:mod:`seccomm.pairswap`): the swap step of
+a sum allreduce on two paired ranks carries a :class:`~seccomm.engine.swap.PairSpec` that
+describes that step exactly, and no other step carries one.  The compiled swap itself needs MPI
+(tests/mpi_worker.py ``express``); the offer is made in process, so these tests run here, on a
+paired world of threads (tests/threadworld.py), where mutation testing sees them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seccomm import pairswap, plans
+from seccomm.collectives.allreduce import _rd_schedule
+from test_threadworld_ops import ok, world_run
+
+
+def offers(monkeypatch, size=2, paired=True, suite="aes-256-gcm", op="sum", n=16, calls=3):
+    """Run ``calls`` allreduces of ``n`` float32 under ``op`` (recursive doubling: one swap on two
+    ranks); return per rank ``(specs the plan table was offered, input, result)``."""
+    seen = {}
+    real = pairswap.offer
+
+    def offer(steps):
+        spec = getattr(steps, "pair", None)
+        if spec is not None:
+            seen.setdefault(spec.run.rank, []).append((spec, steps))
+        return real(steps)
+
+    monkeypatch.setattr(plans.pairswap, "offer", offer)
+
+    def body(sc):
+        x = np.arange(n, dtype=np.float32) + 100 * sc.rank
+        y = np.zeros_like(x)
+        for _ in range(calls):
+            sc.allreduce(x, y, op=op)
+        return x, y, [p.run for p in sc.plans.values()]
+
+    res = ok(world_run(size, body, paired=paired, suite=suite, algorithm="recursive_doubling"))
+    return [(seen.get(r, []), *res[r]) for r in range(size)]
+
+
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305", "none"])
+def test_a_two_rank_sum_offers_its_swap_as_it_is(monkeypatch, suite):
+    """One offer per rank (the plan is made once), naming the plan's run, the pair link to the
+    peer, the swap's step, the input's bytes, the element count, private memory to decrypt into
+    (sealed suites; clear frames are consumed from the receive slot), and a ``consume`` that
+    writes ``res = cur + theirs`` into the result, as ``summed`` says."""
+    n = 16
+    for rank, (specs, x, y, runs) in enumerate(offers(monkeypatch, suite=suite, n=n)):
+        assert len(specs) == 1, (rank, specs)
+        spec, steps = specs[0]
+        assert steps.pair is spec
+        assert spec.run in runs and spec.run.rank == rank
+        assert spec.link is not None and spec.link.peer == 1 - rank
+        assert spec.peer == 1 - rank
+        assert spec.step == _rd_schedule(2, rank)[0][2]  # (kind, peer, step, theirs_first)
+        assert spec.elems == n
+        assert bytes(spec.piece) == x.tobytes()
+        if suite == "none":
+            assert spec.out is None
+        else:
+            out = np.asarray(spec.out)  # (private: neither the caller's input nor its result)
+            assert out.nbytes == n * 4 and not np.shares_memory(out, x) and not np.shares_memory(out, y)
+        cur, res, theirs_first = spec.summed
+        assert np.shares_memory(cur, x) and np.shares_memory(res, y) and res.size == cur.size == n
+        assert theirs_first == _rd_schedule(2, rank)[0][3]
+        theirs = np.full(n, 7, np.float32)
+        spec.consume(0, memoryview(theirs.view(np.uint8)))
+        np.testing.assert_array_equal(y, x + theirs)
+
+
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "none"])
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_no_offer_where_the_swap_is_not_a_plain_sum(monkeypatch, suite, op):
+    """max and avg (a division after the swap) are not a sum the compiled swap can do."""
+    for specs, *_ in offers(monkeypatch, suite=suite, op=op):
+        assert specs == []
+
+
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "none"])
+def test_no_offer_without_a_pair_link(monkeypatch, suite):
+    """Not paired (the transport has no pair link), or more than two ranks: nothing to compile."""
+    for specs, *_ in offers(monkeypatch, paired=False, suite=suite):
+        assert specs == []
+    for specs, *_ in offers(monkeypatch, size=3, paired=True, suite=suite):
+        assert specs == []
