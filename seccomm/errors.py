@@ -22,7 +22,24 @@ def shown(value) -> str:
 
 
 class SecCommError(Exception):
-    """Base class of every seccomm runtime error (authentication, framing, transport, config)."""
+    """Base class of every seccomm runtime error (authentication, framing, transport, config).
+
+    Every subclass pickles with its message and attributes (``peer``, ``op``, ...) whatever its
+    constructor takes, so an error crosses processes whole: ``comm.allgather(err)`` in mpi4py,
+    ``multiprocessing``, ``concurrent.futures``.  (Python's default rebuilds an exception by
+    calling its class with ``args``, which fails for keyword-only constructors.)"""
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls, args: tuple, state: dict) -> SecCommError:
+    """An error of ``cls`` with ``args`` and attributes ``state``, its constructor not called
+    (:meth:`SecCommError.__reduce__`)."""
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class AuthenticationError(SecCommError):
