@@ -31,7 +31,6 @@ PLAN = {
         "op_replay",
         "paired",
         "express",
-        "clear_frames",
         "setup_downgrade",
         "setup_replay",
         "device_engine",
@@ -45,7 +44,6 @@ PLAN = {
         "wire",
         "wire_policy",
         "op_replay",
-        "clear_frames",
         "setup_downgrade",
         "setup_replay",
         "setup_blame",
@@ -55,7 +53,6 @@ PLAN = {
     ],
     4: [
         "sweep",
-        "policy",
         "setup_downgrade",
         "setup_replay",
         "setup_blame",

@@ -16,14 +16,12 @@ MIN_CASES = {
     "sweep": 700,
     "tamper": 16,
     "mismatch": 8,
-    "policy": 4,
     "call_mismatch": 3,
     "wire": 4,
     "wire_policy": 350,  # 714 at 2 ranks, 1630 at 3
     "op_replay": 36,  # 84 at 2 ranks, 112 at 3
     "paired": 80,
     "express": 2000,  # 4384 at 2 ranks
-    "clear_frames": 100,  # 112 a rank at 2 and 3 ranks
     "setup_downgrade": 7,
     "setup_replay": 4,
     "setup_blame": 8,  # 24 at 3 ranks: forged reports and errors, psk and psk-dhe
