@@ -1196,14 +1196,6 @@ def paired(comm, rec):
 
 
 @scenario
-def op_replay(comm, rec):
-    """A frame of op k replayed into op k+1, only the op sequence fields differing:
-    AuthenticationError on its receiver naming the sender and the op, PeerAbortError on every other
-    rank that waits on it, nothing of op k in any recvbuf (tests/wire_cases.py)"""
-    wire_cases.op_replay(comm, rec, PSK)
-
-
-@scenario
 def soak(comm, rec):
     """2,000 randomized collectives (collective, suite, algorithm, chunk size, dtype, count, op,
     root), each against its reference and bitwise identical on every rank"""

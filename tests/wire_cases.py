@@ -1,6 +1,5 @@
-"""Wire checks on real ranks, run as scenarios of tests/mpi_worker.py (``wire_policy``,
-``op_replay``): what each frame on the wire must look like under every encrypt policy and node
-map, and a frame of one operation replayed into the next.
+"""Wire checks on real ranks, run as a scenario of tests/mpi_worker.py (``wire_policy``): what
+each frame on the wire must look like under every encrypt policy and node map.
 
 The expected protection of a frame is written out here from the documented policy
 (``seccomm/policy.py``'s docstring, the options in docs/usage.md), not read from
@@ -15,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from seccomm import AuthenticationError, PeerAbortError, SecCommError, SecureComm
+from seccomm import SecCommError, SecureComm
 from seccomm.collectives import COLLECTIVES
 from seccomm.compliance.evidence import WindowIndex, gradients
 from seccomm.framing import block_counts, chunk_counts
 from seccomm.policy import ENCRYPT_POLICIES
 from seccomm.suites import SUITES
-from seccomm.transports import RecordingTransport, TransportWrapper, host_bytes
+from seccomm.transports import RecordingTransport
 
 CHUNK = 4096  #: frame payload bytes: 4099 float32 are several frames per hop, 5 are one
 COUNTS = (5, 4099)  #: 5: recursive doubling's one-frame path (swap); 4099: the chunked path
@@ -216,105 +215,3 @@ def wire_policy(comm, rec, psk: bytes) -> None:
                 sc.close()
                 combo.finish()
                 comm.Barrier()
-
-
-class ReplayOpK(TransportWrapper):
-    """On the attacking rank: in ``record`` mode keeps every frame it sends, per peer in order;
-    in ``replay`` mode the ``target = (peer, i)``-th frame to that peer is replaced by the one
-    recorded at the same place: the same hop, step, chunk, size and key, the operation sequence
-    number (AAD) and op index (nonce) of the earlier op."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.mode, self.kept, self.sent, self.target, self.replaced = "pass", {}, {}, None, []
-
-    def begin(self, mode: str, target=None) -> None:
-        self.mode, self.target, self.sent = mode, target, {}
-
-    def isend(self, buf, peer):
-        frame, i = host_bytes(buf), self.sent.get(peer, 0)
-        self.sent[peer] = i + 1
-        if self.mode == "record":
-            self.kept.setdefault(peer, []).append(frame.copy())
-        elif self.mode == "replay" and (peer, i) == self.target:
-            old = self.kept[peer][i]
-            self.replaced.append(old.size == frame.size and not np.array_equal(old, frame))
-            return self.send_own(old.copy(), peer)
-        return self.inner.isend(buf, peer)
-
-
-BIG = 1.0e6  #: op k's inputs are near this; op k+1's are in [-1, 1]: op k's data is recognisable
-
-
-def replay_case(comm, rec, psk, suite, alg, count):
-    """Rank 0 replays its first frame to rank 1 of op k into op k+1 (same allreduce, same sizes,
-    same hop).  Rank 1 raises AuthenticationError naming rank 0 and op k+1, every other rank
-    PeerAbortError blaming rank 0 (or, needing nothing more from rank 1, finishes with the
-    verified result: rank 0 of a 2-rank recursive doubling); no rank's recvbuf ever holds op k's
-    data, and rank 1's holds exactly what it held before its first receive.  ``none``: the replay
-    goes through."""
-    r, label = comm.rank, f"op_replay {suite} {alg} n={count}"
-    sc = SecureComm(
-        comm,
-        suite,
-        psk=psk,
-        algorithm=alg,
-        chunk_bytes=1024,
-        crypto_threads=1,
-        timeout=10,
-        wrap_transport=ReplayOpK if r == 0 else None,
-    )
-    rng = np.random.default_rng(r)
-    old = (BIG + rng.uniform(0, 1000, count)).astype(np.float32)
-    x, y = rng.uniform(-1, 1, count).astype(np.float32), np.full(count, np.nan, np.float32)
-    before = y.copy()  # every algorithm leaves recvbuf alone until its first verified chunk
-    if r == 0:
-        sc.transport.begin("record")
-    sc.allreduce(old, np.empty_like(old))
-    if r == 0:
-        sc.transport.begin("replay", (1, 0))
-    rec.start(label)
-    seq, epoch, err = sc.sequence.seq + 1, sc.epoch, None
-    try:
-        sc.allreduce(x, y)
-    except SecCommError as e:
-        err = e
-    ref = np.empty_like(x)
-    comm.Allreduce(x, ref)
-    check_replay(comm, rec, label, sc, err, (seq, epoch), y, before, ref)
-    sc.close()
-    comm.Barrier()
-
-
-def check_replay(comm, rec, label, sc, err, where, y, before, ref):
-    r, (seq, epoch) = comm.rank, where
-    leaked = bool((np.abs(y[~np.isnan(y)]) > BIG / 2).any())
-    if r == 0:
-        rec(f"{label}: rank 0 replayed one frame of op k", sc.transport.replaced == [True])
-    if sc.suite.name == "none":
-        errs = comm.allgather(err is not None)
-        through = not any(errs) and (r != 1 or leaked)
-        rec(f"{label}: the replay goes unnoticed without authentication", through)
-        return
-    rec(f"{label}: rank {r}'s recvbuf holds no data of op k", not leaked)
-    if r == 1:
-        named = (0, "allreduce", seq, epoch)
-        ok = isinstance(err, AuthenticationError) and (err.peer, err.op, err.seq, err.epoch) == named
-        rec(f"{label}: rank 1 refuses the replayed frame: {type(err).__name__}: {err}", ok)
-        same = np.array_equal(y.view(np.uint32), before.view(np.uint32))
-        rec(f"{label}: rank 1's recvbuf holds what it held before its first receive", same)
-    else:  # a rank that needs nothing more from rank 1 may finish, with the verified result
-        done = err is None and np.allclose(y, ref, rtol=1e-5, atol=1e-6)
-        ok = done or isinstance(err, PeerAbortError) and err.blamed == 0
-        rec(f"{label}: rank {r} stops at once blaming rank 0, or finished: {type(err).__name__}: {err}", ok)
-
-
-def op_replay(comm, rec, psk: bytes) -> None:
-    """A frame of op k replayed into op k+1 (only the op sequence fields differ), ring and
-    recursive doubling, one-frame and chunked hops, every suite."""
-    if comm.size < 2:
-        return
-    for alg in ("ring", "recursive_doubling"):
-        for count in (5, 3001):
-            for suite in SUITES:
-                replay_case(comm, rec, psk, suite, alg, count)

@@ -19,7 +19,6 @@ MIN_CASES = {
     "call_mismatch": 3,
     "wire": 4,
     "wire_policy": 350,  # 714 at 2 ranks, 1630 at 3
-    "op_replay": 36,  # 84 at 2 ranks, 112 at 3
     "paired": 80,
     "express": 2000,  # 4384 at 2 ranks
     "setup_downgrade": 7,

@@ -19,6 +19,7 @@ FILES = {
     "test_results.py": (12, (2, 3)),
     "test_epochs.py": (6, (2, 3)),
     "test_clear_frames.py": (10, (2, 3, 4)),
+    "test_op_replay.py": (16, (2, 3)),
 }
 
 
