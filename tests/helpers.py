@@ -23,7 +23,6 @@ PLAN = {
     1: ["sweep"],
     2: [
         "sweep",
-        "tamper",
         "mismatch",
         "call_mismatch",
         "wire",
@@ -37,7 +36,6 @@ PLAN = {
     ],
     3: [
         "sweep",
-        "tamper",
         "mismatch",
         "call_mismatch",
         "wire",

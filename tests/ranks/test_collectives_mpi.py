@@ -14,7 +14,6 @@ CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
 #: minimum cases a scenario must have checked at a world size (guards against a silent no-op)
 MIN_CASES = {
     "sweep": 700,
-    "tamper": 16,
     "mismatch": 8,
     "call_mismatch": 3,
     "wire": 4,
