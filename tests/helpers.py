@@ -23,8 +23,6 @@ PLAN = {
     1: ["sweep"],
     2: [
         "sweep",
-        "mismatch",
-        "call_mismatch",
         "wire",
         "wire_policy",
         "paired",
@@ -36,8 +34,6 @@ PLAN = {
     ],
     3: [
         "sweep",
-        "mismatch",
-        "call_mismatch",
         "wire",
         "wire_policy",
         "setup_downgrade",

@@ -321,66 +321,6 @@ def _close_together(comm, sc):
     comm.Barrier()
 
 
-@scenario
-def mismatch(comm, rec):
-    """different settings, secrets or bad arguments on one rank: a clear error on every rank"""
-    if comm.size < 2:
-        return
-    last = comm.size - 1
-    cases = [
-        ("suite", dict(suite="aes-256-gcm"), dict(suite="chacha20-poly1305"), ConfigMismatchError),
-        ("psk", dict(psk=PSK), dict(psk=PSK[::-1]), ConfigMismatchError),
-        ("chunk", dict(chunk_bytes=4096), dict(chunk_bytes=8192), ConfigMismatchError),
-        ("bad suite", dict(suite="aes-256-gcm"), dict(suite="rot13"), ValueError),
-        ("bad node_ids", dict(), dict(node_ids=[0]), ValueError),  # once hung in Split_type
-        ("bad timeout", dict(), dict(timeout="abc"), ValueError),  # once raised before Dup
-        ("bad threads", dict(), dict(crypto_threads="x"), ValueError),
-        (
-            "node map",
-            dict(node_ids=[0] * comm.size),
-            dict(node_ids=list(range(comm.size))),
-            ConfigMismatchError,
-        ),
-    ]
-    for name, base, odd, odd_exc in cases:
-        kw = {"suite": "aes-256-gcm", "psk": PSK, "timeout": 10 if name != "bad timeout" else None}
-        kw.update(odd if comm.rank == last else base)
-        try:
-            SecureComm(comm, kw.pop("suite"), **kw).close()
-            got = None
-        except SecCommError as e:
-            got = e
-        except ValueError as e:
-            got = e
-        want = odd_exc if comm.rank == last else ConfigMismatchError
-        rec(f"mismatch {name}: {type(got).__name__}: {got}", isinstance(got, want))
-        comm.Barrier()
-
-
-@scenario
-def call_mismatch(comm, rec):
-    """ranks that disagree on a call's op, dtype or count never get a silent result: every rank
-    raises a SecCommError (the AAD binds them), or times out waiting for one that did"""
-    if comm.size < 2:
-        return
-    last = comm.size - 1
-    for name, odd in (("op", dict(op="max")), ("count", dict(n=101)), ("dtype", dict(dt=np.int32))):
-        sc = SecureComm(comm, "aes-256-gcm", psk=PSK, timeout=3)
-        args = dict(op="sum", n=100, dt=np.float32)
-        if comm.rank == last:
-            args.update(odd)
-        x = np.ones(args["n"], args["dt"])
-        y = np.zeros_like(x)
-        try:
-            sc.allreduce(x, y, op=args["op"])
-            err = None
-        except SecCommError as e:
-            err = e
-        rec(f"call mismatch ({name}): {type(err).__name__}", err is not None)
-        sc.close()
-        comm.Barrier()
-
-
 def _setup_error(err) -> bool:
     """A clear setup error: ConfigMismatchError or AuthenticationError of the op "setup", naming a
     rank (never a timeout)."""

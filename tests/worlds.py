@@ -7,7 +7,8 @@ MPI), and on real ranks when pytest itself runs under mpiexec::
 
 Every rank runs the same test with the same arguments; ``world.run(body, suite, **kw)`` builds a
 ``SecureComm`` per rank (keyword arguments as its own), runs ``body(sc)`` on each and returns the
-list of what each rank returned (or the exception it raised), on every rank."""
+list of what each rank returned (or the exception it raised), on every rank.
+``world.run_ranks(fn)`` runs ``fn(comm, rank)`` instead, for ranks that build their own."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ class ThreadWorld:
         kw = {"psk": PSK, "timeout": 2, "crypto_threads": 1, **kw}
         return world.run(lambda r: body(SecureComm(trs[r], suite, **kw)))
 
+    def run_ranks(self, fn) -> list:
+        """``fn(comm, rank)`` on every rank, ``comm`` what a ``SecureComm`` is built on (for
+        tests whose ranks differ in their arguments); each rank's result, or its exception."""
+        world = World(self.size, paired=self.paired)
+        trs = world.transports(timeout=3)
+        return world.run(lambda r: fn(trs[r], r))
+
 
 class MPIWorld:
     """The real ranks this pytest is one of (``MPI.COMM_WORLD``)."""
@@ -57,6 +65,14 @@ class MPIWorld:
             res = e
         finally:
             sc.close()
+        return self.comm.allgather(res)
+
+    def run_ranks(self, fn) -> list:
+        """As :meth:`ThreadWorld.run_ranks`, on ``MPI.COMM_WORLD``."""
+        try:
+            res = fn(self.comm, self.comm.Get_rank())
+        except Exception as e:  # noqa: BLE001 - reported to every rank, as a thread world's
+            res = e
         return self.comm.allgather(res)
 
 

@@ -14,8 +14,6 @@ CASES = [(n, s) for n, scenarios in PLAN.items() for s in scenarios]
 #: minimum cases a scenario must have checked at a world size (guards against a silent no-op)
 MIN_CASES = {
     "sweep": 700,
-    "mismatch": 8,
-    "call_mismatch": 3,
     "wire": 4,
     "wire_policy": 350,  # 714 at 2 ranks, 1630 at 3
     "paired": 80,

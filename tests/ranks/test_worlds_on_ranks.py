@@ -21,6 +21,7 @@ FILES = {
     "test_clear_frames.py": (10, (2, 3, 4)),
     "test_op_replay.py": (16, (2, 3)),
     "test_tamper.py": (46, (2, 3)),
+    "test_mismatch.py": (11, (2, 3)),
 }
 
 
