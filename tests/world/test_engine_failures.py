@@ -586,3 +586,47 @@ def test_a_transport_without_receipts_never_gets_one(alg):
 
     assert ok(world.run(body)) == [True, True]
     assert not any(t.receipts_sent for t in trs) and not any(any(t.receipts_posted) for t in trs)
+
+
+@pytest.mark.parametrize("where", ["in an op", "between ops"])
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_leaves_its_rank_unusable_and_stops_the_other(exc, where):
+    """Rank 1 gets ``exc`` (Ctrl-C, ``sys.exit``) in its third send (inside an op), or while its
+    next call waits for the last op's sends (before the op is under way): it sees its own
+    exception, then every later call on that communicator raises CommClosedError saying what
+    failed or was interrupted, and by what; rank 0 stops at once naming rank 1."""
+    from seccomm import CommClosedError, PeerAbortError
+
+    class Interrupting(TransportWrapper):
+        sent = 0
+
+        def isend(self, buf, peer):
+            self.sent += 1
+            if where == "in an op" and self.sent == 3:
+                raise exc()
+            return self.inner.isend(buf, peer)
+
+        def wait_sends(self, reqs, peers):
+            if where == "between ops" and self.op_label.endswith("(its last sends)"):
+                raise exc()
+            return self.inner.wait_sends(reqs, peers)
+
+    def body(sc):
+        x, y, seen = np.ones(4096, np.float32), np.zeros(4096, np.float32), []
+        for _ in range(3):
+            try:
+                sc.allreduce(x, y)
+                seen.append(None)
+            except BaseException as e:  # noqa: BLE001 - what each call raised is the result
+                seen.append(e)
+        return seen
+
+    wrap = lambda r, t: Interrupting(t) if r == 1 else t  # noqa: E731
+    res = world_run(2, body, wrap=wrap, algorithm="ring", chunk_bytes=4096)
+    first, *later = [e for e in res[1] if e is not None]
+    assert isinstance(first, exc), res[1]
+    assert later and all(isinstance(e, CommClosedError) for e in later), res[1]
+    why = r"allreduce #\d+ failed" if where == "in an op" else "allreduce interrupted on this rank"
+    assert re.search(f"unusable: {why} \\({exc.__name__}\\)", str(later[0])), later[0]
+    stop = next(e for e in res[0] if e is not None)
+    assert isinstance(stop, PeerAbortError) and stop.peer == 1, res[0]
