@@ -183,3 +183,92 @@ def test_the_exit_hook_closes_in_the_order_of_construction(monkeypatch):
     assert closed == list(range(49, -1, -1))
     built = ok(world_run(2, lambda sc: sc.built))
     assert built[0] != built[1] and all(isinstance(b, int) for b in built)
+
+
+def test_a_forked_child_refuses_every_call_and_leaves_the_parent_alone():
+    """A child forked after a SecureComm was built shares its keys and connections: every call
+    there raises CommClosedError naming the call and both processes, at once and before anything
+    is sent, and ``close()`` returns without touching the transport; the parent goes on.  (One
+    rank in this process, so no other thread is lost in the fork; the child reports through a
+    pipe and leaves with ``os._exit``.)"""
+    import json
+    import os
+
+    from seccomm import CommClosedError
+
+    class Counting(TransportWrapper):
+        calls = 0
+
+        def isend(self, buf, peer):
+            Counting.calls += 1
+            return self.inner.isend(buf, peer)
+
+        def close(self):
+            Counting.calls += 1
+            return self.inner.close()
+
+    trs = World(1).transports(3)
+    sc = SecureComm(trs[0], "aes-256-gcm", psk=PSK, timeout=2, crypto_threads=1, wrap_transport=Counting)
+    x, y = np.ones(8, np.float32), np.zeros(8, np.float32)
+    sc.allreduce(x, y)
+    parent = os.getpid()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            out = {}
+            try:
+                sc.allgather(x, np.zeros(8, np.float32))
+            except CommClosedError as e:
+                out["error"] = str(e)
+            before = Counting.calls
+            sc.close()
+            out["touched"] = Counting.calls - before
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read() or "{}")
+    os.waitpid(pid, 0)
+    child = "allgather: this process (pid {}) is a fork of the one that built this SecureComm (pid {})"
+    assert got.get("error", "").startswith(child.format(pid, parent)), got
+    assert got.get("touched") == 0, got
+    sc.allreduce(x, y)  # the parent's communicator is as it was
+    assert np.array_equal(y, x)
+    sc.close()
+
+
+def test_the_options_are_the_communicators():
+    """``SecureComm.options``: the checked options it runs under (the suite as its record)."""
+    trs = World(1).transports(3)
+    sc = SecureComm(trs[0], "chacha20-poly1305", psk=PSK, chunk_bytes=4096, timeout=2, crypto_threads=1)
+    o = sc.options
+    assert (o.suite.name, o.chunk_bytes, o.timeout, o.crypto_threads) == ("chacha20-poly1305", 4096, 2, 1)
+    assert (o.algorithm, o.encrypt, o.key_exchange) == (sc.algorithm, sc.encrypt, sc.key_exchange)
+    sc.close()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "uint8"])
+def test_the_per_key_bound_counts_chunks_of_whole_elements(dtype):
+    """A chunk holds whole elements: at ``chunk_bytes=20`` a float64 chunk carries 16 bytes, a
+    float32 one 20, a uint8 one 20.  The frame bound an op is refused with counts chunks so (an
+    op counted with 20-byte chunks of float64 could pass the per-key limit and then seal more
+    frames under one key than it allows)."""
+    from seccomm.collectives import COLLECTIVES
+
+    size = 2
+    itemsize = np.dtype(dtype).itemsize
+    n = 800 // itemsize  # 800 bytes
+    chunks = -(-800 // (20 // itemsize * itemsize)) + 1
+    want = COLLECTIVES["allreduce"].frame_bound(size, chunks)
+
+    def body(sc):
+        try:
+            sc.allreduce(np.ones(n, dtype), np.zeros(n, dtype))
+        except ValueError as e:
+            return str(e)
+
+    res = world_run(size, body, chunk_bytes=20, rotate_after_frames=1, algorithm="ring")
+    msg = f"allreduce of 800 bytes may seal up to {want} frames under one key, over the per-key limit of 1"
+    assert res == [f"{msg}: raise rotate_after_frames"] * size, res
