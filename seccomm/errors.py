@@ -151,6 +151,16 @@ class ConfigMismatchError(SecCommError):
         super().__init__(msg)
 
 
+class IdentityError(SecCommError):
+    """A rank's X.509 identity cannot be used: its certificate chain did not verify against the
+    trusted CAs (path, validity, key usage), names no host, or was not given.  ``peer``: the rank
+    whose certificate failed."""
+
+    def __init__(self, msg, *, peer=None):
+        self.peer = peer
+        super().__init__(msg)
+
+
 class KeyScheduleError(SecCommError):
     """The job secret is missing, too short, unreadable, or stored with unsafe permissions."""
 

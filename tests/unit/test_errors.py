@@ -26,6 +26,7 @@ MADE = {
     ),
     errors.ConcurrentUseError: lambda: errors.ConcurrentUseError("busy"),
     errors.ConfigMismatchError: lambda: errors.ConfigMismatchError("suite", peer=2),
+    errors.IdentityError: lambda: errors.IdentityError("no host", peer=3),
     errors.KeyScheduleError: lambda: errors.KeyScheduleError("no secret"),
     errors.CommClosedError: lambda: errors.CommClosedError("closed"),
     BenchSecretError: lambda: BenchSecretError("none", speaker=True),
