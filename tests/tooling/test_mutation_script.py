@@ -53,6 +53,20 @@ def test_every_python_survivor_row_is_read():
     assert all(mutation.MUTANT.fullmatch(k) and v for k, v in eq.items())
 
 
+def test_every_in_process_test_file_is_one_mutmut_runs():
+    """mutmut runs only the files of ``pytest_add_cli_args_test_selection``: a test file of
+    tests/unit or tests/world left out of it kills no mutant in a run, however good it is (six
+    world files and three unit files once were)."""
+    pytest.importorskip("tomllib")
+    picked = set(mutation.config()["pytest_add_cli_args_test_selection"])
+    root = mutation.ROOT
+    files = sorted(
+        str(p.relative_to(root)) for d in ("unit", "world") for p in (root / "tests" / d).glob("test_*.py")
+    )
+    assert [f for f in files if f not in picked] == []
+    assert all((root / f).is_file() for f in picked)  # (and none that is gone)
+
+
 def test_every_python_survivor_row_names_a_mutated_module():
     pytest.importorskip("tomllib")  # (mutation.config reads pyproject.toml with it: Python 3.11+)
     assert mutation.orphans(mutation.equivalents(), mutation.config()["only_mutate"]) == []
