@@ -44,6 +44,17 @@ def test_each_host_certificate_verifies_and_names_its_host(pki):
     assert got[1].public_key == leaf.public_key()
 
 
+def test_certificates_are_valid_from_five_minutes_before_they_are_made_for_the_days_asked(tmp_path):
+    t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    pki = make_test_identities(tmp_path, ["n1"], days=2)
+    p = verify_chain(load(pki.cert_files[0]), load(pki.ca_file), 0)
+    five = dt.timedelta(minutes=5)
+    assert t0 - five <= p.not_before <= t0 - five + dt.timedelta(seconds=10)  # (made within 10 s)
+    assert p.not_after - p.not_before == dt.timedelta(days=2) + five
+    ca = load(pki.ca_file)[0]
+    assert (ca.not_valid_before_utc, ca.not_valid_after_utc) == (p.not_before, p.not_after)
+
+
 def test_the_private_keys_are_0600_and_match_their_certificates(pki):
     for cert_file, key_file in zip(pki.cert_files, pki.key_files):
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
