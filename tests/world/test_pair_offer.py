@@ -6,6 +6,8 @@ paired world of threads (tests/threadworld.py), where mutation testing sees them
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
 import pytest
 
@@ -90,29 +92,35 @@ class StandIn:
     """A stand-in for :mod:`seccomm.pairswap` that the plan table calls as it calls the module:
     ``offer`` what the real one offers (without asking for an MPI link), ``compile`` a swap whose
     ``start`` hands every op back (a negative code), and ``rest`` that runs the plan's steps, as
-    the Python path would.  Each call is logged with what it was given."""
+    the Python path would.  Each call is logged per rank (the spec's run names it) with what it
+    was given; ``scs[rank]``: the rank's SecureComm, whose op sequence ``start`` compares with."""
 
-    def __init__(self, sc):
-        self.sc, self.offers, self.compiles, self.starts = sc, [], [], []
+    def __init__(self):
+        self.scs, self.none_offered = {}, 0
+        self.offers, self.compiles, self.starts = defaultdict(list), defaultdict(list), defaultdict(list)
 
     def offer(self, steps):
         spec = getattr(steps, "pair", None)
-        self.offers.append(spec)
-        return None if spec is None else (spec, steps)
+        if spec is None:
+            self.none_offered += 1
+            return None
+        self.offers[spec.run.rank].append(spec)
+        return spec, steps
 
     def compile(self, spec, epoch, agreement, tail):
-        self.compiles.append((spec, epoch, agreement, tail))
+        rank = spec[0].run.rank
+        self.compiles[rank].append((spec, epoch, agreement, tail))
         outer = self
 
         class Swap:
+            steps = staticmethod(spec[1])  # (the plan's steps, run as they are)
+
             def start(self, seq, op_index, epoch):
-                s = outer.sc.sequence
-                outer.starts.append(((seq, op_index, epoch), (s.seq, s.epoch_ops - 1, s.epoch)))
+                s = outer.scs[rank].sequence
+                outer.starts[rank].append(((seq, op_index, epoch), (s.seq, s.epoch_ops - 1, s.epoch)))
                 return -1
 
-        sw = Swap()
-        sw.steps = spec[1]
-        return sw
+        return Swap()
 
     def rest(self, run, sw, got):
         assert got == -1
@@ -125,30 +133,12 @@ def test_the_plan_table_asks_the_compiled_swap_once_per_plan_and_epoch(monkeypat
     once, as the plan is made, compiles it once per epoch with the plan's record tail and the
     communicator's agreement, and starts it for every repeat with the op's number, index in its
     epoch and epoch; what it hands back runs in the op (``rest``), and every result is right."""
-    import threading
-
-    local = threading.local()
-    stand_ins = {}
-
-    def current():
-        return stand_ins[local.rank]
-
-    class Module:  # (one stand-in per rank: the ranks are threads of this process)
-        def offer(self, steps):
-            return current().offer(steps)
-
-        def compile(self, *a):
-            return current().compile(*a)
-
-        def rest(self, *a):
-            return current().rest(*a)
-
-    monkeypatch.setattr(plans, "pairswap", Module())
+    stand_in = StandIn()
+    monkeypatch.setattr(plans, "pairswap", stand_in)
     n = 16
 
     def body(sc):
-        local.rank = sc.rank
-        stand_ins[sc.rank] = me = StandIn(sc)
+        stand_in.scs[sc.rank] = sc
         x = np.arange(n, dtype=np.float32) + 100 * sc.rank
         y = np.zeros_like(x)
         out = []
@@ -156,30 +146,31 @@ def test_the_plan_table_asks_the_compiled_swap_once_per_plan_and_epoch(monkeypat
             sc.allreduce(x, y)
             out.append(y.copy())
         (plan,) = sc.plans.values()
-        return me, out, plan, sc.agreement, sc.epoch
+        return out, plan, sc.agreement, sc.epoch
 
     kw = {"algorithm": "recursive_doubling", "rotate_after_frames": 50}  # (an op bounds 24: two per epoch)
     res = ok(world_run(2, body, paired=True, suite=suite, **kw))
     want = np.arange(n, dtype=np.float32) * 2 + 100
-    for rank, (me, out, plan, agreement, epoch) in enumerate(res):
+    assert stand_in.none_offered == 0
+    for rank, (out, plan, agreement, epoch) in enumerate(res):
+        offers, compiles, starts = stand_in.offers[rank], stand_in.compiles[rank], stand_in.starts[rank]
         assert all(np.array_equal(y, want) for y in out), rank
-        assert len(me.offers) == 1 and me.offers[0] is not None
-        assert plan.compiled is not None and plan.compiled[0][0] is me.offers[0]
+        assert len(offers) == 1
+        assert plan.compiled is not None and plan.compiled[0][0] is offers[0]
         assert epoch >= 2  # (rotated: more than one compile)
-        assert [c[1] for c in me.compiles] == sorted({c[1] for c in me.compiles})  # once per epoch
-        assert me.compiles[-1][1] == epoch and len(me.compiles) >= 2
-        assert all(c[0] is plan.compiled[0] and c[2] is agreement and c[3] == plan.tail for c in me.compiles)
-        assert len(me.starts) == 6 and all(got == want_ for got, want_ in me.starts), me.starts
+        assert [c[1] for c in compiles] == sorted({c[1] for c in compiles})  # once per epoch
+        assert compiles[-1][1] == epoch and len(compiles) >= 2
+        assert all(c[0] is plan.compiled[0] and c[2] is agreement and c[3] == plan.tail for c in compiles)
+        assert len(starts) == 6 and all(got == want_ for got, want_ in starts), starts
 
 
 def test_no_compiled_swap_where_none_is_offered(monkeypatch):
     """A plan the stand-in is offered nothing for (max: not a sum) keeps no compiled part, and
     its repeats never compile or start one."""
-    stand_in = StandIn(None)
+    stand_in = StandIn()
     monkeypatch.setattr(plans, "pairswap", stand_in)
 
     def body(sc):
-        stand_in.sc = sc
         x = np.ones(16, np.float32)
         y = np.zeros_like(x)
         for _ in range(3):
@@ -188,4 +179,6 @@ def test_no_compiled_swap_where_none_is_offered(monkeypatch):
 
     res = ok(world_run(2, body, paired=True, algorithm="recursive_doubling", crypto_threads=1))
     assert res == [[None], [None]]
-    assert stand_in.offers == [None, None] and stand_in.compiles == [] and stand_in.starts == []
+    assert (
+        stand_in.none_offered == 2 and not stand_in.offers and not stand_in.compiles and not stand_in.starts
+    )
