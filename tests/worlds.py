@@ -35,10 +35,8 @@ class ThreadWorld:
         self.size, self.paired = size, paired
 
     def run(self, body, suite: str = "aes-256-gcm", **kw) -> list:
-        world = World(self.size, paired=self.paired)
-        trs = world.transports(timeout=3)
         kw = {"psk": PSK, "timeout": 2, "crypto_threads": 1, **kw}
-        return world.run(lambda r: body(SecureComm(trs[r], suite, **kw)))
+        return self.run_ranks(lambda comm, _: body(SecureComm(comm, suite, **kw)))
 
     def run_ranks(self, fn) -> list:
         """``fn(comm, rank)`` on every rank, ``comm`` what a ``SecureComm`` is built on (for
