@@ -23,10 +23,11 @@ from .agreement import Agreement
 from .control import PairMacs
 from .dtypes import CODES
 from .engine import OpContext, OpRun
-from .errors import CommClosedError, ConcurrentUseError, ConfigMismatchError, KeyScheduleError
+from .errors import CommClosedError, ConcurrentUseError, ConfigMismatchError, IdentityError, KeyScheduleError
 from .framing import REDOPS, FrameContext, Workspace, block_counts
 from .gpu.route import Devices
 from .handshake import establish, job_digest
+from .identity import IdentityFiles, load_identity
 from .keys import load_secret, secret_is_set
 from .options import (  # noqa: F401 - ALGORITHMS and the defaults: read from here by the CLI
     ALGORITHMS,
@@ -40,6 +41,7 @@ from .plans import PlanTable
 from .policy import ENCRYPT_POLICIES, EncryptPolicy  # noqa: F401 - ENCRYPT_POLICIES: the CLI's
 from .sequence import OpSequence
 from .suites import SUITES
+from .topology import name_key
 from .transports import MPITransport, Transport
 
 _OPEN: "weakref.WeakSet[SecureComm]" = weakref.WeakSet()
@@ -89,6 +91,12 @@ class SecureComm:
     - ``chunk_bytes``: frame payload size in bytes (default 1 MiB), >= 16, < 2**31 - 64.
     - ``key_exchange``: ``"psk"`` or ``"psk-dhe"`` (ephemeral X25519, forward secrecy).
     - ``psk``: job secret (bytes or hex); default from ``SECCOMM_PSK_FILE``/``SECCOMM_PSK``.
+    - ``identity``: ``"psk"`` (default: every rank is known by the job secret) or ``"x509"``:
+      each rank by its certificate (files from ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE``,
+      ``SECCOMM_CA_FILE``, or given as a :class:`~seccomm.identity.IdentityFiles`), which
+      signs its setup messages; keys from ephemeral X25519 shares those signatures
+      authenticate, a PSK mixed in where one is set; the host of a rank is the one its
+      certificate names (:mod:`seccomm.handshake`).
     - ``job_id``: label bound into keys and AAD (default ``SECCOMM_JOB_ID``/``SLURM_JOB_ID``).
     - ``timeout``: seconds any single wait may block before ``TransportTimeout`` (default 60,
       or ``SECCOMM_TIMEOUT``).
@@ -156,6 +164,7 @@ class SecureComm:
         node_ids=None,
         wrap_transport=None,
         device_backend=None,
+        identity="psk",
     ):
         # Nothing may raise before the setup below: a rank that stopped here would leave the
         # others waiting in a collective.  A bad value is sent in place of this rank's settings.
@@ -173,10 +182,15 @@ class SecureComm:
             chunk_bytes=chunk_bytes, key_exchange=key_exchange, job_id=job_id, timeout=timeout,
             crypto_threads=crypto_threads, rotate_after_frames=rotate_after_frames,
             small_bytes=small_bytes, bcast_chain_bytes=bcast_chain_bytes, node_ids=node_ids,
+            identity="x509" if isinstance(identity, IdentityFiles) else identity,
         )  # fmt: skip
-        secret = None
+        secret, me = None, None
         if local_error is not None:
             secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
+        elif opts.identity == "x509":
+            secret, me, local_error = self._x509(psk, identity)
+            if local_error is not None:
+                opts = replace(opts, suite=SUITES["none"], node_ids=None)
         else:
             try:
                 secret, self.secret_source = load_secret(psk)
@@ -201,9 +215,10 @@ class SecureComm:
                 secret,
                 opts.suite,
                 job_digest(self.job_id),
-                self._transport.host_key(),
+                self._transport.host_key() if me is None else name_key(me.me.host),
                 opts.node_ids,
                 local_error,
+                me,
             )
         except BaseException:
             if not isinstance(comm, Transport):  # the MPITransport made here: free its communicator
@@ -214,6 +229,20 @@ class SecureComm:
         self._parts(opts, device_backend)
         self.built = next(_BUILT)  # its place in this process's order of construction
         _OPEN.add(self)
+
+    def _x509(self, psk, identity) -> tuple:
+        """``(secret, identity, error)`` under identity x509: the PSK to mix in (``b""`` where
+        none is set), this rank's :class:`~seccomm.identity.LocalIdentity`, or the error that
+        stops its setup."""
+        try:
+            me = load_identity(identity if isinstance(identity, IdentityFiles) else None)
+            self.secret_source = "none (identity x509, no PSK mixed in)"
+            secret = b""
+            if secret_is_set(psk):
+                secret, self.secret_source = load_secret(psk)
+            return secret, me, None
+        except (IdentityError, KeyScheduleError) as e:
+            return _secret_or_none(psk) if secret_is_set(psk) else None, None, e
 
     def _parts(self, opts: Options, device_backend) -> None:
         """The communicator's parts, once the setup gave it a session."""

@@ -40,6 +40,8 @@ keys and a finished MAC no other rank accepts: the setup fails on every rank, be
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -51,21 +53,22 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .errors import AuthenticationError, ConfigMismatchError, SecCommError
+from .errors import AuthenticationError, ConfigMismatchError, IdentityError, SecCommError
+from .identity import MAX_SIGNATURE_BYTES, signature_bytes, verify_chain, verify_signature
 from .keys import KeySchedule, hello_key, hmac_sha256, hmac_verify
-from .topology import node_ids_from_keys
+from .topology import name_key, node_ids_from_keys
 
-HELLO_BYTES = 2048  #: bytes of one hello block
+HELLO_BYTES = 4096  #: bytes of one hello block
 NONCE_BYTES = 32  #: fresh random bytes per rank and session
 DELIVERY_BYTES = 48  #: a sealed 32-byte group secret and its 16-byte tag
-FINISHED_BYTES = 40  #: status, blamed rank, MAC
+FINISHED_BYTES = 8 + MAX_SIGNATURE_BYTES  #: status, blamed rank, MAC or signature, zeros
 OK, REJECTED, NO_GROUP_SECRET = 0, 1, 2  #: finished status: accepted, a hello failed, key delivery failed
 FORGED = -1  #: (never sent) a failure report whose MAC failed on the receiving rank
 OP = "setup"
 _MAC = 32
 _BODY_MAX = HELLO_BYTES - 4 - _MAC
 _ERROR_MAX = 512  # characters of an argument error carried in a hello
-_FIELDS = {"rank", "nonce", "host", "share", "settings", "error"}
+_FIELDS = {"rank", "nonce", "host", "share", "settings", "error", "chain"}
 _NOBODY = 0xFFFFFFFF
 
 
@@ -93,7 +96,8 @@ def node_ids_digest(node_ids: list[int]) -> str:
 @dataclass(frozen=True)
 class Hello:
     """One rank's hello.  ``nonce``: 32 bytes; ``host``: 63-bit host key; ``share``: 32-byte
-    X25519 public key (psk-dhe) or None; ``settings``: JSON-able dict; ``error``: text or None."""
+    X25519 public key (psk-dhe, x509) or None; ``settings``: JSON-able dict; ``error``: text or
+    None; ``chain``: the rank's certificate chain, DER, leaf first (x509) or None."""
 
     rank: int
     nonce: bytes
@@ -101,6 +105,7 @@ class Hello:
     share: bytes | None
     settings: dict
     error: str | None
+    chain: tuple | None = None
 
     def body(self) -> bytes:
         """The canonical JSON encoding (sorted keys, no spaces): one body per hello."""
@@ -111,6 +116,7 @@ class Hello:
             "share": None if self.share is None else self.share.hex(),
             "settings": self.settings,
             "error": self.error,
+            "chain": None if self.chain is None else [base64.b64encode(c).decode() for c in self.chain],
         }
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 
@@ -154,11 +160,21 @@ def decode_hello(block: bytes) -> Hello | None:
             None if d["share"] is None else _hex(d["share"]),
             _flat(d["settings"]),
             d["error"],
+            _chain(d["chain"]),
         )
         ok = set(d) == _FIELDS and isinstance(h.error, (str, type(None)))
         return h if ok and h.body() == parts[0] else None
-    except (ValueError, TypeError, KeyError, RecursionError):  # ValueError: UnicodeDecodeError, JSON
+    except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):  # ValueError: JSON, UTF-8
         return None
+
+
+def _chain(v) -> tuple | None:
+    """A hello's chain: None, or a list of base64 strings (each certificate's DER)."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+        raise TypeError("chain is not a list of strings")
+    return tuple(base64.b64decode(c, validate=True) for c in v)
 
 
 def _flat(v) -> dict:
@@ -214,9 +230,11 @@ class Transcript:
         return node_ids_from_keys(keys, rank)
 
 
-def check_hellos(t: Transcript, key: bytes | None, rank: int) -> None:
+def check_hellos(t: Transcript, key: bytes | None, rank: int, signed: bool = False) -> None:
     """The checks on every hello, in order, each naming the rank whose hello failed (the same
-    error on every rank that holds the same transcript).  Raises ``ConfigMismatchError``."""
+    error on every rank that holds the same transcript).  ``signed`` (identity x509): the hellos
+    are authenticated by each rank's signature over the transcript in its finished message, and
+    by their MACs only where ``key`` (a PSK mixed in) is given.  Raises ``ConfigMismatchError``."""
     for j, h in enumerate(t.hellos):
         if h is not None and h.error:
             if _authentic(t, j, key):
@@ -235,7 +253,18 @@ def check_hellos(t: Transcript, key: bytes | None, rank: int) -> None:
             f"or another seccomm version",
             peer=bad[0],
         )
-    failed = [j for j in range(len(t.blocks)) if not _authentic(t, j, key)]
+    _check_identity_setting(t)
+    moved = [j for j, h in enumerate(t.hellos) if h.rank != j]
+    if signed and moved:
+        j = moved[0]
+        raise ConfigMismatchError(
+            f"setup: the hello in rank {j}'s place was sent as rank {t.hellos[j].rank}", peer=j
+        )
+    failed = (
+        [j for j in range(len(t.blocks)) if not _authentic(t, j, key)]
+        if key is not None or not signed
+        else []
+    )
     if failed:
         raise ConfigMismatchError(
             f"setup: job secret differs across ranks, or a hello was altered in transit: the hello "
@@ -264,6 +293,48 @@ def _authentic(t: Transcript, j: int, key: bytes | None) -> bool:
     return key is not None and t.hellos[j].rank == j and hmac_verify(key, b"seccomm/1 hello" + body, mac)
 
 
+def _check_identity_setting(t: Transcript) -> None:
+    """The ranks agree on the identity mode (checked before any authentication, whose keys it
+    chooses: a rank of another mode could not be authenticated, and would be blamed for that)."""
+    modes = [h.settings.get("identity", "psk") for h in t.hellos]
+    odd = [j for j, m in enumerate(modes) if m != modes[0]]
+    if odd:
+        j = odd[0]
+        msg = "setup: SecureComm settings differ across ranks: identity: "
+        msg += f"rank 0 {modes[0]!r}, rank {j} {modes[j]!r}"
+        raise ConfigMismatchError(msg, peer=j)
+
+
+def check_identities(t: Transcript, cas, now=None) -> tuple:
+    """Every rank's :class:`~seccomm.identity.PeerIdentity` from the chain in its hello, verified
+    against ``cas`` (:func:`~seccomm.identity.verify_chain`, once per distinct chain), and its
+    host key checked against the name its certificate gives; raises
+    :class:`~seccomm.errors.IdentityError` naming the first rank that fails."""
+    seen, out = {}, []
+    for j, h in enumerate(t.hellos):
+        blob = b"".join(h.chain or ())
+        if blob not in seen:
+            seen[blob] = verify_chain(_certificates(h.chain or (), j), cas, j, now)
+        p = replace(seen[blob], rank=j)
+        if h.host != name_key(p.host):
+            raise IdentityError(
+                f"setup: rank {j} gave a host other than the one its certificate names ({p.host!r})", peer=j
+            )
+        if signature_bytes(p.public_key) is None or signature_bytes(p.public_key) > MAX_SIGNATURE_BYTES:
+            raise IdentityError(f"setup: rank {j}'s certificate key is not one seccomm signs with", peer=j)
+        out.append(p)
+    return tuple(out)
+
+
+def _certificates(ders, j: int) -> list:
+    from cryptography import x509
+
+    try:
+        return [x509.load_der_x509_certificate(d) for d in ders]
+    except ValueError:
+        raise IdentityError(f"setup: rank {j}'s certificate chain is not readable DER", peer=j) from None
+
+
 def _check_settings(t: Transcript) -> None:
     ref = t.hellos[0].settings
     diffs, peer = [], None
@@ -276,10 +347,15 @@ def _check_settings(t: Transcript) -> None:
     if diffs:
         msg = "setup: SecureComm settings differ across ranks: " + "; ".join(diffs)
         raise ConfigMismatchError(msg, peer=peer)
-    dhe = ref.get("key_exchange") == "psk-dhe"
+    signed = ref.get("identity") == "x509"
+    dhe = ref.get("key_exchange") == "psk-dhe" or signed
     odd = [j for j, h in enumerate(t.hellos) if (h.share is not None) != dhe]
     if odd:
         what = "has no X25519 share" if dhe else "carries an X25519 share under key_exchange 'psk'"
+        raise ConfigMismatchError(f"setup: the hello from rank {odd[0]} {what}", peer=odd[0])
+    odd = [j for j, h in enumerate(t.hellos) if (h.chain is not None) != signed]
+    if odd:
+        what = "has no certificate chain" if signed else "carries a certificate chain under identity 'psk'"
         raise ConfigMismatchError(f"setup: the hello from rank {odd[0]} {what}", peer=odd[0])
 
 
@@ -289,30 +365,37 @@ def _check_settings(t: Transcript) -> None:
 @dataclass(frozen=True)
 class Session:
     """What a successful setup gives a rank: its key schedule, the communicator id of the AAD,
-    the node map (node id of every rank) and the number of ranks on its node."""
+    the node map (node id of every rank), the number of ranks on its node, and under identity
+    x509 every rank's verified :class:`~seccomm.identity.PeerIdentity` (else None)."""
 
     keys: KeySchedule
     comm_id: bytes
     node_ids: list
     local: int
+    identities: tuple | None = None
 
 
 def establish(
-    transport, settings: dict, secret, suite, job_id: bytes, host: int, node_ids, local_error
+    transport, settings: dict, secret, suite, job_id: bytes, host: int, node_ids, local_error, identity=None
 ) -> Session:
     """Run the three setup messages on ``transport`` (collective) and return this rank's session.
 
     ``settings``: the values every rank must share (a JSON-able dict; ``key_exchange`` selects
-    psk-dhe); ``secret``: the job secret (None only with a ``local_error``); ``suite``: a
-    :class:`~seccomm.suites.CipherSuite`; ``job_id``: 16 bytes; ``host``: this rank's host key;
-    ``node_ids``: the user's node ids or None; ``local_error``: this rank's argument error.
+    psk-dhe, ``identity`` "x509" the signed setup); ``secret``: the job secret (None only with a
+    ``local_error``; under x509 ``b""`` when no PSK is mixed in); ``suite``: a
+    :class:`~seccomm.suites.CipherSuite`; ``job_id``: 16 bytes; ``host``: this rank's host key
+    (x509: :func:`~seccomm.topology.name_key` of its certificate's host); ``node_ids``: the
+    user's node ids or None; ``local_error``: this rank's argument error; ``identity``: this
+    rank's :class:`~seccomm.identity.LocalIdentity` (x509; None where it could not be loaded).
 
     Raises, on every rank: this rank's own ``local_error``; ``ConfigMismatchError`` (peer, op
     "setup") when arguments, settings or the secret differ, or a hello failed; and
     ``AuthenticationError`` (op "setup") naming the rank whose key delivery or finished MAC
     failed, when a message was altered or replayed; ``TransportTimeout`` when a rank never joins.
     """
-    run = _Setup(transport, secret, suite, job_id, local_error, settings.get("key_exchange") == "psk-dhe")
+    signed = settings.get("identity") == "x509"
+    dhe = settings.get("key_exchange") == "psk-dhe" or signed
+    run = _Setup(transport, secret, suite, job_id, local_error, dhe, identity if signed else None, signed)
     t = run.hello(settings, host)
     run.check(t, node_ids)
     run.key_delivery()
@@ -323,10 +406,11 @@ class _Setup:
     """One rank's run of the setup: one method per message.  ``failure``: the first thing that
     failed on this rank; it goes out in the finished message and is raised after it."""
 
-    def __init__(self, transport, secret, suite, job_id, local_error, dhe: bool):
+    def __init__(self, transport, secret, suite, job_id, local_error, dhe: bool, identity, signed: bool):
         self.tr, self.rank, self.size = transport, transport.rank, transport.size
         self.secret, self.suite, self.job_id, self.dhe = secret, suite, job_id, dhe
-        self.key = None if secret is None else hello_key(secret, job_id)
+        self.identity, self.signed, self.peers = identity, signed, None
+        self.key = hello_key(secret, job_id) if secret else None  # (x509 without a PSK: no MAC)
         self.failure, self.status, self.blamed = None, OK, _NOBODY
         if local_error is not None:
             self._fail(local_error, REJECTED, self.rank)
@@ -346,7 +430,10 @@ class _Setup:
         if self.failure is not None:
             error = str(self.failure)[:_ERROR_MAX] or type(self.failure).__name__
         self.nonce = os.urandom(NONCE_BYTES)
-        hello = Hello(self.rank, self.nonce, int(host), share, settings, error)
+        chain = None if not self.signed else ()  # (a rank whose hello carries its error: no chain)
+        if self.identity is not None and error is None:
+            chain = tuple(self.identity.chain_der())
+        hello = Hello(self.rank, self.nonce, int(host), share, settings, error, chain)
         while len(hello.body()) > _BODY_MAX and hello.error:  # an error too long for the block
             hello = replace(hello, error=hello.error[: len(hello.error) // 2])
         mine = encode_hello(hello, self.key)
@@ -360,13 +447,15 @@ class _Setup:
         pairwise X25519 secrets, after which the private key is dropped)."""
         try:
             if self.failure is None:
-                check_hellos(t, self.key, self.rank)
+                check_hellos(t, self.key, self.rank, self.signed)
+                if self.signed:
+                    self.peers = check_identities(t, self.identity.cas)
                 ids, local = t.node_map(user_node_ids, self.rank)
                 keys = KeySchedule(self.secret, self.suite, t.salt(self.job_id), t.digest(), self.rank)
                 if self.dhe:
-                    keys.use_dhe(self._pairwise(t))
-                self.keys, self.session = keys, Session(keys, t.digest()[:16], ids, local)
-        except ConfigMismatchError as e:  # every one raised here names the rank whose hello failed
+                    keys.use_dhe(self._pairwise(t), "x509" if self.signed else "psk-dhe")
+                self.keys, self.session = keys, Session(keys, t.digest()[:16], ids, local, self.peers)
+        except (ConfigMismatchError, IdentityError) as e:  # each names the rank whose hello failed
             self._fail(e, REJECTED, e.peer)
         finally:
             self._eph = None  # the ephemeral private key is never used again
@@ -422,12 +511,9 @@ class _Setup:
         this order: this rank's rejection of a hello (or its own arguments); another rank's
         rejection (rank 0 sends no group secret after one); this rank's failed key delivery;
         another rank's; a finished MAC that does not match this rank's transcript."""
-        header, mac = struct.pack(">II", self.status, self.blamed), bytes(_MAC)
-        if self.failure is None:
-            mac = hmac_sha256(self.keys.finished_key(), finished_input(t.digest(), self.rank, header))
-        elif self.key is not None:
-            mac = hmac_sha256(self.key, report_input(self.rank, self.nonce, header))
-        mine = np.frombuffer(header + mac, np.uint8)
+        header = struct.pack(">II", self.status, self.blamed)
+        proof = self._prove(header, t)
+        mine = np.frombuffer((header + proof).ljust(FINISHED_BYTES, b"\0"), np.uint8)
         rows = np.empty((self.size, FINISHED_BYTES), np.uint8)
         self.tr.allgather(mine, rows, op_label="setup: finished")
         if self.status == REJECTED:
@@ -439,6 +525,28 @@ class _Setup:
             raise self.failure
         self._check_finished_macs(t, rows)
         return self.session
+
+    def _prove(self, header: bytes, t: Transcript) -> bytes:
+        """What follows this rank's finished header: its signature (x509) or MAC (psk) of the
+        finished input, or of its failure report; nothing from a rank without a key."""
+        if self.failure is None:
+            msg = finished_input(t.digest(), self.rank, header)
+            return self.identity.sign(msg) if self.signed else hmac_sha256(self.keys.finished_key(), msg)
+        msg = report_input(self.rank, self.nonce, header)
+        if self.signed:
+            return self.identity.sign(msg) if self.identity is not None else b""
+        return b"" if self.key is None else hmac_sha256(self.key, msg)
+
+    def _proven(self, j: int, row: np.ndarray, msg: bytes, key) -> bool:
+        """Whether rank ``j``'s finished ``row`` carries its proof of ``msg`` (x509: the
+        signature of the key in its certificate; psk: the MAC under ``key()``), zeros after it."""
+        n = signature_bytes(self.peers[j].public_key) if self.signed else _MAC
+        raw = row[8:].tobytes()
+        if any(raw[n:]):
+            return False
+        if self.signed:
+            return verify_signature(self.peers[j].public_key, raw[:n], msg)
+        return hmac_verify(key(), msg, raw[:n])
 
     def _reports(self, t: Transcript, rows: np.ndarray) -> list[tuple[int, int, int]]:
         """(rank, status, blamed rank) of every other rank that reports a failure: authentic
@@ -452,21 +560,23 @@ class _Setup:
             status, blamed = struct.unpack(">II", header)
             if j == self.rank or status == OK:
                 continue
-            mac = rows[j, 8:].tobytes()
-            if not hmac_verify(self.key, report_input(j, t.hellos[j].nonce, header), mac):
+            if not self._proven(j, rows[j], report_input(j, t.hellos[j].nonce, header), lambda: self.key):
                 status, blamed = FORGED, j
             reports.append((j, status, blamed if blamed < self.size else j))
         order = {REJECTED: 0, NO_GROUP_SECRET: 1}
         return sorted(reports, key=lambda r: order.get(r[1], 2))
 
     def _check_finished_macs(self, t: Transcript, rows: np.ndarray) -> None:
-        """Every other rank's finished MAC over this rank's transcript hash and that rank."""
-        key, th = self.keys.finished_key(), t.digest()
+        """Every other rank's finished MAC (x509: signature) over this rank's transcript hash and
+        that rank."""
+        th = t.digest()
         failed = [
             j
             for j in range(self.size)
             if j != self.rank
-            and not hmac_verify(key, finished_input(th, j, rows[j, :8].tobytes()), rows[j, 8:].tobytes())
+            and not self._proven(
+                j, rows[j], finished_input(th, j, rows[j, :8].tobytes()), self.keys.finished_key
+            )
         ]
         if failed:
             detail = (
@@ -474,7 +584,8 @@ class _Setup:
                 f"{self.rank}: a setup message was altered or replayed in transit (no key of this "
                 f"session was used)"
             )
-            raise AuthenticationError(peer=failed[0], op=OP, seq=None, suite="HMAC-SHA256", detail=detail)
+            suite = "a signature of its certificate's key" if self.signed else "HMAC-SHA256"
+            raise AuthenticationError(peer=failed[0], op=OP, seq=None, suite=suite, detail=detail)
 
 
 def _delivery_error(detail: str) -> AuthenticationError:

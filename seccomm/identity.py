@@ -1,4 +1,4 @@
-"""Per-rank identities from X.509 certificates, for the ``x509`` trust mode being built: a peer's
+"""Per-rank identities from X.509 certificates, for ``SecureComm(identity="x509")``: a peer's
 certificate chain checked with ``cryptography``'s X.509 verification, and a throw-away CA with one
 certificate per host for tests and a first try.
 
@@ -12,7 +12,14 @@ ranks share a node only when their certificates name the same host.  The checks 
 of RFC 5280: path building, validity, basic constraints, key usage of the issuers, the allowed
 signature algorithms), plus the two on the leaf named above.
 
-Not wired into :class:`~seccomm.SecureComm` yet: its setup knows the job secret only."""
+A rank's own identity (:func:`load_identity`) is its certificate chain, its private key and the CA
+certificates it trusts, read from three PEM files under the rules of the job secret's file
+(:mod:`seccomm.files`: the key file private, 0600); :class:`~seccomm.SecureComm` uses it under
+``identity="x509"`` (:mod:`seccomm.handshake`), where each rank signs the setup transcript with
+its key (:meth:`LocalIdentity.sign`).  Signatures have a fixed length per key
+(:func:`signature_bytes`): ECDSA as ``r || s`` (as in JWS, RFC 7518 §3.4) with the curve's hash,
+Ed25519 and Ed448 as RFC 8032 gives them, RSA as RSASSA-PSS with SHA-256 (as TLS 1.3 signs,
+RFC 8446 §4.2.3)."""
 
 from __future__ import annotations
 
@@ -24,13 +31,21 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from .errors import IdentityError
+from .files import FileRule, read_checked
 
 SPIFFE = "spiffe://"
+#: the environment variables of an identity's files: certificate chain, private key, CA bundle
+CERT_VAR, KEY_VAR, CA_VAR = "SECCOMM_CERT_FILE", "SECCOMM_KEY_FILE", "SECCOMM_CA_FILE"
+#: the largest signature a setup message has room for [B] (an RSA key of 4,096 bits)
+MAX_SIGNATURE_BYTES = 512
+_EC_HASH = {256: hashes.SHA256, 384: hashes.SHA384, 521: hashes.SHA512}
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,169 @@ def host_of(subjects: list) -> str | None:
         if isinstance(s, x509.UniformResourceIdentifier) and s.value.startswith(SPIFFE):
             return s.value
     return None
+
+
+# -- this rank's own identity ------------------------------------------------------------------
+@dataclass(frozen=True)
+class IdentityFiles:
+    """The three PEM files of a rank's identity: ``cert_file``, its certificate chain (leaf
+    first); ``key_file``, the leaf's private key (unencrypted PKCS #8 or traditional PEM, mode
+    0600); ``ca_file``, the CA certificates it trusts.  :meth:`from_env` reads their paths from
+    :data:`CERT_VAR`, :data:`KEY_VAR` and :data:`CA_VAR`."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+
+    @classmethod
+    def from_env(cls) -> "IdentityFiles":
+        """The files named by ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE`` and
+        ``SECCOMM_CA_FILE``; :class:`~seccomm.errors.IdentityError` naming those unset."""
+        names = (CERT_VAR, KEY_VAR, CA_VAR)
+        missing = [v for v in names if not os.environ.get(v)]
+        if missing:
+            raise IdentityError(
+                f"identity 'x509' needs {', '.join(missing)} set on every rank (PEM files: the rank's "
+                f"certificate chain, its private key (chmod 600) and the CA bundle); `seccomm identity` "
+                f"makes a test CA and host certificates"
+            )
+        return cls(*(os.environ[v] for v in names))
+
+
+@dataclass(frozen=True)
+class LocalIdentity:
+    """This rank's identity, checked (:func:`load_identity`): ``chain`` (leaf first), ``cas`` (the
+    trusted CA certificates), ``me`` (the leaf as :func:`verify_chain` reads it).  Holds the
+    private key; its repr shows none of it."""
+
+    chain: tuple
+    cas: tuple
+    me: PeerIdentity
+    _key: object
+
+    def __repr__(self):
+        return f"<LocalIdentity {self.me.subject} host={self.me.host} sha256={self.me.fingerprint[:16]}>"
+
+    def chain_der(self) -> list:
+        """The chain as DER bytes, leaf first (what this rank's setup hello carries)."""
+        return [c.public_bytes(serialization.Encoding.DER) for c in self.chain]
+
+    def sign(self, data: bytes) -> bytes:
+        """This rank's signature of ``data``: :func:`signature_bytes` long (see the module)."""
+        key = self._key
+        if isinstance(key, ec.EllipticCurvePrivateKey):
+            r, s = decode_dss_signature(key.sign(data, ec.ECDSA(_EC_HASH[key.curve.key_size]())))
+            n = _ec_bytes(key.curve.key_size)
+            return r.to_bytes(n, "big") + s.to_bytes(n, "big")
+        if isinstance(key, rsa.RSAPrivateKey):
+            return key.sign(data, _pss(), hashes.SHA256())
+        return key.sign(data)  # Ed25519, Ed448
+
+
+def _ec_bytes(bits: int) -> int:
+    return (bits + 7) // 8
+
+
+def _pss() -> padding.PSS:
+    return padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.DIGEST_LENGTH)
+
+
+def signature_bytes(public_key) -> int | None:
+    """The length in bytes of a signature by the key of ``public_key`` (ECDSA: twice the
+    curve's size; Ed25519: 64; Ed448: 114; RSA: the modulus), or ``None`` for a key type seccomm
+    does not sign with."""
+    if isinstance(public_key, ec.EllipticCurvePublicKey):
+        return 2 * _ec_bytes(public_key.curve.key_size) if public_key.curve.key_size in _EC_HASH else None
+    if isinstance(public_key, rsa.RSAPublicKey):
+        return public_key.key_size // 8
+    if isinstance(public_key, ed25519.Ed25519PublicKey):
+        return 64
+    if isinstance(public_key, ed448.Ed448PublicKey):
+        return 114
+    return None
+
+
+def verify_signature(public_key, signature: bytes, data: bytes) -> bool:
+    """Whether ``signature`` is ``public_key``'s signature of ``data`` as :meth:`LocalIdentity.sign`
+    makes them (exactly :func:`signature_bytes` long)."""
+    if len(signature) != signature_bytes(public_key):
+        return False
+    try:
+        if isinstance(public_key, ec.EllipticCurvePublicKey):
+            n = len(signature) // 2
+            der = encode_dss_signature(
+                int.from_bytes(signature[:n], "big"), int.from_bytes(signature[n:], "big")
+            )
+            public_key.verify(der, data, ec.ECDSA(_EC_HASH[public_key.curve.key_size]()))
+        elif isinstance(public_key, rsa.RSAPublicKey):
+            public_key.verify(signature, data, _pss(), hashes.SHA256())
+        else:
+            public_key.verify(signature, data)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def load_identity(files: IdentityFiles | None = None, now: dt.datetime | None = None) -> LocalIdentity:
+    """This rank's identity from ``files`` (default: :meth:`IdentityFiles.from_env`): each file
+    read under :mod:`seccomm.files`' rules (the key file private), the chain checked with
+    :func:`verify_chain` against the CA file at ``now``, the key matched to the leaf's, and its
+    type one seccomm signs with whose signature fits a setup message
+    (:data:`MAX_SIGNATURE_BYTES`).  Raises :class:`~seccomm.errors.IdentityError` naming the file
+    or the check that failed, never a key's content."""
+    files = files or IdentityFiles.from_env()
+    chain = _certificates(files.cert_file, CERT_VAR, "certificate chain")
+    cas = _certificates(files.ca_file, CA_VAR, "CA bundle")
+    key = _private_key(files.key_file)
+    me = _own_chain(chain, cas, now)
+    if key.public_key() != chain[0].public_key():
+        raise IdentityError(
+            f"{KEY_VAR} {files.key_file!r} is not the key of the certificate in {CERT_VAR} "
+            f"{files.cert_file!r} (subject {me.subject}): give the key that certificate was issued for"
+        )
+    n = signature_bytes(me.public_key)
+    if n is None or n > MAX_SIGNATURE_BYTES:
+        raise IdentityError(
+            f"{CERT_VAR} {files.cert_file!r}: a {type(me.public_key).__name__} key is not one seccomm "
+            f"signs with; use ECDSA (P-256, P-384, P-521), Ed25519, Ed448 or RSA of at most "
+            f"{8 * MAX_SIGNATURE_BYTES} bits"
+        )
+    return LocalIdentity(tuple(chain), tuple(cas), me, key)
+
+
+def _own_chain(chain, cas, now) -> PeerIdentity:
+    try:
+        return verify_chain(chain, cas, -1, now)
+    except IdentityError as e:
+        raise IdentityError(str(e).replace("rank -1's certificate", "this rank's own certificate")) from None
+
+
+def _rule(path: str, variable: str, kind: str, private: bool) -> FileRule:
+    make = "seccomm identity --out DIR HOST... (a test CA), or your CA's tools"
+    return FileRule(f"{variable} {path!r}", variable, make, kind, private, IdentityError)
+
+
+def _certificates(path: str, variable: str, kind: str) -> list:
+    raw = read_checked(path, _rule(path, variable, kind, private=False))
+    try:
+        certs = x509.load_pem_x509_certificates(raw)
+    except ValueError:
+        certs = []
+    if not certs:
+        raise IdentityError(f"{variable} {path!r} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return certs
+
+
+def _private_key(path: str):
+    raw = read_checked(path, _rule(path, KEY_VAR, "private key", private=True))
+    try:
+        return serialization.load_pem_private_key(raw, password=None)
+    except TypeError:
+        raise IdentityError(
+            f"{KEY_VAR} {path!r} is encrypted: give the key unencrypted (mode 0600)"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise IdentityError(f"{KEY_VAR} {path!r} holds no PEM private key this version can read") from None
 
 
 # -- a throw-away CA ---------------------------------------------------------------------------

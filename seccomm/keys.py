@@ -29,10 +29,8 @@ recording the traffic and later learning the PSK does not reveal the keys.
 
 from __future__ import annotations
 
-import errno
 import os
 import shlex
-import stat
 import struct
 
 from cryptography.exceptions import InvalidSignature
@@ -41,9 +39,12 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .entropy import MIN_SECRET_BITS, estimate_bits
 from .errors import KeyScheduleError
+from .files import MAX_FILE_BYTES, FileRule, read_checked
 
 MIN_SECRET_BYTES = 32
 KEY_EXCHANGES = ("psk", "psk-dhe")
+#: how ranks are authenticated: one job secret every rank holds, or a certificate per rank
+IDENTITIES = ("psk", "x509")
 
 
 def load_secret(psk: bytes | str | None = None) -> tuple[bytes, str]:
@@ -78,7 +79,7 @@ def secret_is_set(psk: bytes | str | None = None) -> bool:
 
 
 #: larger than any secret file could sensibly be [B]
-MAX_SECRET_FILE_BYTES = 1 << 16
+MAX_SECRET_FILE_BYTES = MAX_FILE_BYTES
 
 
 def _make_one(path: str) -> str:
@@ -89,35 +90,15 @@ def _make_one(path: str) -> str:
 
 def read_secret_file(path: str) -> bytes:
     """The secret in the file ``path``: its hex digits decoded when it holds nothing else (and
-    whitespace), else its raw bytes.  The file is opened with ``O_NOFOLLOW`` (a symbolic link is
-    refused) and checked on the open descriptor (``fstat``, so what is checked is what is read):
-    a regular file owned by this process's effective user, with no permission bits for group or
-    others.
+    whitespace), else its raw bytes.  The file must pass :func:`seccomm.files.read_checked` as a
+    private file: not a symbolic link, a regular file owned by this process's effective user,
+    with no permission bits for group or others, checked on the open descriptor.
 
     Raises ``KeyScheduleError`` naming the file and the fix, never the content.
     """
     what = f"SECCOMM_PSK_FILE {path!r}"
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise KeyScheduleError(
-                f"{what} is a symbolic link, refused (it could point anywhere): point "
-                f"SECCOMM_PSK_FILE at the file itself"
-            ) from None
-        raise KeyScheduleError(
-            f"{what} cannot be opened: {e.strerror}; make one with: {_make_one(path)}"
-        ) from None
-    try:
-        _check_file(os.fstat(fd), what, path)
-        raw = b""
-        while len(raw) <= MAX_SECRET_FILE_BYTES and (part := os.read(fd, 1 << 16)):
-            raw += part
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_SECRET_FILE_BYTES:
-        raise KeyScheduleError(f"{what} is larger than {MAX_SECRET_FILE_BYTES} bytes: not a secret file")
+    rule = FileRule(what, "SECCOMM_PSK_FILE", _make_one(path), "secret", True, KeyScheduleError)
+    raw = read_checked(path, rule)
     text = raw.strip()
     if text and not text.translate(None, b"0123456789abcdefABCDEF \t\r\n"):  # meant as hex
         try:
@@ -125,22 +106,6 @@ def read_secret_file(path: str) -> bytes:
         except ValueError:
             raise KeyScheduleError(f"{what} is not valid hex (an odd number of digits?)") from None
     return raw  # a raw binary (or text) secret
-
-
-def _check_file(st: os.stat_result, what: str, path: str) -> None:
-    """Regular file, owned by the effective user, no group/other bits; else ``KeyScheduleError``."""
-    if not stat.S_ISREG(st.st_mode):
-        raise KeyScheduleError(f"{what} is not a regular file; make one with: {_make_one(path)}")
-    if st.st_uid != os.geteuid():
-        raise KeyScheduleError(
-            f"{what} is owned by uid {st.st_uid}, not by this process's user (uid {os.geteuid()}): "
-            f"another user could read or replace it; use a file of your own (chmod 600)"
-        )
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyScheduleError(
-            f"{what} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"run: chmod 600 {shlex.quote(path)}"
-        )
 
 
 def _as_bytes(v, what):
@@ -249,9 +214,11 @@ class KeySchedule:
         head = b"seccomm/1 " + label + b"|" + self.suite.name.encode() + b"|"
         return head + struct.pack(f">{len(fields)}I", *fields) + b"|" + self._context
 
-    def use_dhe(self, pair: dict[int, bytes]) -> None:
-        """psk-dhe: the X25519 secret shared with every other rank (``{rank: 32 bytes}``)."""
-        self._pair, self.mode = dict(pair), "psk-dhe"
+    def use_dhe(self, pair: dict[int, bytes], mode: str = "psk-dhe") -> None:
+        """psk-dhe and x509: the X25519 secret shared with every other rank (``{rank: 32
+        bytes}``); ``mode``: what :attr:`mode` then says (``psk-dhe``, or ``x509``, whose shares
+        each rank's signature over the transcript authenticates)."""
+        self._pair, self.mode = dict(pair), mode
         self._cache.clear()
 
     def use_group_secret(self, group_secret: bytes) -> None:

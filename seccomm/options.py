@@ -16,7 +16,7 @@ from .collectives import Tuning, get_collective
 from .errors import shown
 from .framing import AAD_BYTES, MAX_RANKS
 from .handshake import job_label, node_ids_digest
-from .keys import KEY_EXCHANGES
+from .keys import IDENTITIES, KEY_EXCHANGES
 from .policy import ENCRYPT_POLICIES
 from .suites import SUITES, CipherSuite, get_suite
 
@@ -25,7 +25,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_SMALL_BYTES = Tuning.small_bytes  # auto: recursive doubling at or below this many bytes
 DEFAULT_BCAST_CHAIN_BYTES = Tuning.bcast_chain_bytes  # bcast: chain above, binomial tree at or below
 #: the setup's protocol version (frames keep version 1)
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 def timeout_setting(timeout):
@@ -69,6 +69,7 @@ class Options:
     small_bytes: int
     bcast_chain_bytes: int
     node_ids: list | None
+    identity: str = "psk"
 
     @property
     def limit_forced(self) -> bool:
@@ -86,10 +87,10 @@ class Options:
         """The options of a rank of a world of ``size`` ranks from ``SecureComm``'s keyword
         arguments (``suite``, ``algorithm``, ``encrypt``, ``chunk_bytes``, ``key_exchange``,
         ``job_id``, ``timeout``, ``crypto_threads``, ``rotate_after_frames``, ``small_bytes``,
-        ``bcast_chain_bytes``, ``node_ids``), with the defaults filled in (``small_bytes``:
-        ``small_default``, the transport's).  Returns ``(options, None)``, or where a value is
-        bad ``(options under suite none, error)``: the ``ValueError`` or ``TypeError`` naming it
-        and what is allowed."""
+        ``bcast_chain_bytes``, ``node_ids``, ``identity``: ``"psk"`` or ``"x509"``), with the
+        defaults filled in (``small_bytes``: ``small_default``, the transport's).  Returns
+        ``(options, None)``, or where a value is bad ``(options under suite none, error)``: the
+        ``ValueError`` or ``TypeError`` naming it and what is allowed."""
         small = kw["small_bytes"]
         opts = cls(
             suite=kw["suite"],
@@ -104,6 +105,7 @@ class Options:
             small_bytes=small_default if small is None else small,
             bcast_chain_bytes=kw["bcast_chain_bytes"],
             node_ids=kw["node_ids"],
+            identity=kw.get("identity", "psk"),
         )
         try:
             return opts._checked(size, kw["timeout"]), None
@@ -115,6 +117,7 @@ class Options:
         _check_choice("algorithm", self.algorithm, ALGORITHMS)
         _check_choice("encrypt", self.encrypt, ENCRYPT_POLICIES)
         _check_choice("key_exchange", self.key_exchange, KEY_EXCHANGES)
+        _check_choice("identity", self.identity, IDENTITIES)
         _check_int("chunk_bytes", self.chunk_bytes, 16, (1 << 31) - 64)
         _check_int("small_bytes", self.small_bytes, 0, 1 << 62)
         _check_int("bcast_chain_bytes", self.bcast_chain_bytes, 0, 1 << 62)
@@ -149,6 +152,7 @@ class Options:
         out = {"protocol": PROTOCOL}
         if error is None:
             out.update(
+                identity=self.identity,
                 suite=self.suite.name,
                 algorithm=self.algorithm,
                 encrypt=self.encrypt,

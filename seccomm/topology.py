@@ -13,7 +13,13 @@ def host_key() -> int:
     """A 63-bit key of this host's name: MPI's processor name when MPI is already loaded (never
     loaded here: that would initialise MPI in a torch.distributed job), else the host name."""
     mpi = sys.modules.get("mpi4py.MPI")
-    name = mpi.Get_processor_name() if mpi is not None else socket.gethostname()
+    return name_key(mpi.Get_processor_name() if mpi is not None else socket.gethostname())
+
+
+def name_key(name: str) -> int:
+    """The 63-bit host key of the host name ``name``: the first 8 bytes of its SHA-256, shifted
+    right by one (a rank's :func:`host_key`, or under ``identity="x509"`` the name its
+    certificate gives)."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
 
 

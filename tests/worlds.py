@@ -8,12 +8,14 @@ MPI), and on real ranks when pytest itself runs under mpiexec::
 Every rank runs the same test with the same arguments; ``world.run(body, suite, **kw)`` builds a
 ``SecureComm`` per rank (keyword arguments as its own), runs ``body(sc)`` on each and returns the
 list of what each rank returned (or the exception it raised), on every rank.
-``world.run_ranks(fn)`` runs ``fn(comm, rank)`` instead, for ranks that build their own."""
+``world.run_ranks(fn)`` runs ``fn(comm, rank)`` instead, for ranks that build their own.
+``identity="x509"`` gives each rank its own certificate (:mod:`identities`), made by rank 0."""
 
 from __future__ import annotations
 
 import os
 
+from identities import rank_identities
 from seccomm import SecureComm
 from threadworld import World
 
@@ -36,7 +38,8 @@ class ThreadWorld:
 
     def run(self, body, suite: str = "aes-256-gcm", **kw) -> list:
         kw = {"psk": PSK, "timeout": 2, "crypto_threads": 1, **kw}
-        return self.run_ranks(lambda comm, _: body(SecureComm(comm, suite, **kw)))
+        ids = rank_identities(self.size) if kw.get("identity") == "x509" else None
+        return self.run_ranks(lambda comm, r: body(SecureComm(comm, suite, **_mine(kw, ids, r))))
 
     def run_ranks(self, fn) -> list:
         """``fn(comm, rank)`` on every rank, ``comm`` what a ``SecureComm`` is built on (for
@@ -56,6 +59,10 @@ class MPIWorld:
         self.size = self.comm.Get_size()
 
     def run(self, body, suite: str = "aes-256-gcm", **kw) -> list:
+        rank, ids = self.comm.Get_rank(), None
+        if kw.get("identity") == "x509":  # rank 0's, for every rank (the ranks share a disk)
+            ids = self.comm.bcast(rank_identities(self.size) if rank == 0 else None)
+        kw = _mine(kw, ids, rank)
         sc = SecureComm(self.comm, suite, psk=PSK, timeout=kw.pop("timeout", 20), **kw)
         try:
             res = body(sc)
@@ -72,6 +79,11 @@ class MPIWorld:
         except Exception as e:  # noqa: BLE001 - reported to every rank, as a thread world's
             res = e
         return self.comm.allgather(res)
+
+
+def _mine(kw: dict, ids, rank: int) -> dict:
+    """``kw`` with rank ``rank``'s identity in place of ``identity="x509"`` (``ids``: each rank's)."""
+    return kw if ids is None else {**kw, "identity": ids[rank]}
 
 
 def params() -> tuple[list, list]:

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.mpi
 #: the files of tests/world written on the ``world`` fixture: (the tests each holds, the numbers of
 #: real ranks it runs on)
 FILES = {
-    "test_results.py": (12, (2, 3)),
+    "test_results.py": (24, (2, 3)),
     "test_epochs.py": (6, (2, 3)),
     "test_clear_frames.py": (10, (2, 3, 4)),
     "test_op_replay.py": (16, (2, 3)),

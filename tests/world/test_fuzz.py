@@ -62,7 +62,8 @@ class PeerSetup:
         t = self.transcript
         keys = KeySchedule(PSK, self.suite, t.salt(self.job_id), t.digest(), 1)
         header = handshake.OK.to_bytes(4, "big") + b"\xff" * 4
-        return header + hmac_sha256(keys.finished_key(), handshake.finished_input(t.digest(), 1, header))
+        tag = hmac_sha256(keys.finished_key(), handshake.finished_input(t.digest(), 1, header))
+        return (header + tag).ljust(handshake.FINISHED_BYTES, b"\0")
 
 
 class FuzzPeer(Transport):

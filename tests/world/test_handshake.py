@@ -29,7 +29,15 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from seccomm import AuthenticationError, ConfigMismatchError, SecureComm, TransportTimeout
-from seccomm.handshake import HELLO_BYTES, Hello, decode_hello, encode_hello, establish, job_label
+from seccomm.handshake import (
+    FINISHED_BYTES,
+    HELLO_BYTES,
+    Hello,
+    decode_hello,
+    encode_hello,
+    establish,
+    job_label,
+)
 from seccomm.keys import KEY_EXCHANGES, KeySchedule
 from seccomm.suites import get_suite
 from seccomm.transports import TransportWrapper
@@ -101,7 +109,8 @@ def test_the_setup_on_the_wire_is_as_documented(kx):
         n = struct.unpack(">I", raw[:4])[0]
         assert raw[4 : 4 + n] == canonical(d) and not any(raw[4 + n : -32])
         assert raw[-32:] == mac(K_HELLO, b"seccomm/1 hello" + raw[4 : 4 + n])
-        assert sorted(d) == ["error", "host", "nonce", "rank", "settings", "share"]
+        assert sorted(d) == ["chain", "error", "host", "nonce", "rank", "settings", "share"]
+        assert d["chain"] is None and d["settings"]["identity"] == "psk"
         assert d["rank"] == r and d["error"] is None and d["settings"]["job_id"] == LABEL
         assert (d["share"] is not None) == (kx == "psk-dhe")
         nonces.append(bytes.fromhex(d["nonce"]))
@@ -133,7 +142,7 @@ def test_the_setup_on_the_wire_is_as_documented(kx):
             assert sc.session.keys.group_key(0) == ks.group_key(0)
         header = struct.pack(">II", 0, NOBODY)
         fin = mac(ks.finished_key(), b"seccomm/1 finished" + th + struct.pack(">I", r) + header)
-        assert reps[0].seen[2][r].tobytes() == header + fin
+        assert reps[0].seen[2][r].tobytes() == (header + fin).ljust(FINISHED_BYTES, b"\0")
 
 
 @pytest.mark.parametrize("kx", KEY_EXCHANGES)
@@ -159,7 +168,7 @@ def test_failure_reports_on_the_wire_are_as_documented(kx):
             if status:
                 nonce = bytes.fromhex(body_of(reps[0].seen[0][r])["nonce"])
                 report = b"seccomm/1 report" + struct.pack(">I", r) + nonce + header
-                assert rows[r, 8:].tobytes() == mac(K_HELLO, report)
+                assert rows[r, 8:].tobytes() == mac(K_HELLO, report).ljust(FINISHED_BYTES - 8, b"\0")
 
 
 def test_job_label_is_carried_up_to_128_printable_ascii_characters():
@@ -231,7 +240,7 @@ def report_from_rank_1(status, blamed):
             nonce = bytes.fromhex(body_of(edit.hellos[1])["nonce"])
             header = struct.pack(">II", status, blamed)
             tag = mac(K_HELLO, b"seccomm/1 report" + struct.pack(">I", 1) + nonce + header)
-            rows[1] = np.frombuffer(header + tag, np.uint8)
+            rows[1] = np.frombuffer((header + tag).ljust(FINISHED_BYTES, b"\0"), np.uint8)
         elif i == 0:
             edit.hellos = rows.copy()
 
@@ -401,9 +410,15 @@ def test_a_rank_that_leaves_at_a_setup_message_times_out_the_others_naming_it(in
 
 def _long_error(base: int, target: int) -> str:
     """512 characters whose hello body (``base`` bytes without them) is ``target`` bytes: JSON
-    writes "é" as 6 bytes, a newline as 2, "x" as 1."""
+    writes "\U0001f600" as 12 bytes (a surrogate pair), "é" as 6, a newline as 2, "x" as 1."""
     extra = target - base - 512
-    return "é" * (extra // 5) + "\n" * (extra % 5) + "x" * (512 - extra // 5 - extra % 5)
+    wide, rest = divmod(extra, 11)
+    return (
+        "\U0001f600" * wide
+        + "é" * (rest // 5)
+        + "\n" * (rest % 5)
+        + "x" * (512 - wide - rest // 5 - rest % 5)
+    )
 
 
 def test_an_argument_error_of_any_text_reaches_every_rank_in_a_hello_that_fits():
@@ -416,7 +431,7 @@ def test_an_argument_error_of_any_text_reaches_every_rank_in_a_hello_that_fits()
     for error, carried in (
         (ValueError(exact), exact),
         (ValueError(exact + "tail"), exact),
-        (ValueError("é" * 600), "é" * 256),  # 512 characters are 3072 bytes: halved once
+        (ValueError("\U0001f600" * 600), "\U0001f600" * 256),  # 512 characters are 6144 bytes: halved once
         (ValueError(), "ValueError"),
         (KeyError(), "KeyError"),
     ):

@@ -43,6 +43,7 @@ class BaseResults:
     """The bodies; a subclass names the suite (``SUITE``)."""
 
     SUITE = "aes-256-gcm"
+    KW: dict = {}  #: more SecureComm arguments (the x509 classes: identity)
 
     def test_uint8_sums_of_1_to_64_bytes(self, world):
         """Both allreduce algorithms, every length from 1 to 64 bytes (a public MPI bug failed
@@ -60,7 +61,7 @@ class BaseResults:
             return out
 
         want = [reference("uint8", n, world.size, "sum") for _ in range(2) for n in range(1, 65)]
-        for got in ok(world.run(body, self.SUITE)):
+        for got in ok(world.run(body, self.SUITE, **self.KW)):
             assert all(np.array_equal(y, w) for y, w in zip(got, want, strict=True)), self.SUITE
 
     def test_both_algorithms_every_op_in_many_frames(self, world):
@@ -85,7 +86,7 @@ class BaseResults:
             return out
 
         want = [reference(d, n, world.size, op).tobytes() for _ in range(2) for d, n, op in cases]
-        for got in ok(world.run(body, self.SUITE, chunk_bytes=1024, crypto_threads=2)):
+        for got in ok(world.run(body, self.SUITE, chunk_bytes=1024, crypto_threads=2, **self.KW)):
             assert got == want, self.SUITE
 
     def test_bcast_chain_from_every_root(self, world):
@@ -100,7 +101,7 @@ class BaseResults:
             return out
 
         want = [inputs("float32", 3001, root).tobytes() for root in range(world.size)]
-        for got in ok(world.run(body, self.SUITE, bcast_chain_bytes=0, chunk_bytes=512)):
+        for got in ok(world.run(body, self.SUITE, bcast_chain_bytes=0, chunk_bytes=512, **self.KW)):
             assert got == want, self.SUITE
 
 
@@ -118,3 +119,25 @@ class TestChaCha20Poly1305(BaseResults):
 
 class TestAESGMAC(BaseResults):
     SUITE = "aes-256-gmac"
+
+
+class TestAESGCMX509(BaseResults):
+    """Each rank known by its certificate (tests/identities.py): the same bits as under psk."""
+
+    SUITE = "aes-256-gcm"
+    KW = {"identity": "x509"}
+
+
+class TestChaCha20Poly1305X509(BaseResults):
+    SUITE = "chacha20-poly1305"
+    KW = {"identity": "x509"}
+
+
+class TestAESGMACX509(BaseResults):
+    SUITE = "aes-256-gmac"
+    KW = {"identity": "x509"}
+
+
+class TestNoneX509(BaseResults):
+    SUITE = "none"
+    KW = {"identity": "x509"}

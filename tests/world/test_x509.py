@@ -1,0 +1,343 @@
+"""``identity="x509"``: each rank known by its certificate (seccomm.handshake, seccomm.identity),
+in worlds of threads.  Results are the same bits as under psk for every collective, algorithm and
+suite; a bad certificate or key file is an error on every rank at construction that names the
+rank and the reason; the setup's signatures bind each rank to its messages; the host comes from
+the certificate; the keys of a pair are known to that pair only."""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from identities import rank_identities
+from seccomm import AuthenticationError, SecureComm
+from seccomm.errors import ConfigMismatchError, IdentityError, KeyScheduleError
+from seccomm.handshake import FINISHED_BYTES, HELLO_BYTES, decode_hello, encode_hello
+from seccomm.identity import IdentityFiles, make_test_identities
+from seccomm.keys import KeySchedule
+from seccomm.suites import SUITES
+from seccomm.transports import TransportWrapper
+from threadworld import World
+from worlds import PSK, ok
+
+OTHER_PSK = bytes.fromhex("9b1f0c7e2a5d48b3c6e1f07a2d9c4b5e8f3a6d1c0b7e2f5a9d4c8b3e6f1a0d72")
+
+
+def x509_run(p, body, ids=None, wraps=None, **kw):
+    """``body(sc)`` on ``p`` ranks, each with its identity (``ids``, default
+    tests/identities.py's) and no PSK unless ``psk`` is given; ``wraps[r]``: rank r's wrapper."""
+    ids = ids or rank_identities(p)
+    return run(p, body, wraps, ids=ids, **kw)
+
+
+def run(p, body, wraps=None, ids=None, paired=False, **kw):
+    """``body(sc)`` on a SecureComm per rank of a world of ``p`` threads (``ids``: each rank's
+    identity, else ``kw``'s)."""
+    world = World(p, paired=paired)
+    trs = world.transports(timeout=3)
+    kw = {"timeout": 2, "crypto_threads": 1, **kw}
+
+    def rank_fn(r):
+        w = (wraps or {}).get(r)
+        mine = {**kw, "identity": ids[r]} if ids else kw
+        return body(SecureComm(trs[r], wrap_transport=w, **mine))
+
+    return world.run(rank_fn)
+
+
+def every_collective(sc):
+    """Every collective and algorithm on small integers: the bytes of every result."""
+    r, p, n, out = sc.rank, sc.size, 301, []
+    rng = np.random.default_rng(r)
+    for alg in ("ring", "recursive_doubling"):
+        sc.algorithm = alg
+        y = np.zeros(n, np.float32)
+        sc.allreduce(rng.integers(-4, 5, n).astype(np.float32), y)
+        out.append(y.tobytes())
+    counts = sc.block_counts(n)
+    rs = np.zeros(counts[r], np.float32)
+    sc.reduce_scatter(rng.integers(-4, 5, n).astype(np.float32), rs)
+    ag = np.zeros(n, np.int32)
+    sc.allgather(rng.integers(-4, 5, counts[r]).astype(np.int32), ag)
+    for chain in (0, 1 << 30):
+        sc.bcast_chain_bytes = chain
+        bc = np.arange(n, dtype=np.float64) * (r + 1)
+        sc.bcast(bc, root=p - 1)
+        out.append(bc.tobytes())
+    a2a = np.zeros(3 * p, np.float32)
+    sc.alltoall(np.arange(3 * p, dtype=np.float32) + 10 * r, a2a)
+    return [*out, rs.tobytes(), ag.tobytes(), a2a.tobytes()]
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+@pytest.mark.parametrize("p, paired", [(2, False), (2, True), (3, False), (4, False), (5, False)])
+def test_every_collective_gives_the_same_bits_under_x509_as_under_psk(suite, p, paired):
+    kw = {"suite": suite, "chunk_bytes": 48, "paired": paired}
+    psk = ok(run(p, every_collective, psk=PSK, **kw))
+    got = ok(x509_run(p, every_collective, **kw))
+    assert got == psk
+
+
+def test_the_session_says_who_each_rank_is():
+    """Every rank holds every rank's verified identity, in rank order; the key schedule's mode is
+    x509; no PSK was mixed in, and the source says so."""
+
+    def body(sc):
+        return sc.session.identities, sc.session.keys.mode, sc.secret_source
+
+    res = ok(x509_run(3, body))
+    for ids, mode, source in res:
+        assert [i.rank for i in ids] == [0, 1, 2] and mode == "x509"
+        assert [i.host for i in ids] == [f"rank{r}.seccomm.test" for r in range(3)]
+        assert [i.fingerprint for i in ids] == [i.fingerprint for i in res[0][0]]
+        assert source == "none (identity x509, no PSK mixed in)"
+
+
+def test_the_host_comes_from_the_certificate():
+    """Ranks 0 and 1 hold certificates for one host, rank 2 for another: the node map follows the
+    certificates, whatever host each rank's transport reports (the thread world says all three
+    share one host), and encrypt="inter-node" encrypts the hops to rank 2 only."""
+    ids = rank_identities(3, ("node-a.test", "node-a.test", "node-b.test"))
+    res = ok(x509_run(3, lambda sc: (sc.node_ids, sc.context.policy), ids=ids, encrypt="inter-node"))
+    for node_ids, policy in res:
+        assert node_ids == [0, 0, 2]
+        assert (
+            not policy.encrypts(0, 1, False) and policy.encrypts(0, 2, False) and policy.encrypts(1, 2, True)
+        )
+
+
+class ClaimsHost(TransportWrapper):
+    """Rank 1's own transport, run by an insider: its hello says it is on rank 0's host."""
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        if op_label == "setup: hello":
+            h = decode_hello(np.asarray(sendbuf).tobytes())
+            sendbuf = encode_hello(replace(h, host=self.claim), None)
+        return self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+
+
+def test_a_rank_that_claims_another_host_is_refused_on_every_rank():
+    from seccomm.topology import name_key
+
+    class Claim(ClaimsHost):
+        claim = name_key("rank0.seccomm.test")
+
+    res = x509_run(3, lambda sc: sc.node_ids, wraps={1: Claim}, encrypt="inter-node")
+    for r in (0, 2):
+        assert isinstance(res[r], IdentityError) and res[r].peer == 1, res
+        assert "rank 1 gave a host other than the one its certificate names ('rank1.seccomm.test')" in str(
+            res[r]
+        )
+    assert isinstance(res[1], (IdentityError, ConfigMismatchError)) and res[1].peer == 1, res
+
+
+# -- bad identities: an error on every rank, naming the rank and the reason ---------------------
+def bad_identity(tmp_path, case) -> IdentityFiles:
+    """Rank 1's identity, made bad in one way."""
+    good = rank_identities(3)[1]
+    if case == "expired":  # valid from 5 minutes ago until 1 minute ago
+        pki = make_test_identities(tmp_path, ["rank1.seccomm.test"], days=-1 / 1440)
+        return IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), good.ca_file)
+    if case == "another CA":
+        pki = make_test_identities(tmp_path, ["rank1.seccomm.test"])
+        return replace(good, cert_file=str(pki.cert_files[0]), key_file=str(pki.key_files[0]))
+    if case == "a CA certificate as its own":
+        pki = make_test_identities(tmp_path, ["rank1.seccomm.test"])
+        return replace(good, cert_file=str(pki.ca_file), key_file=str(pki.key_files[0]))
+    if case == "key not matching":
+        return replace(good, key_file=rank_identities(3)[2].key_file)
+    if case == "key readable by others":
+        path = tmp_path / "open.key"
+        path.write_bytes(open(good.key_file, "rb").read())
+        os.chmod(path, 0o644)
+        return replace(good, key_file=str(path))
+    if case == "key missing":
+        return replace(good, key_file=str(tmp_path / "missing.key"))
+    if case == "no CA file":
+        return replace(good, ca_file=str(tmp_path))
+    raise AssertionError(case)
+
+
+BAD = {
+    "expired": "this rank's own certificate did not verify: .*not valid at validation time",
+    "another CA": "this rank's own certificate did not verify",
+    "a CA certificate as its own": "this rank's own certificate did not verify: .*cA must not be asserted",
+    "key not matching": "is not the key of the certificate in SECCOMM_CERT_FILE",
+    "key readable by others": "is accessible by group or others \\(mode 644\\); run: chmod 600",
+    "key missing": "SECCOMM_KEY_FILE .* cannot be opened: No such file",
+    "no CA file": "SECCOMM_CA_FILE .* is not a regular file",
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_identity_is_an_error_on_every_rank_naming_the_rank_and_the_reason(tmp_path, case):
+    ids = list(rank_identities(3))
+    ids[1] = bad_identity(tmp_path, case)
+    res = x509_run(3, lambda sc: sc, ids=ids)
+    assert isinstance(res[1], IdentityError), res
+    assert __import__("re").search(BAD[case], str(res[1])), str(res[1])
+    for r in (0, 2):
+        assert isinstance(res[r], ConfigMismatchError) and res[r].peer == 1, res
+        msg = str(res[r])
+        assert "the hello from rank 1 reports an argument error that is not authenticated" in msg, msg
+
+
+def test_a_rank_whose_certificate_its_peers_do_not_trust_is_named_by_them(tmp_path):
+    """Rank 1's certificate and CA file come from another CA: rank 1 trusts itself, nobody else.
+    Ranks 0 and 2 name rank 1; rank 1 names rank 0, whose certificate it does not trust."""
+    pki = make_test_identities(tmp_path, ["rank1.seccomm.test"])
+    ids = list(rank_identities(3))
+    ids[1] = IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), str(pki.ca_file))
+    res = x509_run(3, lambda sc: sc, ids=ids)
+    for r in (0, 2):
+        assert isinstance(res[r], IdentityError) and res[r].peer == 1, res
+        assert "rank 1's certificate did not verify" in str(res[r])
+    assert isinstance(res[1], IdentityError) and res[1].peer == 0, res
+
+
+def test_identity_files_from_the_environment(monkeypatch):
+    """identity="x509" reads the three files from SECCOMM_CERT_FILE, SECCOMM_KEY_FILE and
+    SECCOMM_CA_FILE; one of them unset is an error naming it."""
+    for v in ("SECCOMM_CERT_FILE", "SECCOMM_KEY_FILE", "SECCOMM_CA_FILE", "SECCOMM_PSK", "SECCOMM_PSK_FILE"):
+        monkeypatch.delenv(v, raising=False)
+    one = rank_identities(1)[0]
+    monkeypatch.setenv("SECCOMM_CERT_FILE", one.cert_file)
+    monkeypatch.setenv("SECCOMM_KEY_FILE", one.key_file)
+    res = ok(World(1).run(lambda r: None))  # (a world to build on)
+    tr = World(1).transports(timeout=2)[0]
+    with pytest.raises(IdentityError, match="identity 'x509' needs SECCOMM_CA_FILE set on every rank"):
+        SecureComm(tr, identity="x509", timeout=2)
+    monkeypatch.setenv("SECCOMM_CA_FILE", one.ca_file)
+    sc = SecureComm(World(1).transports(timeout=2)[0], identity="x509", timeout=2)
+    assert sc.session.identities[0].host == "rank0.seccomm.test" and res == [None]
+
+
+# -- a PSK mixed in ------------------------------------------------------------------------------
+def test_a_psk_is_mixed_in_where_one_is_given_and_must_then_be_the_same():
+    res = ok(x509_run(2, lambda sc: (sc.secret_source, sc.session.keys.direction_key(0, 0, 1)), psk=PSK))
+    assert res[0] == res[1] and res[0][0] == "argument"
+    plain = ok(x509_run(2, lambda sc: sc.session.keys.direction_key(0, 0, 1)))
+    assert plain[0] != res[0][1]
+    res = x509_run(2, lambda sc: sc, psk=lambda: None)  # (not bytes: an argument error on every rank)
+    assert all(isinstance(e, (KeyScheduleError, ConfigMismatchError)) for e in res), res
+    world = World(2)
+    trs = world.transports(timeout=3)
+    ids = rank_identities(2)
+    res = world.run(lambda r: SecureComm(trs[r], identity=ids[r], psk=[PSK, OTHER_PSK][r], timeout=2))
+    assert all(isinstance(e, ConfigMismatchError) for e in res), res
+    assert "job secret differs across ranks" in str(res[0])
+
+
+def test_ranks_that_disagree_on_the_identity_mode_say_so():
+    world = World(2)
+    trs = world.transports(timeout=3)
+    ids = rank_identities(2)
+    res = world.run(lambda r: SecureComm(trs[r], psk=PSK, timeout=2, identity=ids[r] if r else "psk"))
+    for e in res:
+        assert isinstance(e, ConfigMismatchError) and e.peer == 1, res
+        assert "identity: rank 0 'psk', rank 1 'x509'" in str(e)
+
+
+# -- the keys of a pair, the signatures of a rank -------------------------------------------------
+def test_a_pairs_keys_are_known_to_that_pair_only():
+    """Ranks 0 and 1 derive the same direction and control keys; rank 2 (an insider, with the
+    transcript and the PSK mixed in) derives neither: its schedule refuses the control key and
+    gives another direction key (it holds no secret of that pair), and so does the schedule of
+    the PSK alone."""
+
+    def body(sc):
+        k = sc.session.keys
+        if sc.rank == 2:
+            with pytest.raises(ValueError, match="a pair of this rank"):
+                k.pair_key(0, 1)
+        return k.direction_key(0, 0, 1), None if sc.rank == 2 else k.pair_key(0, 1), k._salt, k._context
+
+    res = ok(x509_run(3, body, psk=PSK))
+    assert res[0] == res[1] and res[2][0] != res[0][0]
+    d, c, salt, th = res[0]
+    psk_only = KeySchedule(PSK, SUITES["aes-256-gcm"], salt, th, 2)
+    assert psk_only.direction_key(0, 0, 1) != d and psk_only.pair_key(0, 2) != c
+
+
+class Finished(TransportWrapper):
+    """Alters rank ``victim``'s finished message on its way to this rank with ``edit(row)``."""
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        out = self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        if op_label == "setup: finished":
+            row = np.asarray(recvbuf).reshape(-1, FINISHED_BYTES)[self.victim]
+            row[:] = np.frombuffer(self.edit(row.tobytes()), np.uint8)
+        return out
+
+
+@pytest.mark.parametrize(
+    "what, edit",
+    [
+        ("flipped signature", lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:]),
+        ("bytes after it", lambda b: b[:-1] + b"\x01"),
+        ("a MAC in its place", lambda b: b[:8] + bytes(32) + bytes(FINISHED_BYTES - 40)),
+    ],
+)
+def test_a_finished_signature_altered_in_transit_names_its_rank(what, edit):
+    class Alter(Finished):
+        victim = 1
+
+    Alter.edit = staticmethod(edit)
+    res = x509_run(3, lambda sc: sc, wraps={0: Alter})
+    assert isinstance(res[0], AuthenticationError) and res[0].peer == 1, (what, res)
+    assert "does not match the setup transcript of rank 0" in str(res[0])
+
+
+def test_a_failure_report_in_another_ranks_name_is_refused():
+    """An insider (rank 2, on the path to rank 0) replaces rank 1's finished message with a failure
+    report blaming rank 0: it cannot sign in rank 1's name, so rank 0 calls rank 1's message
+    altered and blames nobody else."""
+
+    class Forge(Finished):
+        victim = 1
+
+        @staticmethod
+        def edit(b):
+            return (struct.pack(">II", 1, 0) + os.urandom(64)).ljust(FINISHED_BYTES, b"\0")
+
+    res = x509_run(3, lambda sc: sc, wraps={0: Forge})
+    assert isinstance(res[0], AuthenticationError) and res[0].peer == 1, res
+    assert "the failure report in the finished message of rank 1 failed authentication" in str(res[0])
+
+
+class Replay(TransportWrapper):
+    """Hands this rank the hello rank 1 sent in the world's first setup in place of its new one."""
+
+    seen: dict = {}
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        out = self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        if op_label == "setup: hello":
+            rows = np.asarray(recvbuf).reshape(-1, HELLO_BYTES)
+            if "old" in Replay.seen:
+                rows[1] = Replay.seen["old"]
+            else:
+                Replay.seen["old"] = rows[1].copy()
+        return out
+
+
+def test_another_ranks_hello_replayed_from_an_earlier_setup_is_refused():
+    """Rank 1's hello of the first setup handed to rank 0 in the second: rank 0 derives its keys
+    with rank 1's old share, so the group secret it delivers opens nowhere, and the setup fails
+    on every rank (whose keys are then never used)."""
+    world = World(3)
+    trs = world.transports(timeout=3)
+    ids = rank_identities(3)
+    Replay.seen = {}
+
+    def two_setups(r):
+        wrap = (lambda t: Replay(t)) if r == 0 else None
+        SecureComm(trs[r], identity=ids[r], timeout=2, wrap_transport=wrap).close()
+        return SecureComm(trs[r], identity=ids[r], timeout=2, wrap_transport=wrap)
+
+    res = world.run(two_setups)
+    assert all(isinstance(e, AuthenticationError) and e.op == "setup" for e in res), res
