@@ -187,6 +187,13 @@ class SecureComm:
         secret, me = None, None
         if local_error is not None:
             secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
+        elif opts.identity == "x509" and device_backend is not None and self.size >= 3:
+            local_error = ValueError(
+                "device_backend with identity 'x509' on 3 or more ranks: the device engine does not check "
+                "group frames against their origin yet; leave device_backend unset (device buffers are "
+                "then staged through host memory)"
+            )
+            opts = replace(opts, suite=SUITES["none"], node_ids=None)
         elif opts.identity == "x509":
             secret, me, local_error = self._x509(psk, identity)
             if local_error is not None:

@@ -35,6 +35,7 @@ import struct
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, hmac
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .entropy import MIN_SECRET_BITS, estimate_bits
@@ -247,6 +248,21 @@ class KeySchedule:
         if self._pair is not None:
             ikm = ikm + self._pair[b if a == self.rank else a]
         return hkdf(ikm, self._salt, self._info(b"control", a, b))
+
+    def origin_key(self, epoch: int, origin: int, receiver: int):
+        """The AES-GMAC key (an ``AESGCM`` object) of the origin MACs of group frames from
+        ``origin`` to ``receiver`` in ``epoch`` (:mod:`seccomm.engine.origin`): HKDF of the job
+        secret (if any) and the pair's X25519 secret, which only those two ranks hold, label
+        "origin", the epoch and the two ranks.  Only under psk-dhe or x509, for a pair of this rank."""
+        k = ("O", epoch, origin, receiver)
+        keyed = self._cache.get(k)
+        if keyed is None:
+            if self.rank not in (origin, receiver) or origin == receiver:
+                raise ValueError(f"origin_key({origin}, {receiver}): a pair of this rank ({self.rank})")
+            ikm = self._secret + self._pair[receiver if origin == self.rank else origin]
+            key = hkdf(ikm, self._salt, self._info(b"origin", epoch, origin, receiver))
+            keyed = self._cache[k] = AESGCM(key)
+        return keyed
 
     def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
         """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU

@@ -53,6 +53,12 @@ def ag_steps(run, own: np.ndarray, out: np.ndarray, blocks: Blocks) -> list:
         return steps
     nxt, prv = (r + 1) % p, (r - 1) % p
     out_u8, own_u8 = as_bytes(out), as_bytes(own)
+    if run.origins is not None:  # identity x509: each origin's MACs to every rank, before its frames
+        origins = [
+            (o, len(blocks.views(out_u8, o, ce, isz)[1])) for o in range(p) if o != r and blocks.counts[o]
+        ]
+        pieces = chunk_views(own_u8, 0, own.size, ce, isz)[0] if blocks.counts[r] else None
+        steps.append(functools.partial(run.origins.start, origins, pieces))
     prev = None
     for s in range(p - 1):
         sb, rb = (r - s) % p, (r - s - 1) % p

@@ -66,6 +66,8 @@ def tree(links, run, buf, root) -> None:
     vr = (r - root) % p
     parent, children = links(vr, p)
     views, elems = chunk_views(as_bytes(buf), 0, buf.size, run.chunk_elems, run.itemsize)
+    if run.origins is not None:  # identity x509: the root's MACs to every rank, before its frames
+        run.origins.start([] if vr == 0 else [(root, len(views))], views if vr == 0 else None)
     run.relay(
         None if parent is None else (parent + root) % p,
         [(c + root) % p for c in children],

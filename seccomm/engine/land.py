@@ -87,6 +87,8 @@ class Inbox:
             if self.consume is None and key.suite.confidential:  # (outs: the caller's buffer)
                 into = run.ws.scratch(len(slot.body))
             pt = open_frame(run, self, j, into)
+            if run.origins is not None and self.fill is not None and self.fill[0]:
+                run.origins.check(self, j, self.fill[1], pt)
         if self.consume is not None:
             self.consume(j, pt)
         elif outs is not None:
@@ -118,6 +120,8 @@ def land(run, box: Inbox, j: int, req=None, got=None, defer=None):
         raise frame_error(run, box, j, f"frame has {got} bytes, expected {want} (truncated or padded)")
     if box.forward is not None:
         box.forward(j)
+    if run.origins is not None and box.fill is not None and box.fill[0]:
+        run.origins.ready(box.fill[1])  # (its origin's MACs, waited for here: not in the pool)
     if defer is None:
         return box.accept(run, j)
     return defer(box.accept, run, j)
@@ -135,6 +139,15 @@ def open_frame(run, box: Inbox, j: int, out):
         if key.suite.confidential:
             np.frombuffer(out, np.uint8).fill(0)
         raise frame_error(run, box, j) from None
+
+
+def message_error(run, peer: int, message: str, suite: str, detail: str) -> AuthenticationError:
+    """The error for a small message of the op from ``peer`` (``message``: what it is, e.g.
+    ``"origin MACs"``) that failed its check under ``suite`` (``detail``: how)."""
+    f = run.frame
+    return AuthenticationError(
+        peer=peer, op=run.collective, seq=f.seq, epoch=f.epoch, suite=suite, message=message, detail=detail
+    )
 
 
 def frame_error(run, box: Inbox, j: int, detail: str = "") -> AuthenticationError:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..framing import ANY_RANK, GROUP_STEP, KEY_DIRECTION, KEY_GROUP, FrameContext, chunk_elems
 from ..policy import EncryptPolicy
 from ..suites import CipherSuite
 from . import swap
 from .hops import Lend, Recv, Send
 from .land import CLEAR, Inbox, copy_out, land
+from .origin import OriginProofs, needed
 from .receipts import Receipts
 from .record import FirstMessage
 
@@ -46,8 +49,10 @@ class OpRun:
     """State of one collective call: ``ctx`` (:class:`OpContext`), ``frame`` (the call's
     :class:`~seccomm.framing.FrameContext`: AAD constants, epoch, sequence number) and the
     element size in bytes.  It owns the op's :class:`~seccomm.engine.receipts.Receipts`
-    (``receipts``) and its part in carrying the argument record
-    (:class:`~seccomm.engine.record.FirstMessage`, ``first``)."""
+    (``receipts``), its part in carrying the argument record
+    (:class:`~seccomm.engine.record.FirstMessage`, ``first``) and, under identity x509 on three
+    ranks or more, its group frames' origin proofs (:class:`~seccomm.engine.origin.OriginProofs`,
+    ``origins``; else ``None``)."""
 
     #: slots keep room after each frame (the device engine's do not: its transport copies)
     record_room = True
@@ -67,6 +72,7 @@ class OpRun:
         self.lent = False  # a frame from a lending Send's pieces is out, not yet waited for
         self.first = FirstMessage(ctx.transport, self.record_room)
         self.receipts = Receipts(ctx.transport.receipt_after, ctx.control)
+        self.origins = OriginProofs(self) if needed(ctx.keys, ctx.size) else None
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its
@@ -79,6 +85,8 @@ class OpRun:
         self.lent = False
         self.first.reset()
         self.receipts.reset()
+        if self.origins is not None:
+            self.origins.reset()
 
     # -- keys and headers --------------------------------------------------------------------
     def protect(self, group: bool, a: int, b: int):
@@ -180,6 +188,11 @@ class OpRun:
             self.sends = []
             self.t.wait_sends(reqs, peers)
         self.lent = False
+
+    def send_control(self, buf: np.ndarray, peer: int) -> None:
+        """Send ``buf`` (a small message the op made: origin MACs) to ``peer`` on the frames'
+        channel, now; waited for with the step's sends."""
+        self._sent([self.t.isend(buf, peer)], peer)
 
     def _sent(self, reqs, peer) -> None:
         self.pending += reqs

@@ -166,6 +166,8 @@ class DeviceOpRun(OpRun):
 
     def __init__(self, ctx, frame, itemsize, collective):
         super().__init__(ctx, frame, itemsize, collective)
+        if self.origins is not None:  # (routed around: Devices.route stages such calls)
+            raise ValueError("the device engine does not check group frames against their origin")
         self.backend = ctx.workspace.backend
 
     def _key(self, group: bool, a: int, b: int):

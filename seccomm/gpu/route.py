@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..engine.origin import needed
+
 import numpy as np
 
 
@@ -39,6 +41,8 @@ class Devices:
         if not (da or db):
             return "host", a, b
         if not (da and db):  # one buffer on the host: the staged path writes it in place
+            return "staged", a, b
+        if needed(sc.session.keys, sc.size):  # identity x509: origin MACs, on the host engine only
             return "staged", a, b
         from .engine import device_ready
 

@@ -482,6 +482,15 @@ def test_key_schedule_as_documented():
             ikm = secret + (pair[b if a == 1 else a] if mode == "psk-dhe" else b"")
             assert ks.pair_key(a, b) == ref(ikm, b"control", a, b), (mode, a, b)
     assert ks.wrap_key(1) == ref(secret + pair[0], b"group-wrap", 1)  # rank 1 with rank 0
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    for e, o, r in ((0, 1, 2), (4, 0, 1), (9, 1, 0)):  # origin MACs: rank 1's pairs, GMAC keys
+        key = ref(secret + pair[r if o == 1 else o], b"origin", e, o, r)
+        want = AESGCM(key).encrypt(bytes(12), b"", b"m")
+        assert ks.origin_key(e, o, r).encrypt(bytes(12), b"", b"m") == want, (e, o, r)
+    for o, r in ((0, 2), (1, 1)):
+        with pytest.raises(ValueError, match="a pair of this rank"):
+            ks.origin_key(0, o, r)
     ks0 = KeySchedule(secret, get_suite("aes-256-gcm"), salt, th, rank=0)
     ks0.use_dhe({2: pair[2]})
     assert ks0.wrap_key(2) == ref(secret + pair[2], b"group-wrap", 2)

@@ -341,3 +341,154 @@ def test_another_ranks_hello_replayed_from_an_earlier_setup_is_refused():
 
     res = world.run(two_setups)
     assert all(isinstance(e, AuthenticationError) and e.op == "setup" for e in res), res
+
+
+# -- group frames: checked against their origin ---------------------------------------------------
+def forge_forwarded_block(monkeypatch, forger: int = 1):
+    """Rank ``forger`` (an insider, holding the group key) forwards, in place of the group frames
+    it received, frames it sealed itself in their origin's name (0x41 bytes of the same sizes)."""
+    from seccomm.collectives import allgather as ag
+    from seccomm.engine import Send
+
+    real = ag._forward
+
+    def forward(run, nxt, prev, recv):
+        if run.rank != forger:
+            return real(run, nxt, prev, recv)
+        pieces = [memoryview(np.full(n, 0x41, np.uint8)) for n in prev.sizes]
+        run.exchange(Send(dst=nxt, group=True, origin=prev.origin, pieces=pieces, ws="forged"), recv)
+
+    monkeypatch.setattr(ag, "_forward", forward)
+
+
+def allgathered(sc):
+    out = np.zeros(3 * 40, np.float32)
+    sc.allgather(np.full(40, sc.rank + 1.0, np.float32), out)
+    return out
+
+
+@pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"])
+def test_a_group_frame_forged_by_its_forwarder_is_refused_under_x509_only(monkeypatch, suite):
+    """Ring allgather on 3 ranks: rank 1 forwards origin 0's block to rank 2.  Forged there by
+    rank 1 (sealed under the group key in origin 0's name): under psk rank 2 takes it (the group
+    key binds no origin: not protected, a shared secret); under x509 rank 2 refuses it, naming
+    rank 1, before it reaches rank 2's buffer."""
+    forge_forwarded_block(monkeypatch)
+    psk = run(3, allgathered, suite=suite, psk=PSK)
+    assert all(isinstance(r, np.ndarray) for r in psk), psk
+    assert (psk[2][:40].view(np.uint8) == 0x41).all() and (psk[0][:40] == 1).all()
+    got = x509_run(3, allgathered, suite=suite)
+    assert isinstance(got[2], AuthenticationError) and got[2].peer == 1, got
+    assert "group frame of origin 0 (forwarded by rank 1) does not match the MAC its origin sent" in str(
+        got[2]
+    )
+
+
+@pytest.mark.parametrize("p", [3, 4, 5])
+@pytest.mark.parametrize("collective", ["allgather", "allreduce", "bcast"])
+def test_origin_macs_cover_every_group_frame_and_nothing_else(monkeypatch, p, collective):
+    """Every group frame a rank opens is checked against one origin MAC (counted), and each
+    origin sends one message of MACs to every other rank: allgather and the ring allreduce's
+    allgather phase from every rank, bcast from its root only."""
+    from seccomm.engine import origin
+
+    checked, sent = [], []
+    real_check, real_start = origin.OriginProofs.check, origin.OriginProofs.start
+    monkeypatch.setattr(origin.OriginProofs, "check", lambda s, *a: checked.append(a[2]) or real_check(s, *a))
+    monkeypatch.setattr(
+        origin.OriginProofs,
+        "start",
+        lambda s, o, pcs: sent.append((s.run.rank, pcs is not None)) or real_start(s, o, pcs),
+    )
+    n = 1000  # float32: 4,000 B, in 3 or 4 frames of 1,024 B per block or buffer
+
+    def body(sc):
+        x = np.arange(n, dtype=np.float32) + sc.rank
+        if collective == "allgather":
+            y = np.zeros(n * sc.size, np.float32)
+            sc.allgather(x, y)
+        elif collective == "allreduce":
+            sc.algorithm = "ring"
+            y = np.zeros(n, np.float32)
+            sc.allreduce(x, y)
+        else:
+            sc.bcast(x, root=p - 1)
+            y = x
+        return y.tobytes()
+
+    assert ok(x509_run(p, body, chunk_bytes=1024)) == ok(run(p, body, chunk_bytes=1024, psk=PSK))
+    origins = {0: list(range(p))}.get(0) if collective != "bcast" else [p - 1]
+    assert sorted(r for r, mine in sent if mine) == origins
+    assert len(sent) == p
+    per = {"allgather": -(-n * 4 // 1024), "allreduce": None, "bcast": -(-n * 4 // 1024)}[collective]
+    if per is not None:
+        assert len(checked) == (p - 1) * per * (p if collective == "allgather" else 1)
+    assert set(checked) == set(origins)
+
+
+class OnTheWay(TransportWrapper):
+    """Rank 2's receives of rank 0's origin MACs (the messages of ``nbytes``): ``edit(op, buf)``
+    alters each in place once it is in (``op``: 0, 1, ... in the order they came)."""
+
+    nbytes = 16 * (1 + 1)  # one frame of 160 B, and the message's own MAC
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.mine, self.seen = {}, []
+
+    def irecv(self, buf, peer):
+        req = self.inner.irecv(buf, peer)
+        if peer == 0 and len(np.asarray(buf)) == self.nbytes:
+            self.mine[id(req)] = buf
+        return req
+
+    def wait_recv(self, req, peer):
+        got = self.inner.wait_recv(req, peer)
+        buf = self.mine.pop(id(req), None)
+        if buf is not None:
+            self.edit(len(self.seen), buf)
+            self.seen.append(np.asarray(buf).copy())
+        return got
+
+
+def two_allgathers(sc):
+    for _ in range(2):
+        out = allgathered(sc)
+    return out
+
+
+@pytest.mark.parametrize("how", ["flipped", "replayed", "truncated"])
+def test_origin_macs_altered_on_their_way_name_their_origin(how):
+    class Alter(OnTheWay):
+        def edit(self, op, buf):
+            a = np.asarray(buf)
+            if how == "flipped":
+                a[3] ^= 4
+            elif how == "replayed" and op == 1:
+                a[:] = self.seen[0]
+
+    if how == "truncated":
+
+        class Alter(TransportWrapper):  # noqa: F811 - rank 0's message one byte short
+            def isend(self, buf, peer):
+                b = np.asarray(buf)
+                if peer == 2 and len(b) == OnTheWay.nbytes:
+                    return self.send_own(b[:-1].copy(), peer)
+                return self.inner.isend(buf, peer)
+
+    wraps = {0: Alter} if how == "truncated" else {2: Alter}
+    res = x509_run(3, two_allgathers, wraps=wraps)
+    err = res[2]
+    assert isinstance(err, AuthenticationError) and err.peer == 0, res
+    assert "origin MACs" in str(err) and err.seq == (2 if how == "replayed" else 1), str(err)
+    want = "expected 32" if how == "truncated" else "failed authentication: altered or replayed in transit"
+    assert want in str(err), str(err)
+
+
+def test_device_backend_under_x509_on_three_ranks_is_refused_on_every_rank():
+    res = x509_run(3, lambda sc: sc, device_backend=object())
+    assert isinstance(res[0], ValueError) and "does not check group frames against their origin" in str(
+        res[0]
+    )
+    assert all(isinstance(e, ValueError) for e in res), res
+    assert ok(x509_run(2, lambda sc: sc.size, device_backend=object())) == [2, 2]
