@@ -48,6 +48,12 @@ _RANK_SIZE = (
 FRESH_SECRET_ENV = "SECCOMM_FRESH_SECRET"
 #: what the ranks' header says about a secret :func:`relaunch` made
 FRESH_SOURCE = "a fresh secret made for this run (0600 file, removed when the run ends)"
+#: set (``1``) for ranks whose identity files the command that started them made (a throw-away CA)
+FRESH_IDENTITY_ENV = "SECCOMM_FRESH_IDENTITY"
+FRESH_IDENTITY_SOURCE = (
+    "a throw-away CA and one certificate per rank, made for this run in a private folder (keys "
+    "0600), removed when the run ends"
+)
 
 
 class LaunchError(Exception):
@@ -172,6 +178,48 @@ def secret_env() -> tuple[dict, str | None]:
         return {}, None
     path = fresh_secret_file()
     return {"SECCOMM_PSK_FILE": path, FRESH_SECRET_ENV: "1"}, path
+
+
+def identity_envs(nranks: int) -> tuple[list | None, str | None]:
+    """(per-rank environments, folder made here or None) for ranks of ``identity="x509"``: none
+    when the user set any of ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE``, ``SECCOMM_CA_FILE``
+    (theirs are used, and checked by each rank), else a throw-away CA and one certificate per rank
+    naming this host (:func:`~seccomm.identity.make_test_identities`, valid for a day) in a new
+    private folder (0700; in memory where :func:`fresh_secret_file` would put a secret), which
+    the caller removes."""
+    import socket
+    import tempfile
+
+    from .identity import CA_VAR, CERT_VAR, KEY_VAR, make_test_identities
+
+    if any(os.environ.get(v) for v in (CERT_VAR, KEY_VAR, CA_VAR)):
+        return None, None
+    shm = "/dev/shm"
+    in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
+    folder = tempfile.mkdtemp(prefix="seccomm-pki-", dir=shm if in_memory else None)
+    try:
+        pki = make_test_identities(folder, [socket.gethostname()] * nranks)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    ca = str(pki.ca_file)
+    envs = [
+        {CERT_VAR: str(c), KEY_VAR: str(k), CA_VAR: ca, FRESH_IDENTITY_ENV: "1"}
+        for c, k in zip(pki.cert_files, pki.key_files)
+    ]
+    return envs, folder
+
+
+def mpmd(mpiexec: str, nranks: int, argv: list, per_rank: list | None = None) -> list:
+    """The ``mpiexec`` line running ``argv`` on ``nranks`` ranks; with ``per_rank`` (one dict per
+    rank), one segment per rank with its own environment variables (Hydra's ``-env``)."""
+    if not per_rank:
+        return [mpiexec, "-n", str(nranks), *argv]
+    cmd = [mpiexec]
+    for r, env in enumerate(per_rank):
+        cmd += [":"] if r else []
+        cmd += ["-n", "1", *(x for k, v in env.items() for x in ("-env", k, v)), *argv]
+    return cmd
 
 
 def fresh_secret_file() -> str:
@@ -328,9 +376,13 @@ def drop_own_shm(shm_dir: Path = SHM_DIR) -> list:
     return gone
 
 
-def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: str = "seccomm") -> int:
+def relaunch(
+    nranks: int, argv: list[str], extra_env: dict | None = None, prog: str = "seccomm", identity: str = "psk"
+) -> int:
     """Run ``python -m seccomm ARGV`` on ``nranks`` local ranks (:func:`python_argv`: this
     process's seccomm, whatever the current directory) and return their exit status.
+    ``identity="x509"``: each rank gets its identity files (:func:`identity_envs`: the user's, or
+    a throw-away CA's, removed at the end).
     Ctrl-C, SIGTERM and SIGHUP stop every rank: one line on standard error (``prog``: interrupted),
     exit status 128 + the signal; these signals then stay ignored (the caller is ending); MPICH's
     shared-memory files the stopped ranks leave are removed (:func:`drop_orphan_shm`), as they
@@ -348,7 +400,8 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
     env[CORES_ENV] = str(usable_cores())
     if sys.stderr.isatty():  # ranks see a pipe: tell them a person is watching
         env["SECCOMM_PROGRESS"] = "1"
-    cmd = [mpiexec, "-n", str(nranks), *python_argv("seccomm", *argv)]
+    per_rank, pki = identity_envs(nranks) if identity == "x509" else (None, None)
+    cmd = mpmd(mpiexec, nranks, python_argv("seccomm", *argv), per_rank)
     old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     proc = pumps = None
     shm = _shm_files()
@@ -382,3 +435,5 @@ def relaunch(nranks: int, argv: list[str], extra_env: dict | None = None, prog: 
             signal.signal(s, h)
         if secret:
             os.unlink(secret)
+        if pki:
+            shutil.rmtree(pki, ignore_errors=True)

@@ -37,6 +37,7 @@ class BenchConfig:
     workload: str | None = None
     scale: float | None = None
     bucket_cap_mb: float | None = None
+    identity: str = "psk"  # x509: each suite also as SUITE+x509 (seccomm.bench.runner.X509)
 
     def sizes(self) -> list[int]:
         out, s = [], self.minbytes

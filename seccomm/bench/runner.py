@@ -19,7 +19,7 @@ from ..errors import SecCommError
 from ..suites import get_suite
 from .bound import bounds, crypto_seconds, measure_rates
 from .rows import NATIVE, result_row
-from .secret import BenchSecretError, bench_secret
+from .secret import BenchSecretError, bench_secret, identity_missing
 from .table import Report, wrong_total
 from .timing import measure
 
@@ -50,20 +50,19 @@ def main_ranks(cfg) -> int:
         if e.speaker:
             print(f"seccomm bench: error: {e}", file=sys.stderr, flush=True)
         return 2
+    no_files = identity_missing(comm) if cfg.identity == "x509" else None
+    if no_files is not None:  # (every rank alike, before any SecureComm)
+        if rank == 0:
+            print(f"seccomm bench: error: {no_files}", file=sys.stderr, flush=True)
+        return 2
     report = Report(cfg, comm) if rank == 0 else None
-    comms = {
-        s: SecureComm(
-            comm,
-            s,
-            psk=secret,
-            algorithm=cfg.algorithm,
-            encrypt=cfg.encrypt,
-            chunk_bytes=cfg.chunk_bytes,
-            timeout=cfg.timeout,
-        )
-        for s in cfg.suites
-    }
-    del secret
+    kw = {"psk": secret, "algorithm": cfg.algorithm, "encrypt": cfg.encrypt, "chunk_bytes": cfg.chunk_bytes}
+    comms = {}
+    for s in cfg.suites:
+        comms[s] = SecureComm(comm, s, timeout=cfg.timeout, **kw)
+        if cfg.identity == "x509":  # (beside its psk variant: side by side in one loop)
+            comms[s + X509] = SecureComm(comm, s, timeout=cfg.timeout, identity="x509", **kw)
+    del secret, kw
     nodes = len(set(next(iter(comms.values())).node_ids))
     if cfg.encrypt == "inter-node" and nodes == 1:  # the same on every rank: stop together
         for sc in comms.values():
@@ -76,7 +75,7 @@ def main_ranks(cfg) -> int:
                 flush=True,
             )
         return 2
-    crypto = [] if cfg.workload else [s for s in comms if _does_crypto(s)]  # workload rows: no bound
+    crypto = [] if cfg.workload else [s for s in cfg.suites if _does_crypto(s)]  # workload rows: no bound
     rates = measure_rates(comm, crypto, cfg.chunk_bytes)
     if report:
         report.header(comms, source, rates)
@@ -120,6 +119,10 @@ def _memory_error(comm, cfg) -> str | None:
     node.Free()
     mine = None if cfg.workload else memory_error(cfg.maxbytes, cfg.suites, local)
     return next((m for m in comm.allgather(mine) if m is not None), None)
+
+
+#: the suffix of a variant that runs a suite under identity x509 (``--identity x509``)
+X509 = "+x509"
 
 
 def _does_crypto(suite: str) -> bool:
@@ -168,8 +171,9 @@ def bench_one(comm, comms: dict, cfg, cname: str, nbytes: int, rates=None) -> li
         if v in comms:  # the algorithm seccomm ran (the model and the lab's validation read it)
             alg = coll.pick(comms[v], n.total * dt.itemsize, n.total, size)
             named = {"algorithm": alg}
-            if v in (rates or {}):
-                crypto = crypto_seconds(coll, alg, n.total * dt.itemsize, size, nodes, cfg.encrypt, rates[v])
+            rate = (rates or {}).get(v.removesuffix(X509))
+            if rate is not None:
+                crypto = crypto_seconds(coll, alg, n.total * dt.itemsize, size, nodes, cfg.encrypt, rate)
         add, over = bounds(native_s, crypto)
         med = float(np.median(times[i]))
         rows.append(

@@ -117,6 +117,12 @@ class Report:
         else:
             self.line(f"# minBytes {c.minbytes} maxBytes {c.maxbytes} step: {c.stepfactor}(factor) {loop}")
         self.line(f"# job secret: {secret_source}")
+        if c.identity == "x509":
+            from ..launch import FRESH_IDENTITY_ENV, FRESH_IDENTITY_SOURCE
+
+            mine = "SECCOMM_CERT_FILE, SECCOMM_KEY_FILE, SECCOMM_CA_FILE"
+            src = FRESH_IDENTITY_SOURCE if os.environ.get(FRESH_IDENTITY_ENV) == "1" else mine
+            self.line(f"# identity: x509 for the SUITE+x509 variants, from {src}")
         if m.get("pair_path"):  # (a repeated small allreduce on two ranks: seccomm.pairswap)
             self.line(f"# two-rank small allreduce: {m['pair_path']}")
         local = sc.node_ids.count(sc.node_ids[sc.rank]) if sc else self.comm.Get_size()
@@ -137,6 +143,11 @@ class Report:
         self.line(
             "# variants: native = the MPI library's own collective; none = seccomm's algorithms "
             "and framing without crypto; the others add that suite's AEAD"
+            + (
+                "; SUITE+x509: that suite with per-rank certificates (identity x509)"
+                if c.identity == "x509"
+                else ""
+            )
         )
         if c.dtype in ("float16", "bfloat16") and not c.workload:
             self.line(
@@ -221,7 +232,8 @@ class Report:
         verdict = ("OK" if wrong == 0 else "FAILED") if checked else "(not checked: --check 0)"
         self.line(f"# Out of bounds values : {wrong if checked else 'N/A'} {verdict}")
         for coll in self.cfg.collectives:
-            for v in ["native"] + list(self.cfg.suites):
+            x509 = [s + "+x509" for s in self.cfg.suites] if self.cfg.identity == "x509" else []
+            for v in ["native", *self.cfg.suites, *x509]:
                 line = summary_line(self.all_rows, coll, v)
                 if line:
                     self.line(line)

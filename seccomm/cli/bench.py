@@ -83,6 +83,13 @@ def add_arguments(p) -> None:
         default=1 << 20,
         help="frame payload size (default 1M)",
     )
+    p.add_argument(
+        "--identity",
+        default="psk",
+        choices=("psk", "x509"),
+        help="x509: also run each suite with per-rank certificates (variant SUITE+x509), beside psk; "
+        "without SECCOMM_CERT_FILE/KEY_FILE/CA_FILE a throw-away CA is made for the run (default psk)",
+    )
     p.add_argument("--root", type=int_in(0, 1 << 24), help="bcast root (default 0)")
     p.add_argument(
         "--timeout",
@@ -131,7 +138,7 @@ def run(args, argv) -> int:
         check_outputs(lambda: check_paths(cfg))
         check_cores(cfg.np, args.oversubscribe, "seccomm bench")
         check_memory(cfg, cfg.np)
-        return relaunch(cfg.np, argv, prog="seccomm bench")
+        return relaunch(cfg.np, argv, prog="seccomm bench", identity=cfg.identity)
     launcher_np(args.np)
     check_outputs(lambda: check_paths(cfg))
     from ..bench.runner import main_ranks
@@ -171,6 +178,7 @@ def config_from_args(a) -> BenchConfig:
         workload=a.workload,
         scale=a.scale,
         bucket_cap_mb=a.bucket_cap_mb,
+        identity=a.identity,
     )
     for check in (_check_sizes, _check_np, _check_workload, _check_algorithm):
         check(cfg)

@@ -121,6 +121,7 @@ OUTPUTS = [
     ("report", "--output", ["--compliance", "--no-capture"]),
     ("report", "--pcap", ["--compliance"]),
     ("cluster", "--json", ["--hosts", "1"]),
+    ("identity", "--out", ["node-a.test"]),
 ]
 
 
@@ -151,7 +152,10 @@ def test_bad_output_paths_stop_before_any_work(tmp_path, cmd, option, extra, whe
         "a folder": str(tmp_path),
         "a file as folder": str(tmp_path / "file" / "o.png"),
     }
-    if option == "--pcap":  # a folder, made if missing: a file is what it cannot use
+    if (cmd, option) in (
+        ("report", "--pcap"),
+        ("identity", "--out"),
+    ):  # a folder, made if missing: a file is what it cannot use
         paths.update({"missing folder": str(tmp_path / "file"), "a folder": str(tmp_path / "file" / "sub")})
     path = paths[where]
     proc = run_cmd([*SECCOMM, cmd, *extra, option, path], timeout=120, env=user_env(tmp_path), cwd=tmp_path)
