@@ -3,6 +3,8 @@ ranks; every attack must give what the suite promises (detected, for an authenti
 
 from __future__ import annotations
 
+import sys
+
 from ..compliance.attack import CLASSES
 from ..suites import SUITES
 from .usage import UsageError, check_cores, int_in, launcher_np
@@ -41,6 +43,13 @@ def add_arguments(p) -> None:
         choices=list(SUITES),
         help="suite under attack (default aes-256-gcm)",
     )
+    p.add_argument(
+        "--identity",
+        default="psk",
+        choices=("psk", "x509"),
+        help="x509: every rank known by its certificate (SECCOMM_CERT_FILE/KEY_FILE/CA_FILE, or a "
+        "throw-away CA made for the run); the insider classes run only under x509 (default psk)",
+    )
 
 
 def run(args, argv) -> int:
@@ -53,14 +62,21 @@ def run(args, argv) -> int:
     classes = _classes(args)
     if not under_launcher():
         check_cores(args.np or DEFAULT_NP, True, "seccomm attack")  # a warning: idle ranks yield
-        return relaunch(args.np or DEFAULT_NP, argv, prog="seccomm attack")
+        return relaunch(args.np or DEFAULT_NP, argv, prog="seccomm attack", identity=args.identity)
     launcher_np(args.np)
-    from ..bench.secret import ranks_secret
+    from mpi4py import MPI
+
+    from ..bench.secret import identity_missing, ranks_secret
 
     secret = ranks_secret("seccomm attack")  # every rank decides it before any other traffic
     if secret is None:
         return 2
-    return main_ranks(classes, args.trials, args.seed, args.suite, psk=secret)
+    missing = identity_missing(MPI.COMM_WORLD) if args.identity == "x509" else None
+    if missing is not None:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(f"seccomm attack: error: {missing}", file=sys.stderr, flush=True)
+        return 2
+    return main_ranks(classes, args.trials, args.seed, args.suite, psk=secret, identity=args.identity)
 
 
 def _classes(args) -> list[str]:

@@ -59,6 +59,13 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--key-exchange", choices=("psk", "psk-dhe"), default="psk", help="default psk")
     p.add_argument(
+        "--identity",
+        choices=("psk", "x509"),
+        default="psk",
+        help="x509: every rank known by its certificate (SECCOMM_CERT_FILE/KEY_FILE/CA_FILE, or a "
+        "throw-away CA made for the run); default psk",
+    )
+    p.add_argument(
         "--encrypt",
         choices=("all", "inter-node"),
         default="all",
@@ -97,6 +104,7 @@ def run(args, argv) -> int:
                 "SECCOMM_CAPTURE_RESULT": path,
                 "SECCOMM_REPORT_COMMAND": "seccomm " + shlex.join(argv),
             },
+            identity=args.identity,
         )
     finally:
         os.unlink(path)
@@ -147,6 +155,7 @@ def review_config(args) -> ReviewConfig:
         chunk_bytes=args.chunk_bytes,
         rotate_after_frames=args.rotate_after_frames,
         encrypt=args.encrypt,
+        identity=args.identity,
     )
 
 
@@ -166,6 +175,12 @@ def _ranks(args, argv) -> int:
 
     secret = ranks_secret("seccomm report", REPORT_NO_SECRET)  # every rank, before any other traffic
     if secret is None:
+        return 2
+    from ..bench.secret import identity_missing
+
+    missing = identity_missing(comm) if config.identity == "x509" else None
+    if missing is not None:
+        log(f"seccomm report: error: {missing}")
         return 2
     ev = gather_evidence(comm, args.trials, args.seed, log, config=config, psk=secret)
     if rank != 0:

@@ -92,12 +92,13 @@ from ..keys import KEY_EXCHANGES
 from ..suites import get_suite
 from ..transports import RecordingTransport, TransportWrapper, host_bytes
 from .config import ReviewConfig
+from .insider import INSIDER_CLASSES, NOT_PROTECTED, run_insider_class
 
 OP_CLASSES = ("flip-payload", "flip-tag", "replay", "swap", "truncate", "inject", "redirect", "drop", "pad")
 SETUP_CLASSES = ("forge-node-map", "replay-setup", "forge-config")
 RECORD_CLASSES = ("reflect-record", "replay-record")
 LINK_CLASSES = ("drop-receipt", "hold-frame")
-CLASSES = OP_CLASSES + SETUP_CLASSES + RECORD_CLASSES + LINK_CLASSES
+CLASSES = OP_CLASSES + SETUP_CLASSES + RECORD_CLASSES + LINK_CLASSES + INSIDER_CLASSES
 
 
 class _Done:
@@ -614,7 +615,8 @@ def expected(cls: str, suite: str) -> str:
     """What class ``cls`` should give under ``suite``: ``"detected"``, or ``"silently accepted"``
     for the operation classes under a suite without authentication (``none``) — but ``truncate``
     and ``pad`` (the frame length checks) and ``drop`` (the deadline), which every suite detects,
-    as it detects the setup and link classes."""
+    as it detects the setup and link classes.  An insider class (run under identity x509 only,
+    :mod:`~seccomm.compliance.insider`) is detected under an authenticating suite."""
     if cls in SETUP_CLASSES + LINK_CLASSES or cls in ("truncate", "drop", "pad"):
         return "detected"
     if get_suite(suite).authenticated:
@@ -674,7 +676,8 @@ def run_class(
     examples: list[str] = []
     na_reasons: list[str] = []
     count, alg, record = class_setup(cls, config, count)
-    settings = {k: record[k] for k in ("key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt")}
+    keys = ("key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt", "identity")
+    settings = {k: record[k] for k in keys}
     x = np.arange(count, dtype=np.float32) + rank
     earlier = x * 2 + 1  # the honest operation's data: other values than the attacked one's
     honest = np.empty_like(x)
@@ -858,12 +861,13 @@ def run_classes(
             f"# seccomm attack: {comm.Get_size()} ranks, {trials} trial{'s' * (trials != 1)} per class "
             f"(the link classes at most {min(trials, LINK_TRIALS)}), "
             f"seed {seed}; "
-            f"every class on ranks 0-1 except redirect, the setup, record and link classes (all ranks); "
+            f"every class on ranks 0-1 except redirect, the setup, record, link and insider classes (all "
+            f"ranks); "
             f"{config.describe()}"
         )
         log(
-            f"# {'attack class':>14} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'n/a':>5} "
-            f"{'expected':>18} {'time [s]':>9}  example or reason"
+            f"# {'attack class':>20} {'trials':>7} {'detected':>9} {'silently accepted':>18} {'n/a':>5} "
+            f"{'expected':>28} {'time [s]':>9}  example or reason"
         )
     # Two ranks for every class but redirect (the victim is the attacker's only peer, so no rank
     # is left waiting for a deadline); redirect needs a rank that seals for two peers: 3 or more.
@@ -876,6 +880,8 @@ def run_classes(
             r = run_record_class(comm, cls, trials, seed, config=config, psk=psk)
         elif cls in LINK_CLASSES:
             r = run_link_class(comm, cls, trials, seed, config=config, psk=psk)
+        elif cls in INSIDER_CLASSES:
+            r = run_insider_class(comm, cls, trials, config, psk, _row)
         elif cls == "redirect" and comm.Get_size() < 3:
             why = f"needs >= 3 ranks (one that seals for two peers); this run has {comm.Get_size()}"
             r = _row(cls, trials, 0, 0, "", config.record(), na=trials, reason=why, suite=config.suite)
@@ -889,8 +895,8 @@ def run_classes(
         rows.append(r)
         if rank == 0:
             log(
-                f"  {cls:>14} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
-                f"{r['not_applicable']:>5} {r['expected']:>18} {r['seconds']:9.1f}  {_cut(explain(r), 110)}"
+                f"  {cls:>20} {r['trials']:>7} {r['detected']:>9} {r['silently_accepted']:>18} "
+                f"{r['not_applicable']:>5} {r['expected']:>28} {r['seconds']:9.1f}  {_cut(explain(r), 110)}"
             )
     if pair != MPI.COMM_NULL:
         pair.Free()
@@ -916,6 +922,8 @@ def miss_bound(trials: int, confidence: float = 0.95) -> float:
 def explain(r: dict) -> str:
     """The row's last column: what went wrong, why trials were not applicable, what the silently
     accepted trials did, or an example of a detection."""
+    if r["expected"] == NOT_PROTECTED:
+        return r["not_applicable_reason"]
     parts = []
     if r["other"]:
         parts.append(f"FAILED: {r['other']} trial(s) raised another error: {r['example']}")
@@ -944,26 +952,36 @@ def explain(r: dict) -> str:
     return "; ".join(parts)
 
 
-def main_ranks(classes, trials: int, seed: int, suite: str = "aes-256-gcm", psk: bytes | None = None) -> int:
+def main_ranks(
+    classes,
+    trials: int,
+    seed: int,
+    suite: str = "aes-256-gcm",
+    psk: bytes | None = None,
+    identity: str = "psk",
+) -> int:
     """Every rank of ``seccomm attack``: run ``classes`` on ``MPI.COMM_WORLD`` with the job secret
-    (or ``psk``), rank 0 prints the
-    table and a verdict line.  Exit status 1 when a class's outcome does not fit what the suite
-    should give (:func:`expected`: an attack silently accepted that should be detected, or a trial
-    that raised another error), else 0."""
+    (or ``psk``) and ``identity`` (``x509``: each rank's certificate files from its environment),
+    rank 0 prints the table and a verdict line.  Exit status 1 when a class's outcome does not
+    fit what the suite should give (:func:`expected`: an attack silently accepted that should be
+    detected, or a trial that raised another error), else 0; an insider class under psk (not
+    protected, not run) counts neither way."""
     from mpi4py import MPI
 
     t0 = time.time()
     log = lambda s: print(s, flush=True)  # noqa: E731
-    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=log, suite=suite, psk=psk)
+    config = ReviewConfig(suite=suite, identity=identity)
+    rows = run_classes(MPI.COMM_WORLD, classes, trials, seed, log=log, config=config, psk=psk)
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(verdict(rows, suite, time.time() - t0), flush=True)
-    return 0 if all(r["passed"] for r in rows) else 1
+    return 0 if all(r["passed"] is not False for r in rows) else 1
 
 
 def verdict(rows: list[dict], suite: str, seconds: float) -> str:
     """The last line of ``seccomm attack``: OK or FAILED, the totals, and what was expected."""
-    bad = [r["class"] for r in rows if not r["passed"]]
+    bad = [r["class"] for r in rows if r["passed"] is False]
     na = [r["class"] for r in rows if r["not_applicable"]]
+    exposed = [r["class"] for r in rows if r["expected"] == NOT_PROTECTED]
     total = sum(r["trials"] for r in rows)
     counts = (
         f"{total} attacks: {sum(r['detected'] for r in rows)} detected, "
@@ -973,6 +991,8 @@ def verdict(rows: list[dict], suite: str, seconds: float) -> str:
     head = f"FAILED ({', '.join(bad)})" if bad else "OK"
     if not get_suite(suite).authenticated:
         counts += f"; suite {suite} authenticates no frame: silently accepted is what it should give"
+    if exposed:
+        counts += f"; {', '.join(exposed)}: {NOT_PROTECTED} (not run: identity psk)"
     line = f"# {head}: {counts}{f' (n/a: {chr(44).join(na)})' if na else ''}, {seconds:.0f} s"
     ran = sorted({r["trials"] for r in rows if r["trials"] and not r["not_applicable"]})
     if ran and get_suite(suite).authenticated:

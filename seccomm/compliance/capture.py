@@ -125,25 +125,20 @@ def _captured_job(
     mpiexec: str, nranks: int, suite: str, count: int, salt: int, timeout: float, settings: str
 ):
     """Run one capture job under a :class:`LoopbackCapture`; ``(capture, frames the ranks sent)``."""
-    from ..launch import LAUNCHER_VARS, fresh_secret_file, python_argv
+    import shutil
 
+    from ..launch import LAUNCHER_VARS, fresh_secret_file, identity_envs, mpmd, python_argv
+
+    per_rank, pki = identity_envs(nranks) if json.loads(settings).get("identity") == "x509" else (None, None)
     secret = fresh_secret_file()  # /dev/shm where there is one; removed below, also on signals
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     with tempfile.TemporaryDirectory(prefix="seccomm-capture-") as tmp:
         env.update(TCP_ENV, SECCOMM_PSK_FILE=secret, SECCOMM_CAPTURE_FRAMES=tmp)
         try:
             with LoopbackCapture() as cap:
+                argv = [*python_argv("seccomm.compliance.capture"), suite, str(count), str(salt), settings]
                 out = subprocess.run(
-                    [
-                        mpiexec,
-                        "-n",
-                        str(nranks),
-                        *python_argv("seccomm.compliance.capture"),
-                        suite,
-                        str(count),
-                        str(salt),
-                        settings,
-                    ],
+                    mpmd(mpiexec, nranks, argv, per_rank),
                     env=env,
                     capture_output=True,
                     text=True,
@@ -151,6 +146,8 @@ def _captured_job(
                 )
         finally:
             os.unlink(secret)
+            if pki:
+                shutil.rmtree(pki, ignore_errors=True)
         if out.returncode != 0:
             raise RuntimeError(f"capture job for {suite} failed: {out.stderr.strip()[-400:]}")
         frames = []

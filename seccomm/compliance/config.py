@@ -19,7 +19,7 @@ from ..suites import get_suite
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 #: the settings each evidence row records and the report compares with the configuration
-REVIEWED = ("suite", "key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt")
+REVIEWED = ("suite", "key_exchange", "chunk_bytes", "rotate_after_frames", "encrypt", "identity")
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,15 @@ class ReviewConfig:
     """``suite``: the suite under review; ``key_exchange``: ``psk`` or ``psk-dhe``;
     ``chunk_bytes``: frame payload [B]; ``rotate_after_frames``: the configured rotation point
     [frames per key], ``None`` for the suite's usage limit at ``chunk_bytes``; ``encrypt``:
-    ``all`` or ``inter-node``."""
+    ``all`` or ``inter-node``; ``identity``: ``psk`` or ``x509`` (each rank's certificate files
+    from its environment)."""
 
     suite: str = "aes-256-gcm"
     key_exchange: str = "psk"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     rotate_after_frames: int | None = None
     encrypt: str = "all"
+    identity: str = "psk"
 
     @classmethod
     def from_dict(cls, d: dict) -> "ReviewConfig":
@@ -65,6 +67,7 @@ class ReviewConfig:
             "chunk_bytes": self.chunk_bytes,
             "rotate_after_frames": point,
             "encrypt": self.encrypt,
+            "identity": self.identity,
         }
 
     def record(self, suite: str | None = None, **deviations) -> dict:
@@ -90,9 +93,10 @@ class ReviewConfig:
             if self.rotate_after_frames
             else "the suite's usage limit"
         )
+        kx = self.key_exchange if self.identity == "psk" else "X25519 signed by each rank's certificate"
         return (
-            f"{self.suite}, key exchange {self.key_exchange}, chunk_bytes {self.chunk_bytes:,} B, "
-            f"rotation point {point}, encrypt {self.encrypt}"
+            f"{self.suite}, key exchange {kx}, chunk_bytes {self.chunk_bytes:,} B, "
+            f"rotation point {point}, encrypt {self.encrypt}, identity {self.identity}"
         )
 
 
@@ -102,7 +106,8 @@ def describe_record(rec: dict) -> str:
     return (
         f"{rec.get('suite')}, key exchange {rec.get('key_exchange')}, chunk_bytes "
         f"{rec.get('chunk_bytes'):,} B, rotation point "
-        f"{f'{point:,} frames per key' if point else 'the suite usage limit'}, encrypt {rec.get('encrypt')}"
+        f"{f'{point:,} frames per key' if point else 'the suite usage limit'}, encrypt {rec.get('encrypt')}, "
+        f"identity {rec.get('identity', 'psk')}"
     )
 
 

@@ -51,6 +51,7 @@ SECTIONS = (
     sections._key_derivation,
     sections._nonces,
     sections._usage_limits,
+    sections._trust_model,
     sections._gpu,
     sections._software,
     live._attack_evidence,
@@ -61,6 +62,32 @@ SECTIONS = (
     sections._threat_model,
     sections._provenance,
 )
+
+
+def trust_evidence(comm, config: ReviewConfig, psk: bytes | None) -> dict:
+    """Collective: the trust model in force, from one ``SecureComm`` built under ``config``: the
+    identity mode, where the job secret came from, and under x509 every rank's verified
+    certificate (rank, host, subject, issuer, SHA-256 fingerprint, validity in ISO 8601 UTC)."""
+    from ..comm import SecureComm
+
+    with SecureComm(comm, config.suite, psk=psk, **config.settings()) as sc:
+        ids = sc.session.identities or ()
+        return {
+            "identity": config.identity,
+            "secret_source": sc.secret_source,
+            "ranks": [
+                {
+                    "rank": p.rank,
+                    "host": p.host,
+                    "subject": p.subject,
+                    "issuer": p.issuer,
+                    "fingerprint": p.fingerprint,
+                    "not_before": p.not_before.isoformat(),
+                    "not_after": p.not_after.isoformat(),
+                }
+                for p in ids
+            ],
+        }
 
 
 def load_bench(path: str) -> dict:
@@ -133,7 +160,9 @@ def gather_evidence(
     if comm.Get_rank() == 0:
         log("# rotation check")
     rotation = rotation_check(comm, config, psk)
+    trust = trust_evidence(comm, config, psk)
     return {
+        "trust": trust,
         "attacks": attacks,
         "wire": wire,
         "wire_error": wire_error,

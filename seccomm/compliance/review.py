@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..suites import SUITES, CipherSuite
 from .config import ReviewConfig, evidence_deviations
+from .insider import NOT_PROTECTED
 
 #: the checks of the summary, in its order: key -> what the check asserts
 CHECKS = {
@@ -89,7 +90,11 @@ def review(ev: dict, cfg: dict, bench: dict | None, bench_name: str | None) -> R
         "policy": config.encrypt == "all",
         "rotation": limit <= limit_max and bool(rot) and rot.get("ok") is True,
         "attacks": bool(attacks)
-        and all(r["detected"] == r["trials"] and r["silently_accepted"] == 0 for r in attacks),
+        and all(
+            r["detected"] == r["trials"] and r["silently_accepted"] == 0
+            for r in attacks
+            if r.get("expected") != NOT_PROTECTED  # (identity psk: not run, shown in the trust model)
+        ),
         "wire": bool(wire) and all(r["ok"] for r in wire),
         "capture": None if not cap or cap.get("rows") is None else all(r["ok"] for r in cap["rows"]),
         "config": not evidence_deviations(config, ev)[0],

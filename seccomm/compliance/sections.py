@@ -167,7 +167,11 @@ def _configuration(d: Doc, rv: Review) -> None:
         ["setting", "value"],
         [
             ["cipher suite", f"{suite.name}: {_protection(suite)}"],
-            ["key exchange", config.key_exchange],
+            ["identity", config.identity],
+            [
+                "key exchange",
+                config.key_exchange if config.identity == "psk" else "X25519, signed by each rank",
+            ],
             ["encrypt policy", _policy_detail(rv)],
             ["frame payload (chunk_bytes)", _mib(chunk)],
             [
@@ -184,6 +188,92 @@ def _configuration(d: Doc, rv: Review) -> None:
             ["chunks per hop", f"at most {MAX_CHUNKS_PER_HOP:,} (24-bit chunk field)"],
         ],
     )
+
+
+def _trust_model(d: Doc, rv: Review) -> None:
+    """The trust model in force: who holds which key, every rank's certificate (x509), and what
+    the insider classes of the attacker harness gave."""
+    from .insider import INSIDER_CLASSES, NOT_PROTECTED
+
+    trust = rv.ev.get("trust") or {
+        "identity": rv.config.identity,
+        "secret_source": "not recorded",
+        "ranks": [],
+    }
+    x509 = trust["identity"] == "x509"
+    d.h(1, "Trust model")
+    if x509:
+        d.p(
+            "Identity x509: each rank is known by its X.509 certificate (SECCOMM_CERT_FILE, its private "
+            "key in SECCOMM_KEY_FILE, the trusted CAs in SECCOMM_CA_FILE), verified on every rank with "
+            "the X.509 verification of the cryptography package (a path to a trusted CA, validity at "
+            "setup, basic constraints and key usage, a leaf that may sign and names a host). The host "
+            "of a rank is the name in its certificate, so encrypt=inter-node counts two ranks as one "
+            f"node only when their certificates name one host. Job secret mixed in: {trust['secret_source']}."
+        )
+    else:
+        d.p(
+            f"Identity psk: a rank is whoever holds the job secret ({trust['secret_source']}). Under "
+            "key exchange psk every rank can derive every key of every pair; under psk-dhe the pairwise "
+            "keys come from X25519 shares that only the job secret authenticates. A rank of the job (an "
+            "insider) can therefore write group frames, argument records, notices and setup messages in "
+            "another rank's name: the insider classes below are not protected, and not run."
+        )
+    mixed = not x509 or trust["secret_source"] != "none (identity x509, no PSK mixed in)"
+    pair = (
+        "the two ranks of the pair: from their ephemeral X25519 shares, which their signatures authenticate"
+        if x509
+        else "every rank (psk); under psk-dhe the two ranks, and any rank that replaced their shares at setup"
+    )
+    group = (
+        "every rank; on 3 or more ranks each group frame is also checked against a MAC its origin sent "
+        "each receiver under their pair's key"
+        if x509
+        else "every rank; no rank can tell which rank sealed a group frame"
+    )
+    holders = [
+        [
+            "a rank's certificate private key",
+            "that rank only; it signs the rank's setup transcript" if x509 else "none",
+        ],
+        [
+            "direction keys, control keys of a pair (records, refusals, receipts, notices), origin MAC keys",
+            pair,
+        ],
+        [
+            "group key (frames sealed once and forwarded: allgather, bcast, allreduce's allgather phase)",
+            group,
+        ],
+        ["job secret", "every rank (mixed into every key)" if mixed else "none set"],
+    ]
+    d.table(["key", "held by"], holders)
+    if trust["ranks"]:
+        d.table(
+            ["rank", "host", "subject", "issuer", "SHA-256 fingerprint", "valid from", "valid until"],
+            [
+                [
+                    r["rank"],
+                    r["host"],
+                    r["subject"],
+                    r["issuer"],
+                    r["fingerprint"],
+                    r["not_before"],
+                    r["not_after"],
+                ]
+                for r in trust["ranks"]
+            ],
+        )
+    rows = [r for r in rv.attacks if r["class"] in INSIDER_CLASSES]
+    if rows:
+        d.table(
+            ["insider class", "trials", "detected", "silently accepted", "expected"],
+            [[r["class"], r["trials"], r["detected"], r["silently_accepted"], r["expected"]] for r in rows],
+        )
+        if any(r["expected"] == NOT_PROTECTED for r in rows):
+            d.p(
+                f"{NOT_PROTECTED}: under identity psk every rank holds the secret these classes need; "
+                "seccomm report --identity x509 runs them."
+            )
 
 
 def _suites(d: Doc, rv: Review) -> None:

@@ -26,7 +26,7 @@ def _table(stdout: str) -> dict[str, dict]:
     for ln in stdout.splitlines():
         if ln.startswith("  "):
             f = ln.split()
-            expected = "detected" if f[5] == "detected" else "silently accepted"
+            expected = {"detected": "detected", "not": attack.NOT_PROTECTED}.get(f[5], "silently accepted")
             rest = ln.split(expected, 1)[1].split(None, 1)
             rows[f[0]] = dict(
                 trials=int(f[1]), detected=int(f[2]), silent=int(f[3]), na=int(f[4]), expected=expected,
@@ -49,7 +49,7 @@ def test_seccomm_attack_detects_every_class():
     out = _attack("--trials", "12", "--np", "3")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = _table(out.stdout)
-    assert set(rows) == OPS | {
+    assert set(rows) == OPS | set(attack.INSIDER_CLASSES) | {
         "forge-node-map",
         "replay-setup",
         "forge-config",
@@ -59,10 +59,44 @@ def test_seccomm_attack_detects_every_class():
         "hold-frame",
     }
     for cls, r in rows.items():
+        if cls in attack.INSIDER_CLASSES:  # identity psk: every rank holds the job secret
+            assert (r["trials"], r["expected"]) == (0, attack.NOT_PROTECTED), (cls, r)
+            assert r["rest"].startswith("not run: under identity psk every rank holds the job secret")
+            continue
         n = 3 if cls in ("drop-receipt", "hold-frame") else 12  # (attack.LINK_TRIALS)
         assert (r["trials"], r["detected"], r["silent"], r["na"]) == (n, n, 0, 0), (cls, r)
         assert r["expected"] == "detected"
-    assert "# OK: 174 attacks: 174 detected, 0 silently accepted, 0 not applicable" in out.stdout
+    insiders = ", ".join(attack.INSIDER_CLASSES)
+    assert (
+        f"# OK: 174 attacks: 174 detected, 0 silently accepted, 0 not applicable; {insiders}: not protected: "
+        f"shared secret (not run: identity psk)"
+    ) in out.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [3, 4])
+def test_under_identity_x509_an_insider_is_detected_naming_the_right_rank(n):
+    """--identity x509 run plainly (a throw-away CA, one certificate per rank): every insider
+    class detected in every trial, on 3 and 4 ranks; each example names the rank the class says
+    (forge-origin: the forger, rank 1; inject: the sender of the frame that failed, rank 0;
+    claim-host: the claimer, rank 2)."""
+    classes = ",".join(attack.INSIDER_CLASSES)
+    out = _attack("--trials", "4", "--np", str(n), "--identity", "x509", "--classes", classes)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = _table(out.stdout)
+    assert set(rows) == set(attack.INSIDER_CLASSES)
+    for cls, r in rows.items():
+        assert (r["trials"], r["detected"], r["silent"], r["na"], r["expected"]) == (
+            4,
+            4,
+            0,
+            0,
+            "detected",
+        ), r
+    assert "from rank 1 (allgather #1" in rows["insider-forge-origin"]["rest"]
+    assert "from rank 0 (alltoall #1" in rows["insider-inject"]["rest"]
+    assert "rank 2 gave a host other than the one its certificate names" in rows["insider-claim-host"]["rest"]
+    assert "identity x509" in out.stdout.splitlines()[0] and "# OK: 16 attacks: 16 detected" in out.stdout
 
 
 @pytest.mark.mpi
@@ -83,6 +117,9 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
         elif cls in OPS - {"truncate", "drop", "pad"}:
             assert (r["silent"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "4 altered frame(s) consumed without an error" in r["rest"], r
+        elif cls in attack.INSIDER_CLASSES:  # not run: any rank forges what carries no tag
+            assert (r["na"], r["expected"]) == (4, "silently accepted"), (cls, r)
+            assert "suite none authenticates nothing" in r["rest"], r
         elif cls == "reflect-record":  # records carry no tag under none
             assert (r["silent"], r["expected"]) == (4, "silently accepted"), (cls, r)
             assert "4 trial(s) in which a rank returned" in r["rest"], r
@@ -91,7 +128,7 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
     assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
-    assert "# OK: 62 attacks: 34 detected, 24 silently accepted, 4 not applicable; suite none" in out.stdout
+    assert "# OK: 78 attacks: 34 detected, 24 silently accepted, 20 not applicable; suite none" in out.stdout
 
 
 @pytest.mark.mpi

@@ -517,7 +517,7 @@ def test_report_evidence_follows_the_configuration_on_real_ranks(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     want = "aes-256-gcm, key exchange psk-dhe, chunk_bytes 4,096 B, rotation point 500 frames per key"
-    want += ", encrypt all"
+    want += ", encrypt all, identity psk"
     assert f"| configuration under review | {want} |" in md
     rows = _table_rows(md)
     attacks = [r for r in rows if r[0] in ("flip-payload", "swap", "replay", "redirect", "drop")]
