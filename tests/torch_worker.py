@@ -59,6 +59,24 @@ def grads_match(rank, world, rec, device="cpu", **transport):
     rec(f"hook ran on several buckets per step{tag}", state.buckets > 5, state.buckets)
 
 
+def x509_hook(rank, world, rec):
+    """The hook with identity x509 (each rank's certificate from $SECCOMM_TEST_PKI, as
+    seccomm.identity.make_test_identities writes them): the same gradients as DDP's own hook,
+    over the torch transport (on 3 ranks, the group frames with their origin proofs)."""
+    from seccomm.identity import IdentityFiles
+
+    pki = os.environ["SECCOMM_TEST_PKI"]
+    me = IdentityFiles(f"{pki}/host-{rank}.pem", f"{pki}/host-{rank}.key", f"{pki}/ca.pem")
+    grads_match(rank, world, rec, identity=me, algorithm="ring")
+    state = SecureHookState(None, "aes-256-gcm", psk=PSK, identity=me)
+    hosts = [p.host for p in state.sc.session.identities]
+    rec(
+        "x509: every rank's certificate verified, in rank order",
+        hosts == [f"r{r}.test" for r in range(world)],
+        hosts,
+    )
+
+
 def grouped_staged(rank, world, rec):
     """The nccl code path on gloo: operations held and launched with batch_isend_irecv, every
     frame staged through a separate tensor (device "cpu" here, the CUDA device under nccl)."""
@@ -247,6 +265,8 @@ def main():
 
     if sys.argv[2:] == ["cuda"]:  # tests/gpu/test_gpu.py: CUDA buckets under gloo (ranks may share a GPU)
         fns = (lambda r, w, rec: grads_match(r, w, rec, device="cuda:0"),)
+    elif sys.argv[2:] == ["x509"]:  # tests/cli/test_torch.py: each rank's certificate
+        fns = (x509_hook,)
     else:
         fns = (grads_match, grouped_staged, buckets_like_ddp, fp16_limits, bf16_bucket, agreement, tamper)
     for fn in fns:  # tamper last: it breaks gloo pairs

@@ -52,6 +52,12 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--json", metavar="PATH", help="write the clusters, every run's bench JSON and the table")
     p.add_argument(
+        "--identity",
+        metavar="DIR",
+        help="a folder from seccomm identity: host i's ranks use its host-<i> certificate and key "
+        "(and the bench runs --identity x509)",
+    )
+    p.add_argument(
         "bench_args", nargs="*", metavar="-- BENCH OPTIONS", help=f"default: {' '.join(DEFAULT_BENCH)}"
     )
 
@@ -62,6 +68,10 @@ def run(args, argv) -> int:
     from ..lab import privilege
 
     specs, bench_args = _specs(args), _bench_args(args)
+    if args.identity:
+        _check_identity(args.identity, max(s.hosts for s in specs))
+        if "--identity" not in bench_args:
+            bench_args += ["--identity", "x509"]
     _check_oversubscription(specs)
     cfg = _bench_config(bench_args)
     at = size_arg(args.at) if args.at else cfg.sizes()[-1]
@@ -107,7 +117,8 @@ def _sweep(args, specs, bench_args, cfg, at) -> int:
         print(f"# {args.tunnel}: {tunnel.version()}", flush=True)
         networks.append(args.tunnel)
     try:
-        runs = sweep(specs, bench_args, networks, args.time_limit, log=lambda s: print(s, flush=True))
+        log = lambda s: print(s, flush=True)  # noqa: E731
+        runs = sweep(specs, bench_args, networks, args.time_limit, log=log, identity=args.identity)
     except Interrupted as e:
         print(f"seccomm cluster: {e}; everything torn down", file=sys.stderr)
         return 128 + e.signum
@@ -172,6 +183,24 @@ def _check_oversubscription(specs) -> None:
         )
     if single:
         print(f"# note: --oversubscription does nothing for {single} host(s): one rack", flush=True)
+
+
+def _check_identity(folder: str, hosts: int) -> None:
+    """Every host's identity in ``folder`` loads and verifies (``UsageError`` naming the file)."""
+    from ..errors import IdentityError
+    from ..identity import IdentityFiles, load_identity
+    from ..lab.sweep import host_identity
+
+    for i in range(hosts):
+        env = host_identity(folder, i)
+        try:
+            load_identity(
+                IdentityFiles(env["SECCOMM_CERT_FILE"], env["SECCOMM_KEY_FILE"], env["SECCOMM_CA_FILE"])
+            )
+        except IdentityError as e:
+            raise UsageError(
+                f"--identity {folder}: host {i}: {e} (seccomm identity --out DIR NAME... for {hosts} hosts)"
+            ) from None
 
 
 def _bench_args(a) -> list[str]:

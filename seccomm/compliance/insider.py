@@ -62,23 +62,25 @@ def run_insider_class(comm, cls: str, trials: int, config, psk: bytes | None, ro
         why = f"needs >= 3 ranks (an insider besides two honest ranks); this run has {comm.Get_size()}"
         return row(cls, trials, 0, 0, "", record, na=trials, reason=why, suite=config.suite)
     side = comm.Dup()
-    detected = silent = other = 0
+    detected = silent = other = changed = 0
     examples: list[str] = []
     try:
         for t in range(trials):
             outcome, note = _TRIALS[cls](comm, side, config, psk, t)
-            flags = np.array([outcome == "detected", outcome == "silent"], np.int64)
-            comm.Allreduce(MPI.IN_PLACE, flags, MPI.MIN)
-            detected += int(flags[0])
+            # detected: on every rank; silently accepted: on any rank (a forgery taken there)
+            flags = np.array([outcome != "detected", outcome == "silent", note == "changed"], np.int64)
+            comm.Allreduce(MPI.IN_PLACE, flags, MPI.MAX)
             silent += int(flags[1])
-            other += int(not flags[0] and not flags[1])
-            if note and not examples:
+            changed += int(flags[2])
+            detected += int(not flags[0])
+            other += int(flags[0] and not flags[1])
+            if note and note != "changed" and not examples:
                 examples.append(note)
             comm.Barrier()
     finally:
         side.Free()
     ex = next((e for part in comm.allgather(examples) for e in part), "")
-    return row(cls, trials, detected, silent, ex, record, other=other, suite=config.suite)
+    return row(cls, trials, detected, silent, ex, record, other=other, changed=changed, suite=config.suite)
 
 
 def _comm(comm, config, psk, wrap=None, **kw):
@@ -96,7 +98,7 @@ def _verdict(comm, err, good: bool, wrong: bool, mine: bool) -> tuple[str, str]:
     if err is None and not wrong:
         return ("silent" if mine else "detected"), ""
     if err is None:
-        return "silent", "a rank returned a wrong result"
+        return "silent", "changed"  # (a forgery reached this rank's result)
     note = f"{type(err).__name__}: {err}" if mine else ""
     return ("detected" if good else "other"), note
 

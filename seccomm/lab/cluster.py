@@ -121,9 +121,12 @@ class Cluster:
         env[netns.RUN_ENV] = self.spec.prefix
         return env
 
-    def mpmd(self, argv: list[str], devices: list[str] | None = None) -> list[str]:
+    def mpmd(
+        self, argv: list[str], devices: list[str] | None = None, host_env: list | None = None
+    ) -> list[str]:
         """The ``mpiexec`` line running ``argv`` on every rank, ranks in blocks per host;
-        ``devices[i]``: the interface host ``i``'s ranks use (``UCX_NET_DEVICES``, default eth0)."""
+        ``devices[i]``: the interface host ``i``'s ranks use (``UCX_NET_DEVICES``, default eth0);
+        ``host_env[i]``: more environment variables of host ``i``'s ranks (its identity files)."""
         from ..launch import find_mpiexec
 
         cmd = [self.mpiexec or find_mpiexec() or "mpiexec"]
@@ -143,18 +146,19 @@ class Cluster:
                 shm,
                 "env",
                 f"UCX_NET_DEVICES={dev}",
+                *(f"{k}={v}" for k, v in (host_env[i] if host_env else {}).items()),
             ]
             cmd += argv
         return cmd
 
-    def run(self, argv, time_limit: float, devices=None, env=None, stdout=None) -> RunResult:
+    def run(self, argv, time_limit: float, devices=None, env=None, stdout=None, host_env=None) -> RunResult:
         """Run ``argv`` on every rank and wait, at most ``time_limit`` seconds (then every
         process of the run is ended and the status is 124).  Output goes to ``stdout``
         (default: this process's)."""
         daemons = _cpu_s(netns.marked_pids(self.spec.prefix))  # already running: tunnels
         before, ticks, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _machine_ticks(), time.monotonic()
         proc = subprocess.Popen(
-            self.mpmd(argv, devices), env=self.env(env), stdout=stdout, start_new_session=True
+            self.mpmd(argv, devices, host_env), env=self.env(env), stdout=stdout, start_new_session=True
         )
         try:
             code = proc.wait(timeout=time_limit)

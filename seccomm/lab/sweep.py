@@ -25,9 +25,13 @@ NETWORKS = ("plain", "wireguard")
 TUNNEL_LABEL = {"wireguard": "native+wireguard"}
 
 
-def bench_on(cluster: Cluster, bench_args: list[str], network: str, time_limit: float) -> dict:
+def bench_on(
+    cluster: Cluster, bench_args: list[str], network: str, time_limit: float, identity: str | None = None
+) -> dict:
     """Run ``seccomm bench BENCH_ARGS`` on every rank of ``cluster`` over ``network``; the run's
-    record: network, exit status, wall and CPU seconds, bytes on each link, the bench's JSON."""
+    record: network, exit status, wall and CPU seconds, bytes on each link, the bench's JSON.
+    ``identity``: a folder of :func:`~seccomm.identity.make_test_identities` (``seccomm
+    identity``), whose ``host-<i>`` certificate and key host ``i``'s ranks use."""
     devices = tunnel.up(cluster.spec, cluster.env()) if network == "wireguard" else None
     folder = tempfile.mkdtemp(
         prefix="seccomm-lab-"
@@ -38,7 +42,11 @@ def bench_on(cluster: Cluster, bench_args: list[str], network: str, time_limit: 
     try:
         before = cluster.counters()
         argv = python_argv("seccomm", "bench", *bench_args, "--json", str(out))
-        res = cluster.run(argv, time_limit, devices, env={"SECCOMM_PSK_FILE": secret, "SECCOMM_LAB": header})
+        host_env = (
+            None if identity is None else [host_identity(identity, i) for i in range(cluster.spec.hosts)]
+        )
+        env = {"SECCOMM_PSK_FILE": secret, "SECCOMM_LAB": header}
+        res = cluster.run(argv, time_limit, devices, env=env, host_env=host_env)
         after = cluster.counters()
         doc = json.loads(out.read_text()) if out.exists() else None
     finally:
@@ -51,7 +59,19 @@ def bench_on(cluster: Cluster, bench_args: list[str], network: str, time_limit: 
             "link_bytes": link, "bench": doc}  # fmt: skip
 
 
-def sweep(specs: list[ClusterSpec], bench_args, networks, time_limit: float, log=print) -> list[dict]:
+def host_identity(folder: str, i: int) -> dict:
+    """Host ``i``'s identity variables from ``folder`` (``seccomm identity --out FOLDER``)."""
+    f = os.path.abspath(folder)
+    return {
+        "SECCOMM_CERT_FILE": f"{f}/host-{i}.pem",
+        "SECCOMM_KEY_FILE": f"{f}/host-{i}.key",
+        "SECCOMM_CA_FILE": f"{f}/ca.pem",
+    }
+
+
+def sweep(
+    specs: list[ClusterSpec], bench_args, networks, time_limit: float, log=print, identity: str | None = None
+) -> list[dict]:
     """Build each cluster in turn, run the bench on it over each network, tear it down; the
     runs' records (a run that failed is recorded with its status and no rows)."""
     runs = []
@@ -59,7 +79,7 @@ def sweep(specs: list[ClusterSpec], bench_args, networks, time_limit: float, log
         with Cluster(spec) as c:
             for net in networks:
                 log(f"# lab: {spec.describe()}, network {net} (run {spec.prefix})")
-                runs.append(bench_on(c, bench_args, net, time_limit))
+                runs.append(bench_on(c, bench_args, net, time_limit, identity))
                 log(run_line(runs[-1]))
     return runs
 

@@ -223,6 +223,30 @@ def test_two_hosts_secure_allreduce_crosses_the_links(tmp_path):
 
 
 @lab
+def test_two_hosts_with_their_own_certificates_encrypt_between_them(tmp_path):
+    """A test CA made as docs/usage.md says (seccomm identity), one certificate per emulated
+    host (--identity DIR): the bench runs aes-256-gcm and aes-256-gcm+x509 inter-node on 2
+    nodes, every check passes; a folder short of a host's files is refused before anything is
+    built."""
+    made = run_cmd(
+        [*SECCOMM, "identity", "--out", str(tmp_path / "pki"), "node-a.test", "node-b.test"], timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    proc, doc, prefixes = _cluster(tmp_path, "--hosts", "2", "--identity", str(tmp_path / "pki"), "--",
+                                   *SMALL, "--suites", "aes-256-gcm", "--encrypt", "inter-node")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 ranks on 2 node(s)" in proc.stdout
+    assert "# identity: x509 for the SUITE+x509 variants, from SECCOMM_CERT_FILE" in proc.stdout
+    (run,) = doc["runs"]
+    assert {r["variant"] for r in run["bench"]["rows"]} == {"native", "aes-256-gcm", "aes-256-gcm+x509"}
+    assert run["returncode"] == 0 and all(r["wrong"] == 0 for r in run["bench"]["rows"])
+    assert len(prefixes) == 1 and netns.leftovers(prefixes[0]) == []
+    short, _, built = _cluster(tmp_path, "--hosts", "3", "--identity", str(tmp_path / "pki"), "--", *SMALL)
+    assert short.returncode == 2 and built == [], short.stdout[-2000:]
+    assert "host 2: SECCOMM_CERT_FILE" in short.stderr and "cannot be opened" in short.stderr
+
+
+@lab
 def test_each_host_has_its_own_dev_shm_and_teardown_deletes_it():
     """A rank's /dev/shm is its host's own folder of the run (MPICH's shared-memory files of
     killed ranks stay there, not in the machine's /dev/shm, and go with the teardown; before,
