@@ -45,7 +45,7 @@ DEFAULTS = {
     "oversubscription": 1.0,
     "jitter_us": 0.0,
 }
-PROJECTION_ONLY = (*DEFAULTS, "preset", "crypto_threads", "json", "csv", "plot")
+PROJECTION_ONLY = (*DEFAULTS, "preset", "crypto_threads", "json", "csv", "plot", "identity")
 MODES = ("calibrate", "validate", "diagnose")
 
 
@@ -92,6 +92,12 @@ def add_arguments(p) -> None:
         "--jitter-us",
         type=float_in(0, 1e9),
         help="std deviation of one rank's delay per step [us] (default 0)",
+    )
+    p.add_argument(
+        "--identity",
+        choices=("psk", "psk-dhe", "x509"),
+        help="also project the setup of a SecureComm under this identity/key exchange, and with x509 "
+        "the origin proofs per op (seccomm.identitycost)",
     )
     p.add_argument(
         "--crypto-threads",
@@ -246,6 +252,10 @@ def _project(a) -> int:
         rows = costmodel.sweep(prm, nodes, *topo)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if a.identity:
+        from ..identitycost import annotate
+
+        annotate(rows, a.collective, a.message, a.identity, prm)
     _print_rows(a, rows)
     _write(a, prm, rows)
     return 0
@@ -343,6 +353,9 @@ def _print_rows(a, rows: list[dict]) -> None:
         f"{'overhead':>9} {'busbw plain [GB/s]':>19} {'busbw secure [GB/s]':>20} {'eff plain':>10} "
         f"{'eff secure':>11} {'native':>13} {'native [us]':>12} {'vs native':>10}"
     )
+    if a.identity:
+        _print_identity(a, rows)
+        return
     for r in rows:
         alg = r["algorithm_secure"]
         alg = alg if r["runs"] == alg else f"{alg}~{r['runs']}"
@@ -351,6 +364,33 @@ def _print_rows(a, rows: list[dict]) -> None:
             f"{r['secure_us']:12.1f} {r['overhead_x']:8.2f}x {r['busbw_plain_gbps']:19.1f} "
             f"{r['busbw_secure_gbps']:20.1f} {r['efficiency_plain']:10.2f} {r['efficiency_secure']:11.2f} "
             f"{r['algorithm_native']:>13} {r['native_us']:12.1f} {r['vs_native_x']:9.2f}x"
+        )
+
+
+def _print_identity(a, rows: list[dict]) -> None:
+    """The rows with ``--identity``: the setup of one SecureComm, and under x509 the origin
+    proofs per op (seccomm.identitycost)."""
+    from ..identitycost import RATES
+
+    print(
+        f"# --identity {a.identity}: setup = one SecureComm's construction (network + CPU, every rank in "
+        f"parallel); proofs = what origin proofs add to one op (x509, 3 ranks or more, group frames: "
+        f"allgather, ring allreduce, bcast); x509 overhead = (secure + proofs) / plain. Rates: {RATES.source}"
+    )
+    print(
+        f"# {'nodes':>6} {'ranks':>7} {'algorithm':>15} {'plain [us]':>12} {'secure [us]':>12} "
+        f"{'overhead':>9} {'setup [ms]':>11} {'proofs [us]':>12} {'x509 overhead':>14}"
+    )
+    for r in rows:
+        alg = (
+            r["algorithm_secure"]
+            if r["runs"] == r["algorithm_secure"]
+            else f"{r['algorithm_secure']}~{r['runs']}"
+        )
+        print(
+            f"  {r['nodes']:>6} {r['ranks']:>7} {alg:>15} {r['plain_us']:12.1f} {r['secure_us']:12.1f} "
+            f"{r['overhead_x']:8.2f}x {r['setup_ms']:11.1f} {r['origin_us']:12.1f} "
+            f"{r['identity_overhead_x']:13.2f}x"
         )
 
 

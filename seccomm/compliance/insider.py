@@ -91,7 +91,17 @@ def _comm(comm, config, psk, wrap=None, **kw):
     )
 
 
-def _verdict(comm, err, good: bool, wrong: bool, mine: bool) -> tuple[str, str]:
+def _judged(rank: int, err, out, want, victim: int, blamed: int) -> tuple[str, str]:
+    """One rank's outcome of an op trial (:func:`_verdict`): ``out`` against ``want``; rank
+    ``victim`` must raise ``AuthenticationError`` naming ``blamed``, the others any seccomm error
+    or none."""
+    wrong = err is None and not np.array_equal(out, want)
+    if rank == victim:
+        return _verdict(err, isinstance(err, AuthenticationError) and err.peer == blamed, wrong, True)
+    return _verdict(err, err is None or isinstance(err, SecCommError), wrong, False)
+
+
+def _verdict(err, good: bool, wrong: bool, mine: bool) -> tuple[str, str]:
     """``("detected" | "silent" | "other", note)`` of one rank: ``good``: this rank's error is the
     one the class expects of it (or it expects none); ``wrong``: it returned a wrong result;
     ``mine``: this rank is the victim whose error is the note."""
@@ -128,12 +138,7 @@ def _forge_origin(comm, side, config, psk, t):
         err = e
     finally:
         ag._forward = real
-    want = np.repeat(np.arange(1, size + 1, dtype=np.float32), n)
-    wrong = err is None and not np.array_equal(out, want)
-    if rank == 2:
-        good = isinstance(err, AuthenticationError) and err.peer == 1
-        return _verdict(comm, err, good, wrong, True)
-    return _verdict(comm, err, err is None or isinstance(err, SecCommError), wrong, False)
+    return _judged(rank, err, out, np.repeat(np.arange(1, size + 1, dtype=np.float32), n), victim=2, blamed=1)
 
 
 # -- a direction frame on a link between two others ---------------------------------------------
@@ -200,11 +205,7 @@ def _inject(comm, side, config, psk, t):
     want = np.concatenate(
         [np.arange(m * rank, m * (rank + 1), dtype=np.float32) + 100 * j for j in range(size)]
     )
-    wrong = err is None and not np.array_equal(out, want)
-    if rank == 1:
-        good = isinstance(err, AuthenticationError) and err.peer == 0
-        return _verdict(comm, err, good, wrong, True)
-    return _verdict(comm, err, err is None or isinstance(err, SecCommError), wrong, False)
+    return _judged(rank, err, out, want, victim=1, blamed=0)
 
 
 # -- setup messages ------------------------------------------------------------------------------

@@ -469,3 +469,57 @@ def test_the_secure_projection_runs_what_securecomm_runs(collective):
             assert r["native_us"] <= r["plain_us"] + 1e-9  # (the fastest modelled: never slower)
     rows = m.sweep(prm, [512], 8, 25 * MIB, "allreduce", "all", 2.0, 2e-6)
     assert rows[0]["algorithm_secure"] == "ring" and rows[0]["algorithm_native"] == "rabenseifner"
+
+
+def test_identity_costs_follow_their_formulas():
+    """seccomm.identitycost: the setup per rank (network + CPU) and the origin proofs per op,
+    term by term, at the rates it holds."""
+    import math
+
+    from seccomm import identitycost as ic
+
+    r = ic.RATES
+    for p in (1, 2, 8, 1024):
+        steps = math.ceil(math.log2(p)) if p > 1 else 0
+        net = (2 * steps + (p > 1)) * 2e-6 + (p - 1) * (4096 + 520 + 48) * 1e-10
+        psk = ic.setup_seconds(p, 2e-6, 1e-10, "psk")
+        assert psk["network"] == pytest.approx(net) and psk["cpu"] == pytest.approx(
+            p * r.mac + 2 * (p - 1) * r.hkdf
+        )
+        dhe = ic.setup_seconds(p, 2e-6, 1e-10, "psk-dhe")["cpu"]
+        assert dhe == pytest.approx(psk["cpu"] + (p - 1) * r.x25519)
+        x = ic.setup_seconds(p, 2e-6, 1e-10, "x509", certs=2)
+        want = 2 * r.chain + (p - 1) * (r.parse + r.verify + r.x25519 + 3 * r.hkdf) + r.sign
+        assert x["cpu"] == pytest.approx(want) and x["total"] == pytest.approx(x["cpu"] + net)
+    with pytest.raises(ValueError, match="unknown identity"):
+        ic.setup_seconds(4, 1e-6, 1e-10, "x.509")
+    S = 8 << 20
+    assert ic.origin_seconds("allgather", "ring", S, 2) == 0.0  # no third rank: nothing sent
+    assert ic.origin_seconds("allreduce", "recursive_doubling", S, 8) == 0.0  # no group frames
+    assert ic.origin_seconds("alltoall", "pairwise", S, 8) == 0.0
+    p = 8
+    ag = (p - 1) * (S / p) * r.gmac + S * (p - 1) / p * r.gmac + 2 * (p - 1) * r.message
+    assert ic.origin_seconds("allgather", "ring", S, p) == pytest.approx(ag)
+    assert ic.origin_seconds("allreduce", "ring", S, p) == pytest.approx(ag)
+    root = (p - 1) * S * r.gmac + (p - 1) * r.message
+    assert ic.origin_seconds("bcast", "binomial", S, p) == pytest.approx(root)
+
+
+def test_project_with_identity_adds_setup_and_proofs_to_every_row():
+    from seccomm import costmodel, identitycost
+
+    prm = costmodel.get_preset("ib-ndr400")
+    rows = costmodel.sweep(prm, [1, 128, 2048], 8, 25 << 20, "allreduce", "all", 1.0, 0.0)
+    identitycost.annotate(rows, "allreduce", 25 << 20, "x509", prm)
+    for r in rows:
+        link = prm.inter if r["nodes"] > 1 else prm.intra
+        assert r["setup_ms"] == pytest.approx(
+            identitycost.setup_seconds(r["ranks"], link.alpha, link.beta)["total"] * 1e3
+        )
+        assert r["origin_us"] == pytest.approx(
+            identitycost.origin_seconds("allreduce", r["runs"], 25 << 20, r["ranks"]) * 1e6
+        )
+        assert r["identity_overhead_x"] == pytest.approx((r["secure_us"] + r["origin_us"]) / r["plain_us"])
+    assert rows[-1]["ranks"] == 16384 and rows[-1]["setup_ms"] > rows[0]["setup_ms"]
+    identitycost.annotate(rows, "allreduce", 25 << 20, "psk", prm)
+    assert all(r["origin_us"] == 0 for r in rows)
