@@ -35,7 +35,7 @@ def _attack_evidence(d: Doc, rv: Review) -> None:
         f"one rank puts on the wire ({cfg['trials']} trial{'s' * (cfg['trials'] != 1)} per class, "
         f"seed {cfg['seed']}; every class "
         "runs on ranks 0 and 1 except redirect, which needs a rank sealing for two peers, and the "
-        f"setup, record and link classes, which run on all {ev['world_size']} ranks; the link "
+        f"setup, record, link and insider classes, which run on all {ev['world_size']} ranks; the link "
         f"classes run at most 3 trials). Every trial's "
         f"SecureComm: {config.describe()}; the algorithm is the class's own (redirect: recursive "
         "doubling, swap: ring, others: auto). Detected: the receiving rank raised "

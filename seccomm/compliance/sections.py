@@ -108,7 +108,7 @@ def _attacks_detail(rv: Review) -> str:
     attacks = rv.attacks
     return (
         f"{sum(r['trials'] for r in attacks)} attacks in {len(attacks)} classes (ranks 0-1; redirect, "
-        f"the setup, record and link classes on all {rv.ev['world_size']} ranks): "
+        f"the setup, record, link and insider classes on all {rv.ev['world_size']} ranks): "
         f"{sum(r['detected'] for r in attacks)} detected, "
         f"{sum(r['silently_accepted'] for r in attacks)} silently accepted"
     )
@@ -190,6 +190,14 @@ def _configuration(d: Doc, rv: Review) -> None:
     )
 
 
+def _secret_said(source: str) -> str:
+    """What the trust model says of the job secret, from a SecureComm's ``secret_source``."""
+    if source.startswith("none"):
+        return "none set: the keys come from the signed X25519 exchange alone"
+    where = "the one the report's ranks were given" if source == "argument" else f"from {source}"
+    return f"{where}, mixed into every key"
+
+
 def _trust_model(d: Doc, rv: Review) -> None:
     """The trust model in force: who holds which key, every rank's certificate (x509), and what
     the insider classes of the attacker harness gave."""
@@ -209,7 +217,8 @@ def _trust_model(d: Doc, rv: Review) -> None:
             "the X.509 verification of the cryptography package (a path to a trusted CA, validity at "
             "setup, basic constraints and key usage, a leaf that may sign and names a host). The host "
             "of a rank is the name in its certificate, so encrypt=inter-node counts two ranks as one "
-            f"node only when their certificates name one host. Job secret mixed in: {trust['secret_source']}."
+            "node only when their certificates name one host. Job secret: "
+            f"{_secret_said(trust['secret_source'])}."
         )
     else:
         d.p(

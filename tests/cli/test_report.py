@@ -587,3 +587,49 @@ def test_statements_about_binding_drops_nonces_and_covered_paths_match_the_code(
     assert "the compiled two-rank swap (a repeated call's plan) is not attacked here" in md
     inner = type("Inner", (), {"rank": 0, "size": 2, "pair_link": lambda self, peer: "link"})()
     assert TransportWrapper(inner).pair_link(1) is None
+
+
+def _section(md: str, title: str) -> str:
+    return md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_trust_model_says_who_holds_which_key():
+    """psk: a rank is whoever holds the job secret, the insider classes not protected (and not
+    counted against the attacks verdict); x509: every rank's certificate, the keys a pair holds
+    alone, the insider classes' results, and a job secret said as it is (none, or mixed in)."""
+    from seccomm.compliance.insider import INSIDER_CLASSES, NOT_PROTECTED
+
+    ev = evidence()
+    ev["attacks"] += [
+        {**ev["attacks"][0], "class": c, "trials": 0, "detected": 0, "expected": NOT_PROTECTED}
+        for c in INSIDER_CLASSES
+    ]
+    ev["trust"] = {"identity": "psk", "secret_source": "argument", "ranks": []}
+    doc, ok = build(ev, CFG, None, None)
+    md = to_markdown(doc)
+    trust = _section(md, "Trust model")
+    assert ok and "Identity psk: a rank is whoever holds the job secret" in trust
+    assert "| insider-forge-origin | 0 | 0 | 0 | not protected: shared secret |" in trust
+    assert "seccomm report --identity x509 runs them" in trust
+    x509 = {**CFG, "identity": "x509"}
+    ev = evidence(cfg=x509)
+    ev["attacks"] += [{**ev["attacks"][0], "class": c, "expected": "detected"} for c in INSIDER_CLASSES]
+    who = {"host": "node-a.example", "subject": "CN=node-a.example", "issuer": "CN=test CA",
+           "fingerprint": "ab" * 32, "not_before": "2026-12-06T00:00:00+00:00",
+           "not_after": "2026-12-07T00:00:00+00:00"}  # fmt: skip
+    ranks = [{"rank": r, **who} for r in range(3)]
+    for source, said in (
+        (
+            "none (identity x509, no PSK mixed in)",
+            "Job secret: none set: the keys come from the signed X25519 exchange alone.",
+        ),
+        ("argument", "Job secret: the one the report's ranks were given, mixed into every key."),
+    ):
+        ev["trust"] = {"identity": "x509", "secret_source": source, "ranks": ranks}
+        trust = _section(to_markdown(build(ev, x509, None, None)[0]), "Trust model")
+        assert "Identity x509: each rank is known by its X.509 certificate" in trust and said in trust
+        row = f"| 2 | node-a.example | CN=node-a.example | CN=test CA | {'ab' * 32} | 2026-12-06T00:00:00"
+        assert row in trust
+        assert "| insider-inject | 5 | 5 | 0 | detected |" in trust
+        assert "the two ranks of the pair: from their ephemeral X25519 shares" in trust
+        assert ("| job secret | none set |" in trust) == source.startswith("none")
