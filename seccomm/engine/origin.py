@@ -25,10 +25,10 @@ key (GHASH is linear in the ciphertext).
 Cost per op (``n_o`` bytes of origin ``o``'s data in ``f_o`` frames, ``p`` ranks): the origin
 computes ``p - 1`` GMACs over its data and sends ``p - 1`` messages of ``16 (f_o + 1)`` bytes; a
 receiver computes one GMAC over every group frame it opens, and receives one such message per
-origin.  On two ranks there is no third rank to forge a frame, so nothing is sent; nor under
-``psk`` (any rank derives every pair key) or ``psk-dhe`` (an on-path insider can replace the
-X25519 shares at setup), nor where the group frames go in the clear (``encrypt="inter-node"``
-inside one node)."""
+origin (:mod:`seccomm.identitycost` projects it).  On two ranks there is no third rank to forge
+a frame, so nothing is sent; nor under ``psk`` (any rank derives every pair key) or ``psk-dhe``
+(an on-path insider can replace the X25519 shares at setup), nor where the group frames go in
+the clear (``encrypt="inter-node"`` inside one node)."""
 
 from __future__ import annotations
 
