@@ -48,6 +48,13 @@ def add_arguments(p) -> None:
         help="what carries the secure hook's frames (default auto: MPI point-to-point where the "
         "ranks are MPI ranks and the backend is gloo, else the backend's own point-to-point)",
     )
+    p.add_argument(
+        "--identity",
+        choices=("psk", "x509"),
+        default="psk",
+        help="x509: the secure hook's ranks known by their certificates (SECCOMM_CERT_FILE/KEY_FILE/"
+        "CA_FILE, or a throw-away CA made for the run); default psk",
+    )
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
 
 
@@ -74,7 +81,7 @@ def run(args, argv) -> int:
     if launcher() is None:
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         check_cores(args.np or DEFAULT_NP, True, "seccomm train")  # a warning: step times only
-        return relaunch(args.np or DEFAULT_NP, argv, env, prog="seccomm train")
+        return relaunch(args.np or DEFAULT_NP, argv, env, prog="seccomm train", identity=args.identity)
     if launcher() == "mpi":
         mpi_rendezvous()
     from ..torch.train import main_train

@@ -48,7 +48,7 @@ _PHASE, _SEAL, _ALL = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFF  # a frame's MAC; the m
 
 def needed(keys, size: int) -> bool:
     """Whether group frames carry origin proofs: identity x509 on three ranks or more."""
-    return size >= 3 and getattr(keys, "mode", None) == "x509"
+    return size >= 3 and keys.mode == "x509"
 
 
 class OriginProofs:

@@ -118,7 +118,11 @@ def train(args, rank: int, world: int, device=None) -> dict:
         ddp = DDP(model().to(device), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
         if name == "secure":
             state = SecureHookState(
-                None, args.suite, psk=_secret(device), transport=getattr(args, "transport", "auto")
+                None,
+                args.suite,
+                psk=_secret(device),
+                transport=getattr(args, "transport", "auto"),
+                identity=getattr(args, "identity", "psk"),
             )
             ddp.register_comm_hook(state, secure_allreduce_hook)
         models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9))
@@ -136,6 +140,7 @@ def train(args, rank: int, world: int, device=None) -> dict:
         "world_size": world,
         "steps": args.steps,
         "suite": args.suite,
+        "identity": getattr(args, "identity", "psk"),
         "secure_transport": state.transport,
         "bucket_cap_mb": args.bucket_cap_mb,
         "batch_per_rank": args.batch,
@@ -171,7 +176,8 @@ def report(r: dict, file=sys.stdout) -> None:
     print(
         f"# seccomm train: digits MLP ({r['parameters']} parameters), {r['world_size']} ranks, "
         f"{r['steps']} steps, batch {r['batch_per_rank']}/rank, bucket_cap_mb {r['bucket_cap_mb']}, "
-        f"suite {r['suite']}, {r.get('device', 'cpu')}/{r.get('backend', 'gloo')}, secure frames "
+        f"suite {r['suite']}, identity {r.get('identity', 'psk')}, {r.get('device', 'cpu')}/"
+        f"{r.get('backend', 'gloo')}, secure frames "
         f"over {r.get('secure_transport', 'torch')}",
         file=file,
     )

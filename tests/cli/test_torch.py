@@ -42,6 +42,19 @@ def test_hook_under_identity_x509_on_three_ranks(tmp_path, monkeypatch):
 
 
 @pytest.mark.mpi
+def test_seccomm_train_with_identity_x509_makes_its_certificates_and_trains_alike(tmp_path, monkeypatch):
+    """seccomm train --identity x509, run plainly: a throw-away CA per run, the secure hook's
+    SecureComm under x509, the same parameters as DDP's own hook, nothing left behind."""
+    env_tmp = tmp_path / "tmp"
+    env_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(env_tmp))  # (where the CA's folder goes: looked at below)
+    proc, r = run_train(tmp_path, "--steps", "10", "--identity", "x509")
+    assert r["identity"] == "x509" and "identity x509" in proc.stdout
+    assert r["bitwise_equal"] and r["max_abs_param_diff"] == 0.0
+    assert not list(env_tmp.glob("seccomm-*"))  # (torch leaves its own torchinductor_* folder there)
+
+
+@pytest.mark.mpi
 def test_seccomm_train_end_to_end(tmp_path):
     proc, r = run_train(tmp_path, "--steps", "30")
     assert "overhead (secure / default step time)" in proc.stdout

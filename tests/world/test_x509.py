@@ -361,26 +361,29 @@ def forge_forwarded_block(monkeypatch, forger: int = 1):
     monkeypatch.setattr(ag, "_forward", forward)
 
 
-def allgathered(sc):
-    out = np.zeros(3 * 40, np.float32)
-    sc.allgather(np.full(40, sc.rank + 1.0, np.float32), out)
+def allgathered(sc, n=40):
+    out = np.zeros(sc.size * n, np.float32)
+    sc.allgather(np.full(n, sc.rank + 1.0, np.float32), out)
     return out
 
 
+@pytest.mark.parametrize("n", [40, 3])  # (3 float32: a body of 12 bytes, not a multiple of 8)
 @pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"])
-def test_a_group_frame_forged_by_its_forwarder_is_refused_under_x509_only(monkeypatch, suite):
+def test_a_group_frame_forged_by_its_forwarder_is_refused_under_x509_only(monkeypatch, suite, n):
     """Ring allgather on 3 ranks: rank 1 forwards origin 0's block to rank 2.  Forged there by
     rank 1 (sealed under the group key in origin 0's name): under psk rank 2 takes it (the group
     key binds no origin: not protected, a shared secret); under x509 rank 2 refuses it, naming
-    rank 1, before it reaches rank 2's buffer."""
+    rank 1 and the chunk, before it reaches rank 2's buffer."""
     forge_forwarded_block(monkeypatch)
-    psk = run(3, allgathered, suite=suite, psk=PSK)
+    psk = run(3, lambda sc: allgathered(sc, n), suite=suite, psk=PSK)
     assert all(isinstance(r, np.ndarray) for r in psk), psk
-    assert (psk[2][:40].view(np.uint8) == 0x41).all() and (psk[0][:40] == 1).all()
-    got = x509_run(3, allgathered, suite=suite)
+    assert (psk[2][:n].view(np.uint8) == 0x41).all() and (psk[0][:n] == 1).all()
+    got = x509_run(3, lambda sc: allgathered(sc, n), suite=suite)
     assert isinstance(got[2], AuthenticationError) and got[2].peer == 1, got
-    assert "group frame of origin 0 (forwarded by rank 1) does not match the MAC its origin sent" in str(
-        got[2]
+    assert str(got[2]) == (
+        f"{suite} authentication failed on a frame from rank 1 (allgather #1, chunk 0/1, epoch 0): group "
+        f"frame of origin 0 (forwarded by rank 1) does not match the MAC its origin sent this rank: altered "
+        f"or made up by a rank that holds the group key, or the origin's MAC was altered"
     )
 
 
@@ -478,11 +481,15 @@ def test_origin_macs_altered_on_their_way_name_their_origin(how):
 
     wraps = {0: Alter} if how == "truncated" else {2: Alter}
     res = x509_run(3, two_allgathers, wraps=wraps)
-    err = res[2]
-    assert isinstance(err, AuthenticationError) and err.peer == 0, res
-    assert "origin MACs" in str(err) and err.seq == (2 if how == "replayed" else 1), str(err)
-    want = "expected 32" if how == "truncated" else "failed authentication: altered or replayed in transit"
-    assert want in str(err), str(err)
+    err, seq = res[2], 2 if how == "replayed" else 1
+    assert isinstance(err, AuthenticationError) and err.peer == 0 and err.seq == seq, res
+    detail = (
+        "its origin MACs for this op have 31 bytes, expected 32"
+        if how == "truncated"
+        else "its origin MACs for this op failed authentication: altered or replayed in transit"
+    )
+    want = f"AES-GMAC authentication failed on origin MACs from rank 0 (allgather #{seq}, epoch 0): {detail}"
+    assert str(err) == want
 
 
 def test_device_backend_under_x509_on_three_ranks_is_refused_on_every_rank():
@@ -492,3 +499,61 @@ def test_device_backend_under_x509_on_three_ranks_is_refused_on_every_rank():
     )
     assert all(isinstance(e, ValueError) for e in res), res
     assert ok(x509_run(2, lambda sc: sc.size, device_backend=object())) == [2, 2]
+
+
+def test_a_failed_op_cancels_the_origin_macs_it_still_waits_for(monkeypatch):
+    """4 ranks: rank 2 refuses origin 0's forged block (step 1) while rank 3's MACs, for the
+    block that would come last, are still posted: the op's failure cancels that receive with the
+    op's others (no receive is left posted on the frames' channel)."""
+    forge_forwarded_block(monkeypatch)
+    seen = {}
+
+    class Watch(TransportWrapper):
+        def irecv(self, buf, peer):
+            req = self.inner.irecv(buf, peer)
+            if peer == 3 and len(np.asarray(buf)) == 32:  # rank 3's MACs: one frame, and the seal
+                seen["mac"] = req
+            return req
+
+        def cancel(self, reqs):
+            seen["cancelled"] = list(reqs)
+            return self.inner.cancel(reqs)
+
+    res = x509_run(4, allgathered, wraps={2: Watch})
+    assert isinstance(res[2], AuthenticationError) and res[2].peer == 1, res
+    assert any(r is seen["mac"] for r in seen["cancelled"]), seen
+
+
+def test_a_refused_group_frame_leaves_no_plaintext_in_scratch(monkeypatch):
+    """The forged block that rank 2 opened into its private scratch (it passed the group tag) is
+    zeroed there once its origin MAC fails (crypto on the calling thread: the same scratch)."""
+    forge_forwarded_block(monkeypatch)
+
+    def body(sc):
+        try:
+            allgathered(sc)
+        except AuthenticationError as e:
+            return e, bytes(sc.context.workspace.scratch(160))
+        return None
+
+    res = x509_run(3, body)
+    err, scratch = res[2]
+    assert err.peer == 1 and scratch == bytes(160)
+
+
+def test_an_origin_whose_frames_do_not_match_its_macs_is_named_without_a_forwarder(monkeypatch):
+    """Origin 0's MACs made over other data than it seals (as if its message were altered): rank
+    1, which gets origin 0's block straight from it, names rank 0 and no forwarder."""
+    from seccomm.engine import origin
+
+    real = origin.OriginProofs.start
+
+    def start(self, origins, pieces):
+        if self.run.rank == 0 and pieces:
+            pieces = [memoryview(bytes(len(p))) for p in pieces]
+        return real(self, origins, pieces)
+
+    monkeypatch.setattr(origin.OriginProofs, "start", start)
+    res = x509_run(3, allgathered)
+    assert isinstance(res[1], AuthenticationError) and res[1].peer == 0, res
+    assert "group frame of origin 0 does not match the MAC its origin sent this rank" in str(res[1])
