@@ -19,7 +19,8 @@ again, so a forgery cannot block the genuine notice.  Before the keys are handed
 setup) no notice is sent or read: a rank whose setup wait expires blames the rank (or, for a
 setup collective, the collective) it waited on, within its deadline.  Under psk an insider rank
 can derive every pair's key and forge a notice in another rank's name, as it can forge group
-frames; under psk-dhe the pair key needs the pair's X25519 secret.  An on-path attacker can still
+frames; under psk-dhe the pair key needs the pair's X25519 secret, and under identity x509 those
+secrets come from shares each rank signed, so no third rank holds them.  An on-path attacker can still
 drop or garble notices, which only leaves the survivors to their own deadlines.
 """
 

@@ -557,3 +557,30 @@ def test_an_origin_whose_frames_do_not_match_its_macs_is_named_without_a_forward
     res = x509_run(3, allgathered)
     assert isinstance(res[1], AuthenticationError) and res[1].peer == 0, res
     assert "group frame of origin 0 does not match the MAC its origin sent this rank" in str(res[1])
+
+
+@pytest.mark.parametrize("identity", ["psk", "x509"])
+def test_an_insider_forges_another_ranks_give_up_notice_only_under_psk(identity):
+    """Rank 2 makes the best give-up notice in rank 1's name for rank 0 that its own keys allow
+    (blaming rank 0, as if rank 1 gave up on it).  Under psk it derives the pair key of ranks 0
+    and 1 from the job secret and the setup, and rank 0 takes the notice; under x509 that key
+    needs the pair's X25519 secret, rank 2's candidates (its schedule as if it were rank 1, its
+    own pair key with rank 0) fail, and rank 0 refuses the notice."""
+    from seccomm.control import PairMacs
+    from seccomm.transports.notices import open_notice, seal_notice
+
+    def body(sc):
+        k = sc.session.keys
+        return sc.rank, k, PairMacs(sc.rank, sc.size, k.pair_key)
+
+    kw = {"psk": PSK} if identity == "psk" else {}
+    res = ok((x509_run if identity == "x509" else run)(3, body, **kw))
+    keys2, macs0 = res[2][1], res[0][2]
+    as_rank_1 = KeySchedule(keys2._secret, keys2.suite, keys2._salt, keys2._context, 1)  # noqa: SLF001
+    candidates = [PairMacs(1, 3, as_rank_1.pair_key)]  # (x509: from the transcript and no pair secret)
+    if identity == "x509":  # and what rank 2 holds: its pair key with rank 0, in rank 1's place
+        candidates.append(PairMacs(1, 3, lambda a, b: keys2.pair_key(0, 2)))
+    for forger in candidates:
+        notice = seal_notice(forger, 0, 0, 0).tobytes()
+        got = open_notice(macs0, 1, notice, 3)
+        assert (got is not None) == (identity == "psk"), (identity, got)
