@@ -187,26 +187,18 @@ class SecureComm:
         secret, me = None, None
         if local_error is not None:
             secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
-        elif opts.identity == "x509" and device_backend is not None and self.size >= 3:
-            local_error = ValueError(
-                "device_backend with identity 'x509' on 3 or more ranks: the device engine does not check "
-                "group frames against their origin yet; leave device_backend unset (device buffers are "
-                "then staged through host memory)"
-            )
-            opts = replace(opts, suite=SUITES["none"], node_ids=None)
         elif opts.identity == "x509":
-            secret, me, local_error = self._x509(psk, identity)
-            if local_error is not None:
-                opts = replace(opts, suite=SUITES["none"], node_ids=None)
+            secret, me, local_error = self._x509(psk, identity, device_backend)
         else:
             try:
                 secret, self.secret_source = load_secret(psk)
             except KeyScheduleError as e:
                 if suite != "none" or secret_is_set(psk):  # (none needs no key, but one that is
                     local_error = e  # given and unusable is an error, as under every suite)
-                    opts = replace(opts, suite=SUITES["none"], node_ids=None)
                 else:
                     secret, self.secret_source = bytes(32), "none (suite 'none' uses no key)"
+        if local_error is not None:  # (its hello carries the error in place of the settings)
+            opts = replace(opts, suite=SUITES["none"], node_ids=None)
         self.options = opts
         self.suite, self.algorithm, self.encrypt, self.chunk_bytes = (
             opts.suite, opts.algorithm, opts.encrypt, opts.chunk_bytes,
@@ -237,10 +229,17 @@ class SecureComm:
         self.built = next(_BUILT)  # its place in this process's order of construction
         _OPEN.add(self)
 
-    def _x509(self, psk, identity) -> tuple:
+    def _x509(self, psk, identity, device_backend) -> tuple:
         """``(secret, identity, error)`` under identity x509: the PSK to mix in (``b""`` where
         none is set), this rank's :class:`~seccomm.identity.LocalIdentity`, or the error that
-        stops its setup."""
+        stops its setup (a ``device_backend`` on 3 or more ranks is one)."""
+        if device_backend is not None and self.size >= 3:
+            error = ValueError(
+                "device_backend with identity 'x509' on 3 or more ranks: the device engine does not check "
+                "group frames against their origin yet; leave device_backend unset (device buffers are "
+                "then staged through host memory)"
+            )
+            return None, None, error
         try:
             me = load_identity(identity if isinstance(identity, IdentityFiles) else None)
             self.secret_source = "none (identity x509, no PSK mixed in)"

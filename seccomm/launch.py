@@ -194,9 +194,7 @@ def identity_envs(nranks: int) -> tuple[list | None, str | None]:
 
     if any(os.environ.get(v) for v in (CERT_VAR, KEY_VAR, CA_VAR)):
         return None, None
-    shm = "/dev/shm"
-    in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
-    folder = tempfile.mkdtemp(prefix="seccomm-pki-", dir=shm if in_memory else None)
+    folder = tempfile.mkdtemp(prefix="seccomm-pki-", dir=_private_dir())
     try:
         pki = make_test_identities(folder, [socket.gethostname()] * nranks)
     except BaseException:
@@ -226,9 +224,15 @@ def fresh_secret_file() -> str:
     """A fresh secret in a new 0600 file (:func:`~seccomm.keys.new_secret_file`): in ``$TMPDIR``
     when set, else in ``/dev/shm`` (memory) where it is a writable folder, else in the system's
     temporary folder.  The caller removes it (see :func:`stop_on_signals`)."""
+    return new_secret_file(_private_dir())
+
+
+def _private_dir() -> str | None:
+    """Where a run's secret and throw-away keys go: ``/dev/shm`` (memory) where it is a writable
+    folder and ``$TMPDIR`` is not set, else None (the system's temporary folder)."""
     shm = "/dev/shm"
     in_memory = not os.environ.get("TMPDIR") and os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
-    return new_secret_file(shm if in_memory else None)
+    return shm if in_memory else None
 
 
 class _Stopped(Exception):

@@ -67,6 +67,12 @@ class Inbox:
         self.link = self.forward = self.record = None
 
     @property
+    def origin(self):
+        """The rank that sealed this inbox's frames where they are group frames (whose origin
+        proofs :mod:`seccomm.engine.origin` checks), else ``None``."""
+        return self.fill[1] if self.fill is not None and self.fill[0] else None
+
+    @property
     def suite(self):
         """The frames' :class:`~seccomm.suites.CipherSuite` (named in errors)."""
         return self.key.suite
@@ -87,8 +93,8 @@ class Inbox:
             if self.consume is None and key.suite.confidential:  # (outs: the caller's buffer)
                 into = run.ws.scratch(len(slot.body))
             pt = open_frame(run, self, j, into)
-            if run.origins is not None and self.fill is not None and self.fill[0]:
-                run.origins.check(self, j, self.fill[1], pt)
+            if run.origins is not None and self.origin is not None:
+                run.origins.check(self, j, self.origin, pt)
         if self.consume is not None:
             self.consume(j, pt)
         elif outs is not None:
@@ -120,8 +126,8 @@ def land(run, box: Inbox, j: int, req=None, got=None, defer=None):
         raise frame_error(run, box, j, f"frame has {got} bytes, expected {want} (truncated or padded)")
     if box.forward is not None:
         box.forward(j)
-    if run.origins is not None and box.fill is not None and box.fill[0]:
-        run.origins.ready(box.fill[1])  # (its origin's MACs, waited for here: not in the pool)
+    if run.origins is not None and box.origin is not None:
+        run.origins.ready(box.origin)  # (its origin's MACs, waited for here: not in the pool)
     if defer is None:
         return box.accept(run, j)
     return defer(box.accept, run, j)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.origin import needed
-
 import numpy as np
+
+from ..engine.origin import needed
 
 
 class Devices:
