@@ -14,7 +14,13 @@ Each trial is one ``SecureComm`` on every rank (3 or more) under the configurati
   nobody is on): with ``encrypt="inter-node"``, hops it claims to share a host with would go in
   the clear.  Detected when every rank refuses the setup naming rank 2;
 - ``insider-replay-hello``: rank 2, on the path to rank 0, hands rank 0 the hello rank 1 sent in
-  the setup before.  Detected when every rank refuses the setup.
+  the setup before.  Detected when every rank refuses the setup;
+- ``insider-forge-notice``: rank 2 seals a give-up notice in rank 1's name ("rank 1 stopped
+  after an error of its own") for rank 0 with the best key it has (by turns: its own pair key
+  with rank 0, and its derivation of the pair key of ranks 0 and 1), and the link from rank 1 to
+  rank 0, which it holds, delivers it while rank 0 waits on rank 1 (a bcast from rank 1).  Taken,
+  rank 0 would stop the job in rank 1's name.  Detected when rank 0 refuses the notice (counted
+  as forged from rank 1) and every rank finishes the bcast with the root's data.
 
 What the classes show needs per-rank identities (``identity x509``).  Under ``psk`` and
 ``psk-dhe`` every rank holds a secret from which it can derive or forge what these classes try
@@ -24,6 +30,7 @@ never a pass.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -33,7 +40,13 @@ from ..handshake import decode_hello, encode_hello
 from ..transports import TransportWrapper
 from ..transports.base import Backoff, poll_until
 
-INSIDER_CLASSES = ("insider-forge-origin", "insider-inject", "insider-claim-host", "insider-replay-hello")
+INSIDER_CLASSES = (
+    "insider-forge-origin",
+    "insider-inject",
+    "insider-claim-host",
+    "insider-replay-hello",
+    "insider-forge-notice",
+)
 #: the expectation of an insider class where every rank holds the job's secret
 NOT_PROTECTED = "not protected: shared secret"
 _SIDE_TAG = 7411  # the insider's own channel to its on-path position (a tag of the side comm)
@@ -301,9 +314,68 @@ def _replay_hello(comm, side, config, psk, t):
     ), f"{type(err).__name__}: {err}" if rank == 0 else ""
 
 
+# -- a give-up notice in another rank's name ----------------------------------------------------
+def _forge_notice(comm, side, config, psk, t):
+    from mpi4py import MPI
+
+    from ..control import PairMacs
+    from ..keys import KeySchedule
+    from ..transports.notices import _FAILED, NOTICE_BYTES, seal_notice
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    n = 64
+    buf = np.full(n, 7.0 + t, np.float32) if rank == 1 else np.zeros(n, np.float32)
+    err, forged, wire = None, np.empty(NOTICE_BYTES, np.uint8), None
+    sc = None
+    try:
+        sc = _comm(comm, config, psk)
+        if rank == 2:  # the insider: its best key for the pair of ranks 0 and 1
+            k = sc.session.keys
+            if t % 2:
+                as_1 = KeySchedule(k._secret, k.suite, k._salt, k._context, 1)  # noqa: SLF001
+                macs = PairMacs(1, size, as_1.pair_key)
+            else:
+                macs = PairMacs(1, size, lambda a, b: k.pair_key(0, 2))
+            side.Send(seal_notice(macs, 0, 1, _FAILED), dest=1, tag=_SIDE_TAG)
+        if rank == 1:  # the link from rank 1 to rank 0 (the insider's): its notice goes in
+            side.Recv(forged, source=2, tag=_SIDE_TAG)
+            notices = sc.transport.notices
+            wire = notices.comm.Isend([forged, MPI.BYTE], 0, notices.tag)
+            time.sleep(0.2)  # (rank 0 waits on rank 1, looking at the notices)
+        sc.bcast(buf, root=1)
+    except SecCommError as e:
+        err = e
+    if wire is not None and not poll_until(wire.Test, 5.0, lambda: False, Backoff(sleep_s=0.001)):
+        wire.Cancel()  # (never matched: rank 0 had stopped listening)
+        wire.Wait()
+    told = None
+    if sc is not None:
+        if rank == 0 and err is None:
+            sc.transport.notices.check()  # (what its next wait would look at)
+            told = sc.transport.notices.told
+        try:
+            sc.close()
+        except SecCommError as e:
+            err = err or e
+    wrong = err is None and not np.array_equal(buf, np.full(n, 7.0 + t, np.float32))
+    if rank != 0:
+        return _verdict(err, err is None or isinstance(err, SecCommError), wrong, False)
+    if err is not None and getattr(err, "peer", None) == 1:
+        return "silent", f"accepted: rank 0 stopped in rank 1's name: {type(err).__name__}: {err}"
+    if told is not None and 1 in told.gave_up:
+        return "silent", "accepted: rank 0 took the notice as rank 1's"
+    if told is not None and not wrong and told.forged_notices.get(1, 0) >= 1:
+        return "detected", (
+            "rank 0 refused a give-up notice in rank 1's name (its MAC failed: counted as forged "
+            "from rank 1) and finished the bcast with rank 1's data"
+        )
+    return _verdict(err, False, wrong, True)
+
+
 _TRIALS = {
     "insider-forge-origin": _forge_origin,
     "insider-inject": _inject,
     "insider-claim-host": _claim_host,
     "insider-replay-hello": _replay_hello,
+    "insider-forge-notice": _forge_notice,
 }

@@ -79,7 +79,8 @@ def test_under_identity_x509_an_insider_is_detected_naming_the_right_rank(n):
     """--identity x509 run plainly (a throw-away CA, one certificate per rank): every insider
     class detected in every trial, on 3 and 4 ranks; each example names the rank the class says
     (forge-origin: the forger, rank 1; inject: the sender of the frame that failed, rank 0;
-    claim-host: the claimer, rank 2)."""
+    claim-host: the claimer, rank 2; forge-notice: refused as forged from rank 1, the rank it
+    names)."""
     classes = ",".join(attack.INSIDER_CLASSES)
     out = _attack("--trials", "4", "--np", str(n), "--identity", "x509", "--classes", classes)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -96,7 +97,46 @@ def test_under_identity_x509_an_insider_is_detected_naming_the_right_rank(n):
     assert "from rank 1 (allgather #1" in rows["insider-forge-origin"]["rest"]
     assert "from rank 0 (alltoall #1" in rows["insider-inject"]["rest"]
     assert "rank 2 gave a host other than the one its certificate names" in rows["insider-claim-host"]["rest"]
-    assert "identity x509" in out.stdout.splitlines()[0] and "# OK: 16 attacks: 16 detected" in out.stdout
+    assert "refused a give-up notice in rank 1's name" in rows["insider-forge-notice"]["rest"]
+    assert "identity x509" in out.stdout.splitlines()[0] and "# OK: 20 attacks: 20 detected" in out.stdout
+
+
+_FORGE_NOTICE = """
+import sys
+from mpi4py import MPI
+from seccomm.compliance import insider
+from seccomm.compliance.config import ReviewConfig
+
+comm = MPI.COMM_WORLD
+side = comm.Dup()
+psk = bytes.fromhex(sys.argv[1])
+outcome, note = insider._forge_notice(comm, side, ReviewConfig(), psk, int(sys.argv[2]))
+got = comm.gather((outcome, note), root=0)
+if comm.Get_rank() == 0:
+    print(repr(got))
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("turn", [0, 1])
+def test_the_forged_notice_class_reads_a_taken_notice_as_accepted(turn):
+    """insider-forge-notice run under identity psk, which the harness does not run (every rank
+    holds the job secret): on the turn where the insider derives the pair key of ranks 0 and 1
+    from the job secret, rank 0 takes the notice and stops in rank 1's name, and the class says
+    "silent" (accepted), so it would catch a notice key a third rank can make; on the turn
+    where it uses its own pair key, rank 0 refuses it."""
+    import ast
+
+    env = {k: v for k, v in os.environ.items() if k not in launch.LAUNCHER_VARS}
+    cmd = [mpiexec(), "-n", "3", sys.executable, "-c", _FORGE_NOTICE, GOOD_HEX, str(turn)]
+    out = run_cmd(cmd, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    if turn:
+        assert got[0][0] == "silent" and "stopped in rank 1's name: PeerAbortError" in got[0][1], got
+    else:
+        assert got[0] == ("detected", got[0][1]) and "refused a give-up notice" in got[0][1], got
+    assert {o for o, _ in got[1:]} <= {"detected"}, got
 
 
 @pytest.mark.mpi
@@ -128,7 +168,7 @@ def test_suite_none_every_trial_has_an_outcome_that_fits():
     assert "4 changed the result" in rows["replay"]["rest"]  # the earlier frame carries other values
     assert rows["truncate"]["rest"].startswith("by the frame length check (no tag)")
     assert "none authentication" not in rows["truncate"]["rest"]  # a suite without tags
-    assert "# OK: 78 attacks: 34 detected, 24 silently accepted, 20 not applicable; suite none" in out.stdout
+    assert "# OK: 82 attacks: 34 detected, 24 silently accepted, 24 not applicable; suite none" in out.stdout
 
 
 @pytest.mark.mpi
