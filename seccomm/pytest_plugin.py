@@ -185,7 +185,7 @@ def _uncaptured(config):
     secret must not sit in a test's captured output)."""
     import contextlib
 
-    capman = config.pluginmanager.getplugin("capturemanager")
+    capman = config.pluginmanager.getplugin("capturemanager") if config is not None else None
     return capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
 
 
@@ -197,7 +197,14 @@ def secure_comm(seccomm_world, request):
     kw)``), closed at its end.  Session-scoped; every rank must ask for the same ones in the same
     order (building one is collective).  The job secret is the ranks' (``SECCOMM_PSK_FILE`` or
     ``SECCOMM_PSK``); with none on any rank the session stops with exit status 2 unless every
-    rank sets ``SECCOMM_INSECURE_BENCH_SECRET=1``."""
+    rank sets ``SECCOMM_INSECURE_BENCH_SECRET=1``.
+
+    ``identity="x509"`` uses each rank's ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE`` and
+    ``SECCOMM_CA_FILE``; where no rank sets any of them and every rank runs on one host, rank 0
+    makes a throw-away CA and one certificate per rank in a private folder (0700; in
+    ``/dev/shm`` unless ``$TMPDIR`` is set), says so in one line, and removes it when pytest
+    ends (:func:`throwaway_identities`).  Set on some ranks only, or no files with ranks on
+    several hosts: the session stops with exit status 2 and says what to set."""
     from .bench.secret import PLUGIN_NO_SECRET, BenchSecretError, bench_secret
     from .comm import SecureComm
 
@@ -206,17 +213,86 @@ def secure_comm(seccomm_world, request):
             secret = bench_secret(seccomm_world, PLUGIN_NO_SECRET)[0]
     except BenchSecretError as e:  # every rank stops; the rank that knows why says it
         pytest.exit(f"seccomm: {e}" if e.speaker else "seccomm: no usable job secret", returncode=2)
-    cache = {}
+    cache, pki = {}, []
 
     def get(suite="aes-256-gcm", **kw):
         key = (suite, tuple(sorted(kw.items())))
         if key not in cache:
-            cache[key] = SecureComm(seccomm_world, suite, psk=secret, **kw)
+            made = dict(kw)
+            if kw.get("identity") == "x509":
+                if not pki:  # (collective: every rank asks for the same comms in the same order)
+                    pki.append(throwaway_identities(seccomm_world, request.config))
+                made["identity"] = pki[0][0] or "x509"
+            cache[key] = SecureComm(seccomm_world, suite, psk=secret, **made)
         return cache[key]
 
     yield get
     for sc in cache.values():
         sc.close()
+    if pki and pki[0][1]:
+        import shutil
+
+        shutil.rmtree(pki[0][1], ignore_errors=True)
+
+
+def throwaway_identities(comm, config=None):
+    """Collective over ``comm``: ``(IdentityFiles, folder)`` of this rank, a throw-away CA and
+    one certificate per rank that rank 0 made in ``folder`` (which rank 0 removes; ``None`` on
+    the other ranks), when no rank sets ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE`` or
+    ``SECCOMM_CA_FILE``; ``(None, None)`` when every rank sets all three (the ranks' own files).
+    Only paths cross between ranks: each rank reads its private key from the folder, which
+    needs every rank on one host.  Stops the pytest session (exit status 2, said on rank 0) when
+    the files are set on some ranks only, or none are set and the ranks run on several hosts."""
+    import socket
+    import sys
+
+    from .bench.secret import identity_missing
+    from .identity import CA_VAR, CERT_VAR, KEY_VAR, IdentityFiles
+
+    missing = identity_missing(comm, "identity='x509'", "or on no rank (a throw-away CA is made)")
+    none_set = comm.allgather(not any(os.environ.get(v) for v in (CERT_VAR, KEY_VAR, CA_VAR)))
+    rank = comm.Get_rank()
+    if missing is None:
+        return None, None
+    if not all(none_set):
+        pytest.exit(f"seccomm: {missing}", returncode=2)
+    hosts = comm.allgather(socket.gethostname())
+    if len(set(hosts)) > 1:
+        pytest.exit(
+            f"seccomm: identity='x509' with no SECCOMM_CERT_FILE, SECCOMM_KEY_FILE, SECCOMM_CA_FILE "
+            f"on any rank: a throw-away CA needs every rank on one host, these ranks run on "
+            f"{len(set(hosts))}; make a CA and one certificate per host (seccomm identity --out DIR "
+            f"HOST...) and set the three on every rank",
+            returncode=2,
+        )
+    made = None
+    if rank == 0:
+        import tempfile
+
+        from .identity import make_test_identities
+        from .launch import _private_dir
+
+        folder = tempfile.mkdtemp(prefix="seccomm-pki-", dir=_private_dir())
+        try:
+            t = make_test_identities(folder, [hosts[0]] * comm.Get_size())
+            made = (folder, str(t.ca_file), [str(c) for c in t.cert_files], [str(k) for k in t.key_files])
+        except Exception as e:  # (said on every rank below)
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+            made = f"could not make a throw-away CA: {type(e).__name__}: {e}"
+    made = comm.bcast(made, root=0)
+    if isinstance(made, str):
+        pytest.exit(f"seccomm: {made}", returncode=2)
+    folder, ca, certs, keys = made
+    if rank == 0:
+        with _uncaptured(config):
+            sys.stderr.write(
+                f"seccomm: identity x509: a throw-away CA and one certificate per rank in {folder} "
+                f"(no SECCOMM_CERT_FILE on any rank), removed when pytest ends\n"
+            )
+            sys.stderr.flush()
+    return IdentityFiles(certs[rank], keys[rank], ca), folder if rank == 0 else None
 
 
 class _NativeRounds:

@@ -167,10 +167,14 @@ def ranks_secret(prog: str, no_secret: str = NO_SECRET) -> bytes | None:
         return None
 
 
-def identity_missing(comm, flag: str = "--identity x509") -> str | None:
+_NO_FILES_FIX = "or run without a launcher (a throw-away CA is made)"
+
+
+def identity_missing(comm, flag: str = "--identity x509", fix: str = _NO_FILES_FIX) -> str | None:
     """Collective: the error (the same on every rank) when some rank of ``comm`` lacks one of
-    ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE``, ``SECCOMM_CA_FILE``, else None.  The files
-    themselves are checked by each rank's ``SecureComm``."""
+    ``SECCOMM_CERT_FILE``, ``SECCOMM_KEY_FILE``, ``SECCOMM_CA_FILE``, else None; ``fix``: how to
+    go without files, said last.  The files themselves are checked by each rank's
+    ``SecureComm``."""
     from ..identity import CA_VAR, CERT_VAR, KEY_VAR
 
     missing = comm.allgather([v for v in (CERT_VAR, KEY_VAR, CA_VAR) if not os.environ.get(v)])
@@ -179,5 +183,5 @@ def identity_missing(comm, flag: str = "--identity x509") -> str | None:
         return None
     return (
         f"{flag}: rank {bad[0]} has no {', '.join(missing[bad[0]])}: set them on every rank "
-        f"(seccomm identity makes a test CA), or run without a launcher (a throw-away CA is made)"
+        f"(seccomm identity makes a test CA), {fix}"
     )

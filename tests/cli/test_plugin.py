@@ -104,6 +104,54 @@ def test_plugin_without_a_secret_stops_with_the_fix(tmp_path):
     assert out.stderr.count("WARNING: rank") == 2 and "broadcast in the clear" in out.stderr
 
 
+_X509_TEST = """
+import numpy as np
+
+
+def test_allreduce_under_identity_x509(secure_comm):
+    sc = secure_comm("aes-256-gcm", identity="x509")
+    x, y = np.full(1000, sc.rank + 1.0, np.float32), np.zeros(1000, np.float32)
+    sc.allreduce(x, y)
+    assert y[0] == sc.size * (sc.size + 1) / 2
+    assert sc.session.identities[0].subject  # (the chain every rank verified)
+"""
+
+
+@pytest.mark.mpi
+def test_plugin_makes_a_throwaway_ca_for_identity_x509(tmp_path):
+    """secure_comm(identity="x509") with no certificate files on any rank: rank 0 makes a
+    throw-away CA and one certificate per rank in a private folder, says so once, and removes it
+    when pytest ends; files on one rank only stop the session (exit 2) naming the rank that lacks
+    them."""
+    (tmp_path / "test_x509_plugin.py").write_text(_X509_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env = {**env, "SECCOMM_PSK": GOOD_HEX, "TMPDIR": str(tmp_path)}  # (the folder goes here)
+    for v in ("SECCOMM_CERT_FILE", "SECCOMM_KEY_FILE", "SECCOMM_CA_FILE"):
+        env.pop(v, None)
+    args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_x509_plugin.py"]
+    out = run_cmd([mpiexec(), "-n", "3", *args], timeout=120, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stderr.count("a throw-away CA and one certificate per rank in") == 1, out.stderr
+    assert "1 passed" in out.stdout
+    assert not list(tmp_path.glob("seccomm-pki-*")), "the folder outlived the session"
+    # files on rank 0 only: the session stops before any SecureComm, naming rank 1
+    from seccomm.identity import make_test_identities
+
+    (tmp_path / "pki").mkdir(mode=0o700)
+    t = make_test_identities(tmp_path / "pki", ["localhost"])
+    files = {
+        "SECCOMM_CERT_FILE": t.cert_files[0],
+        "SECCOMM_KEY_FILE": t.key_files[0],
+        "SECCOMM_CA_FILE": t.ca_file,
+    }
+    env_args = [x for k, v in files.items() for x in ("-env", k, str(v))]
+    cmd = [mpiexec(), "-n", "1", *env_args, *args, ":", "-n", "1", *args]
+    out = run_cmd(cmd, timeout=120, cwd=tmp_path, env=env)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "rank 1 has no SECCOMM_CERT_FILE" in out.stdout + out.stderr
+    assert "or on no rank (a throw-away CA is made)" in out.stdout + out.stderr
+
+
 @pytest.mark.mpi
 def test_gate_on_a_real_run(tmp_path):
     """--seccomm-gate on real ranks, against a baseline derived from a real run: with every
