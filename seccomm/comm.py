@@ -218,6 +218,7 @@ class SecureComm:
                 opts.node_ids,
                 local_error,
                 me,
+                self._transport.host_key(),
             )
         except BaseException:
             if not isinstance(comm, Transport):  # the MPITransport made here: free its communicator

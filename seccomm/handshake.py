@@ -68,7 +68,7 @@ OP = "setup"
 _MAC = 32
 _BODY_MAX = HELLO_BYTES - 4 - _MAC
 _ERROR_MAX = 512  # characters of an argument error carried in a hello
-_FIELDS = {"rank", "nonce", "host", "share", "settings", "error", "chain"}
+_FIELDS = {"rank", "nonce", "host", "share", "settings", "error", "chain", "machine"}
 _NOBODY = 0xFFFFFFFF
 
 
@@ -97,7 +97,10 @@ def node_ids_digest(node_ids: list[int]) -> str:
 class Hello:
     """One rank's hello.  ``nonce``: 32 bytes; ``host``: 63-bit host key; ``share``: 32-byte
     X25519 public key (psk-dhe, x509) or None; ``settings``: JSON-able dict; ``error``: text or
-    None; ``chain``: the rank's certificate chain, DER, leaf first (x509) or None."""
+    None; ``chain``: the rank's certificate chain, DER, leaf first (x509) or None; ``machine``
+    (x509): the 63-bit host key of the machine the rank runs on, as its transport says (MPI's
+    processor name or the host name), which can only split the certificate's host (a certificate
+    copied to several machines does not merge them), or None."""
 
     rank: int
     nonce: bytes
@@ -106,6 +109,7 @@ class Hello:
     settings: dict
     error: str | None
     chain: tuple | None = None
+    machine: int | None = None
 
     def body(self) -> bytes:
         """The canonical JSON encoding (sorted keys, no spaces): one body per hello."""
@@ -117,6 +121,7 @@ class Hello:
             "settings": self.settings,
             "error": self.error,
             "chain": None if self.chain is None else [base64.b64encode(c).decode() for c in self.chain],
+            "machine": self.machine,
         }
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 
@@ -161,6 +166,7 @@ def decode_hello(block: bytes) -> Hello | None:
             _flat(d["settings"]),
             d["error"],
             _chain(d["chain"]),
+            None if d["machine"] is None else _int(d["machine"]),
         )
         ok = set(d) == _FIELDS and isinstance(h.error, (str, type(None)))
         return h if ok and h.body() == parts[0] else None
@@ -222,9 +228,11 @@ class Transcript:
 
     def node_map(self, user_node_ids, rank: int) -> tuple[list[int], int]:
         """(node id of every rank, ranks on ``rank``'s node) from the authenticated host keys: two
-        ranks share a node only when their hosts agree and, if ``user_node_ids`` is given, the
-        user's node ids agree too (they can split nodes, never merge hosts)."""
-        keys = [h.host for h in self.hellos]
+        ranks share a node only when their hosts agree, their machines agree where the hellos
+        carry them (x509: the certificate's host and the machine the rank runs on), and, if
+        ``user_node_ids`` is given, the user's node ids agree too (they can split nodes, never
+        merge hosts)."""
+        keys = [h.host if h.machine is None else (h.host, h.machine) for h in self.hellos]
         if user_node_ids is not None:
             keys = list(zip(user_node_ids, keys))
         return node_ids_from_keys(keys, rank)
@@ -376,7 +384,16 @@ class Session:
 
 
 def establish(
-    transport, settings: dict, secret, suite, job_id: bytes, host: int, node_ids, local_error, identity=None
+    transport,
+    settings: dict,
+    secret,
+    suite,
+    job_id: bytes,
+    host: int,
+    node_ids,
+    local_error,
+    identity=None,
+    machine: int | None = None,
 ) -> Session:
     """Run the three setup messages on ``transport`` (collective) and return this rank's session.
 
@@ -386,7 +403,9 @@ def establish(
     :class:`~seccomm.suites.CipherSuite`; ``job_id``: 16 bytes; ``host``: this rank's host key
     (x509: :func:`~seccomm.topology.name_key` of its certificate's host); ``node_ids``: the
     user's node ids or None; ``local_error``: this rank's argument error; ``identity``: this
-    rank's :class:`~seccomm.identity.LocalIdentity` (x509; None where it could not be loaded).
+    rank's :class:`~seccomm.identity.LocalIdentity` (x509; None where it could not be loaded);
+    ``machine``: the host key its transport gives (x509 only: ranks whose certificates name one
+    host but that run on different machines are on different nodes).
 
     Raises, on every rank: this rank's own ``local_error``; ``ConfigMismatchError`` (peer, op
     "setup") when arguments, settings or the secret differ, or a hello failed; and
@@ -396,7 +415,7 @@ def establish(
     signed = settings.get("identity") == "x509"
     dhe = settings.get("key_exchange") == "psk-dhe" or signed
     run = _Setup(transport, secret, suite, job_id, local_error, dhe, identity if signed else None, signed)
-    t = run.hello(settings, host)
+    t = run.hello(settings, host, machine if signed else None)
     run.check(t, node_ids)
     run.key_delivery()
     return run.finished(t)
@@ -420,7 +439,7 @@ class _Setup:
         if self.failure is None:
             self.failure, self.status, self.blamed = error, status, blamed
 
-    def hello(self, settings: dict, host: int) -> Transcript:
+    def hello(self, settings: dict, host: int, machine: int | None = None) -> Transcript:
         """Message 1: send this rank's hello, receive every rank's; the transcript."""
         share = None
         if self.dhe:
@@ -433,7 +452,7 @@ class _Setup:
         chain = None if not self.signed else ()  # (a rank whose hello carries its error: no chain)
         if self.identity is not None and error is None:
             chain = tuple(self.identity.chain_der())
-        hello = Hello(self.rank, self.nonce, int(host), share, settings, error, chain)
+        hello = Hello(self.rank, self.nonce, int(host), share, settings, error, chain, machine)
         while len(hello.body()) > _BODY_MAX and hello.error:  # an error too long for the block
             hello = replace(hello, error=hello.error[: len(hello.error) // 2])
         mine = encode_hello(hello, self.key)

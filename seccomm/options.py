@@ -25,7 +25,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 DEFAULT_SMALL_BYTES = Tuning.small_bytes  # auto: recursive doubling at or below this many bytes
 DEFAULT_BCAST_CHAIN_BYTES = Tuning.bcast_chain_bytes  # bcast: chain above, binomial tree at or below
 #: the setup's protocol version (frames keep version 1)
-PROTOCOL = 3
+PROTOCOL = 4
 
 
 def timeout_setting(timeout):

@@ -33,7 +33,7 @@ class Hellos(TransportWrapper):
 
 
 def test_the_setup_hello_carries_every_setting():
-    """Every rank's hello (docs/design.md, "Setup transcript") carries the setup protocol (2)
+    """Every rank's hello (docs/design.md, "Setup transcript") carries the setup protocol (4)
     and every setting the ranks must agree on, as the rank set them; a rank with a bad argument
     sends the protocol and its error only."""
     from seccomm.handshake import decode_hello, job_label, node_ids_digest
@@ -55,7 +55,7 @@ def test_the_setup_hello_carries_every_setting():
         return [decode_hello(row.tobytes()) for row in sc.transport.rows]
 
     res = ok(world_run(2, body, wrap=lambda r, t: Hellos(t), **kw))
-    want = dict(kw, protocol=3, identity="psk", world_size=2, usage_limit=1000, job_id=job_label("job 7"))
+    want = dict(kw, protocol=4, identity="psk", world_size=2, usage_limit=1000, job_id=job_label("job 7"))
     want["node_ids"] = node_ids_digest([0, 1])
     del want["rotate_after_frames"]
     for hellos in res:
@@ -69,7 +69,7 @@ def test_the_setup_hello_carries_every_setting():
     )
     assert isinstance(got[1], ValueError) and isinstance(got[0], ConfigMismatchError), got
     bad = decode_hello(wraps[0].rows[1].tobytes())
-    assert bad.settings == {"protocol": 3} and "unknown algorithm" in bad.error
+    assert bad.settings == {"protocol": 4} and "unknown algorithm" in bad.error
 
 
 def test_the_setup_closes_only_the_transport_it_made():

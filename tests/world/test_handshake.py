@@ -109,8 +109,8 @@ def test_the_setup_on_the_wire_is_as_documented(kx):
         n = struct.unpack(">I", raw[:4])[0]
         assert raw[4 : 4 + n] == canonical(d) and not any(raw[4 + n : -32])
         assert raw[-32:] == mac(K_HELLO, b"seccomm/1 hello" + raw[4 : 4 + n])
-        assert sorted(d) == ["chain", "error", "host", "nonce", "rank", "settings", "share"]
-        assert d["chain"] is None and d["settings"]["identity"] == "psk"
+        assert sorted(d) == ["chain", "error", "host", "machine", "nonce", "rank", "settings", "share"]
+        assert d["chain"] is None and d["machine"] is None and d["settings"]["identity"] == "psk"
         assert d["rank"] == r and d["error"] is None and d["settings"]["job_id"] == LABEL
         assert (d["share"] is not None) == (kx == "psk-dhe")
         nonces.append(bytes.fromhex(d["nonce"]))

@@ -34,10 +34,10 @@ def x509_run(p, body, ids=None, wraps=None, **kw):
     return run(p, body, wraps, ids=ids, **kw)
 
 
-def run(p, body, wraps=None, ids=None, paired=False, **kw):
+def run(p, body, wraps=None, ids=None, paired=False, hosts=None, **kw):
     """``body(sc)`` on a SecureComm per rank of a world of ``p`` threads (``ids``: each rank's
-    identity, else ``kw``'s)."""
-    world = World(p, paired=paired)
+    identity, else ``kw``'s; ``hosts``: the host key each rank's transport gives)."""
+    world = World(p, hosts=hosts, paired=paired)
     trs = world.transports(timeout=3)
     kw = {"timeout": 2, "crypto_threads": 1, **kw}
 
@@ -95,6 +95,24 @@ def test_the_session_says_who_each_rank_is():
         assert [i.host for i in ids] == [f"rank{r}.seccomm.test" for r in range(3)]
         assert [i.fingerprint for i in ids] == [i.fingerprint for i in res[0][0]]
         assert source == "none (identity x509, no PSK mixed in)"
+
+
+def test_one_certificate_on_several_machines_does_not_merge_them():
+    """Every rank holds a certificate for one host (one certificate copied to every machine) but
+    the transports say ranks 0 and 1 run on one machine and rank 2 on another: rank 2 is a node
+    of its own, so encrypt="inter-node" still encrypts its hops (the machine splits a
+    certificate's host, never merges two)."""
+    ids = rank_identities(3, ("shared.test",) * 3)
+    res = ok(
+        x509_run(
+            3, lambda sc: (sc.node_ids, sc.context.policy), ids=ids, hosts=[1, 1, 2], encrypt="inter-node"
+        )
+    )
+    for node_ids, policy in res:
+        assert node_ids == [0, 0, 2]
+        assert (
+            not policy.encrypts(0, 1, False) and policy.encrypts(0, 2, False) and policy.encrypts(1, 2, True)
+        )
 
 
 def test_the_host_comes_from_the_certificate():
