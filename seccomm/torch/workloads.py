@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..gradients import plan_buckets
+
 MIB = 1 << 20
 
 
@@ -108,25 +110,10 @@ def build(name: str) -> nn.Module:
 
 
 def bucket_plan(params, bucket_cap_mb: float | None = None) -> list[int]:
-    """Bucket sizes in bytes, in the order DDP allreduces them after its first iteration.
-
-    As DDP's rebuilt buckets (torch 2.x ``BucketCapacityConfig``): parameters in reverse order,
-    one dtype per bucket; with the default cap (``bucket_cap_mb=None``: 25 MiB) the first bucket
-    closes at 1 MiB, with an explicit cap every bucket closes at that cap; a bucket closes as
-    soon as it reaches its cap.
-    """
-    cap = int((25.0 if bucket_cap_mb is None else bucket_cap_mb) * MIB)
-    caps = [MIB if bucket_cap_mb is None else cap, cap]
-    buckets: list[int] = []
-    open_by_dtype: dict = {}  # dtype -> [bytes so far, buckets closed for this dtype]
-    for p in reversed([p for p in params if p.requires_grad]):
-        cur = open_by_dtype.setdefault(p.dtype, [0, 0])
-        cur[0] += p.numel() * p.element_size()
-        if cur[0] >= caps[min(cur[1], 1)]:
-            buckets.append(cur[0])
-            cur[0], cur[1] = 0, cur[1] + 1
-    buckets += [c[0] for c in open_by_dtype.values() if c[0]]
-    return buckets
+    """Bucket sizes in bytes, in the order DDP allreduces them after its first iteration
+    (:func:`seccomm.gradients.plan_buckets` over the trainable parameters' dtypes and bytes)."""
+    trainable = [p for p in params if p.requires_grad]
+    return plan_buckets([(p.dtype, p.numel() * p.element_size()) for p in trainable], bucket_cap_mb)
 
 
 def workload(name: str, bucket_cap_mb: float | None = None) -> dict:

@@ -110,6 +110,20 @@ def test_workload_parameter_counts_match_published():
         assert all(b >= 25 << 20 for b in w["buckets"][1:-1]), name
 
 
+def test_the_packaged_tensor_sizes_are_the_models():
+    """seccomm/data/workloads.json (what seccomm tradeoff reads without PyTorch) holds every
+    model's tensor sizes in parameters() order, and gives DDP's buckets as the models do."""
+    from seccomm import gradients
+    from seccomm.torch.workloads import WORKLOADS, build, workload
+
+    assert gradients.workload_names() == list(WORKLOADS)
+    for name in WORKLOADS:
+        sizes = [p.numel() for p in build(name).parameters()]
+        assert gradients._table()[name]["tensor_elements"] == sizes, name  # noqa: SLF001
+        for cap in (None, 5.0, 100.0):
+            assert gradients.workload_buckets(name, cap)["buckets"] == workload(name, cap)["buckets"]
+
+
 @pytest.mark.mpi
 def test_bench_workload(tmp_path):
     j = tmp_path / "w.json"
