@@ -17,7 +17,7 @@ import time
 
 from .. import __version__
 from ..launch import LaunchError, drop_own_shm, rank_and_size, started_by_us, under_launcher
-from . import attack, bench, cluster, identity, project, report, train
+from . import attack, bench, cluster, identity, project, report, tradeoff, train
 from .usage import Parser, UsageError
 
 #: name -> command module, in the order ``seccomm --help`` lists them
@@ -29,6 +29,7 @@ COMMANDS = {
     "train": train,
     "cluster": cluster,
     "identity": identity,
+    "tradeoff": tradeoff,
 }
 
 

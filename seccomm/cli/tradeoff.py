@@ -1,0 +1,219 @@
+"""``seccomm tradeoff``: what each way of protecting gradient traffic costs a training step at the
+user's scale, and what it protects against (:mod:`seccomm.tradeoff`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+from .. import costmodel, gradients, tradeoff
+from .project import _load, parse_nodes
+from .usage import UsageError, check_file, check_outputs, float_in, int_in
+
+HELP = "Compare ways of protecting gradient traffic: step time at scale and what each protects."
+DEFAULT_PRESET = "nvlink4-ndr400"
+DEFAULT_NODES = "1,8,64,512"
+#: the columns of --csv and of --json's rows, in order (docs/tradeoff.md describes each)
+COLUMNS = (
+    "option", "family", "where", "nodes", "gpus_per_node", "ranks", "comm_ms", "step_ms",
+    "plaintext_step_ms", "increase_pct", "bound", "algorithms", "figures", "bases", "sources",
+)  # fmt: skip
+
+
+def add_arguments(p) -> None:
+    names = ", ".join(gradients.workload_names())
+    p.add_argument("--workload", help=f"a named model ({names}); or give --parameters")
+    p.add_argument("--parameters", type=int_in(1), help="your model's parameter count (float32 gradients)")
+    p.add_argument(
+        "--bucket-mb",
+        type=float_in(0, lo_open=True),
+        help="DDP's bucket_cap_mb (default: DDP's, 25 and a first bucket of 1)",
+    )
+    p.add_argument(
+        "--step-ms",
+        type=float_in(0),
+        help="a step's compute time [ms] (forward and backward); default 0: communication only",
+    )
+    p.add_argument("--nodes", help=f"node counts, a comma list or 1,2,4,...,512 (default {DEFAULT_NODES})")
+    p.add_argument(
+        "--gpus-per-node", type=int_in(1, 1 << 10), default=8, help="ranks (GPUs) per node (default 8)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=list(costmodel.PRESETS),
+        help=f"network and GPU preset (default {DEFAULT_PRESET}); its link figures are published (vendor)",
+    )
+    p.add_argument(
+        "--calibration", metavar="FILE", help="links from a calibration (seccomm project --calibrate)"
+    )
+    p.add_argument(
+        "--crypto-threads",
+        type=int_in(1, 256),
+        default=8,
+        help="CPU crypto threads per rank for seccomm (default 8)",
+    )
+    p.add_argument("--json", metavar="FILE", help="write the scenario, figures, sources and rows as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write one row per option and node count")
+
+
+def run(a, argv) -> int:
+    """Print the table (and write the files asked for); ``UsageError`` before any work."""
+    if bool(a.workload) == bool(a.parameters):
+        raise UsageError("give --workload NAME or --parameters N (one of them)")
+    if a.calibration and a.preset:
+        raise UsageError("give --calibration or --preset, not both")
+    nodes = parse_nodes(a.nodes or DEFAULT_NODES)
+    try:
+        if a.workload:
+            w = gradients.workload_buckets(a.workload, a.bucket_mb)
+        else:
+            w = gradients.uniform_buckets(a.parameters, a.bucket_mb)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    prm, network = _network(a)
+
+    def outputs():
+        for opt, path in (("--json", a.json), ("--csv", a.csv)):
+            if path:
+                check_file(opt, path)
+
+    check_outputs(outputs)
+    sc = tradeoff.Scenario(
+        w["buckets"], (a.step_ms or 0.0) / 1e3, a.gpus_per_node, prm, network, a.crypto_threads
+    )
+    rows = tradeoff.evaluate(sc, nodes)
+    for r in rows:
+        used = [sc.figures[k] for k in r["figures"]]
+        r["bases"] = [f.basis for f in used]
+        r["sources"] = [f.source for f in used]
+    _print(a, w, sc, nodes, rows)
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(COLUMNS)
+            for r in rows:
+                out.writerow([";".join(v) if isinstance(v, list) else v for v in (r[c] for c in COLUMNS)])
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(_document(w, sc, nodes, rows), f, indent=1)
+    return 0
+
+
+def _network(a) -> tuple:
+    """(parameters, label) of the links: a calibration (calibrated) or a preset (published)."""
+    if a.calibration:
+        from .. import calibration
+
+        try:
+            prm = calibration.params_for(_load(a.calibration, "calibration"), "aes-256-gcm")
+        except ValueError as e:
+            raise UsageError(f"{a.calibration}: {e}") from None
+        return prm, f"calibrated: {a.calibration}"
+    name = a.preset or DEFAULT_PRESET
+    prm = costmodel.get_preset(name)
+    links = "; ".join(f"{k} {v}" for k, v in prm.source.items() if k in ("intra", "inter"))
+    return prm, f"published: preset {name} ({links})"
+
+
+def _document(w, sc, nodes, rows) -> dict:
+    d = tradeoff.data()
+    used = sorted({k for r in rows for k in r["figures"]})
+    return {
+        "scenario": {
+            "workload": w["name"],
+            "parameters": w["parameters"],
+            "gradient_bytes": w["gradient_bytes"],
+            "buckets": len(w["buckets"]),
+            "buckets_approximate": bool(w.get("approximate")),
+            "compute_ms": sc.compute_s * 1e3,
+            "backward_share": tradeoff.BACKWARD_SHARE,
+            "backward_source": tradeoff.BACKWARD_SOURCE,
+            "gpus_per_node": sc.gpus_per_node,
+            "nodes": nodes,
+            "network": sc.network,
+            "crypto_threads": sc.crypto_threads,
+        },
+        "figures": {k: vars(sc.figures[k]) for k in used},
+        "sources": d["sources"],
+        "threats": d["threats"],
+        "protects": {o["name"]: o["protects"] for o in d["options"]},
+        "rows": [{c: r[c] for c in COLUMNS} for r in rows],
+    }
+
+
+_BOUND = "bound: what limits it at the most nodes"
+
+
+def _pct(x: float) -> str:
+    """An increase: +x.x % below 10 %, +xx % below 100 %, then the factor of the step time."""
+    if x < 0.05:
+        return "+0%"
+    if x >= 100:
+        return f"{1 + x / 100:,.3g}x" if x < 99_900 else f"{1 + x / 100:,.0f}x"
+    return f"+{x:.0f}%" if x >= 10 else f"+{x:.1f}%"
+
+
+def _ms(v: float) -> str:
+    """A time given in ms: ms below 10 s, else s."""
+    return f"{v:,.1f} ms" if v < 1e4 else f"{v / 1e3:,.0f} s"
+
+
+def _print(a, w, sc, nodes, rows) -> None:
+    p = print
+    approx = " (buckets of the cap: no tensor sizes)" if w.get("approximate") else ""
+    compute = (
+        f"{sc.compute_s * 1e3:g} ms of compute a step" if sc.compute_s else "communication only (--step-ms)"
+    )
+    p(
+        f"# seccomm tradeoff: {w['name']}, {w['parameters']:,} parameters, {w['gradient_bytes']:,} B of "
+        f"float32 gradients in {len(w['buckets'])} DDP buckets{approx}; {sc.gpus_per_node} GPUs per node; "
+        f"{compute}"
+    )
+    p(f"# network: {sc.network}")
+    p(f"# per node count: the step's time and its increase over plaintext (a factor from 2x); {_BOUND}")
+    fig_ids: dict[str, int] = {}
+    head = f"{'option':<38} " + " ".join(f"{f'{n} node' + ('s' if n > 1 else ''):>19}" for n in nodes)
+    p(head + f"  {'bound':<22} figures")
+    by = {}
+    for r in rows:
+        by.setdefault(r["option"], []).append(r)
+    for name, rs in by.items():
+        cells = " ".join(f"{_ms(r['step_ms']):>11} {_pct(r['increase_pct']):>7}" for r in rs)
+        refs = []
+        for k in rs[0]["figures"]:
+            fig_ids.setdefault(k, len(fig_ids) + 1)
+            refs.append(f"[{fig_ids[k]}]")
+        p(f"{name:<38} {cells}  {rs[-1]['bound']:<22} {' '.join(refs) or '-'}")
+    p("# figures (measured here / calibrated / published), each with its source:")
+    d = tradeoff.data()
+    for k, i in fig_ids.items():
+        f = sc.figures[k]
+        src = d["sources"].get(f.source, {"cite": f.source, "url": ""})
+        stated = f' "{f.as_stated}"' if f.as_stated else ""
+        p(f"#  [{i}] {f.basis}: {_num(f.value, f.unit)}{stated}; {src['cite']} {src['url']}".rstrip())
+    p(f"#  backward pass: {tradeoff.BACKWARD_SHARE:.3g} of a step's compute ({tradeoff.BACKWARD_SOURCE})")
+    _print_threats(d)
+
+
+def _num(v: float, unit: str) -> str:
+    """A figure in readable units: rates in GB/s or MB/s."""
+    if unit.startswith("B/s"):
+        return f"{v / 1e9:.3g} GB/s{unit[3:]}" if v >= 1e9 else f"{v / 1e6:.3g} MB/s{unit[3:]}"
+    return f"{v:.4g} {unit}"
+
+
+def _print_threats(d: dict) -> None:
+    short = {"yes": "yes", "not stated": "n/s", "no": "no", "partial": "part"}
+    keys = [t["key"] for t in d["threats"]]
+    print("# what each option protects against (yes / no / part = partial / n/s = not stated; "
+          "docs/tradeoff.md gives every cell's reason and source):")  # fmt: skip
+    print(f"{'option':<38} " + " ".join(f"{k:>15}" for k in keys))
+    for o in d["options"]:
+        cells = []
+        for k in keys:
+            text = o["protects"][k][0]
+            word = next((v for w, v in short.items() if text.startswith(w)), text[:6])
+            cells.append(f"{word:>15}")
+        print(f"{o['name']:<38} " + " ".join(cells))
+    sys.stdout.flush()

@@ -1,0 +1,155 @@
+"""seccomm tradeoff: every figure labelled measured / calibrated / published with a source a
+reviewer can follow, the step model, the table, CSV and JSON, and bad arguments refused."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from seccomm import cli, costmodel, gradients, tradeoff
+from seccomm.cli import tradeoff as tcli
+
+LLAMA = ["--workload", "llama2-7b", "--nodes", "1,8,64,512", "--gpus-per-node", "8"]
+
+
+def test_every_figure_and_cell_has_a_basis_and_a_source():
+    d = tradeoff.data()
+    assert {f["basis"] for f in d["figures"].values()} <= set(tradeoff.BASES)
+    for key, f in d["figures"].items():
+        src = d["sources"][f["source"]]
+        assert src["cite"] and src["url"], key
+        if f["basis"] == "published":
+            assert f["as_stated"], key
+    names = [o["name"] for o in d["options"]]
+    assert len(names) == len(set(names))
+    assert {o["model"]["kind"] for o in d["options"]} == set(tradeoff.KINDS)
+
+
+@pytest.mark.parametrize(
+    "change, msg",
+    [
+        (
+            lambda d: d["figures"]["gpu_aes"].pop("source"),
+            "figure 'gpu_aes': source None is not in the sources",
+        ),
+        (lambda d: d["figures"]["gpu_aes"].update(basis="assumed"), "basis 'assumed' is not one of"),
+        (lambda d: d["figures"]["openvpn"].pop("as_stated"), "a published figure needs the figure as stated"),
+        (lambda d: d["sources"]["tezcan"].update(url=""), "source 'tezcan' has no citation or address"),
+        (lambda d: d["options"][1]["protects"]["switch"].__setitem__(1, "rumour"), "unknown source 'rumour'"),
+        (lambda d: d["options"][2]["protects"].pop("switch"), "threat cells"),
+        (lambda d: d["options"][8]["model"].update(rate="fast"), "unknown figure 'fast'"),
+    ],
+)
+def test_a_figure_or_cell_without_a_source_fails_the_check(change, msg):
+    d = copy.deepcopy(tradeoff.data())
+    change(d)
+    with pytest.raises(ValueError, match=msg):
+        tradeoff.check_data(d)
+
+
+def test_step_model_overlaps_buckets_with_the_backward_pass():
+    # two equal buckets, 3 s of compute: the backward pass (2 s) makes the first at 2 s, the
+    # second at 3 s; 0.5 s allreduces finish at 2.5 and 3.5 s
+    assert tradeoff.step_seconds([1, 1], [0.5, 0.5], 3.0) == pytest.approx(3.5)
+    assert tradeoff.step_seconds([1, 1], [0.1, 0.1], 3.0) == pytest.approx(3.1)
+    assert tradeoff.step_seconds([1, 1], [2.0, 2.0], 3.0) == pytest.approx(2.0 + 4.0)  # queued
+    assert tradeoff.step_seconds([1, 1], [0.5, 0.5], 0.0) == pytest.approx(1.0)  # comm only
+
+
+def test_options_are_modelled_as_their_figures_say():
+    w = gradients.workload_buckets("resnet50")
+    sc = tradeoff.Scenario(w["buckets"], 0.0, 8, costmodel.get_preset("nvlink4-ndr400"), "preset")
+    rows = {(r["option"], r["nodes"]): r for r in tradeoff.evaluate(sc, [1, 8])}
+    plain = rows[("plaintext", 8)]
+    assert rows[("MACsec (NIC and switch)", 8)]["step_ms"] == pytest.approx(plain["step_ms"])  # line rate
+    cc = rows[("GPU confidential computing (H100 CC)", 8)]
+    assert cc["step_ms"] == pytest.approx(plain["step_ms"] * 12.69)
+    assert (
+        rows[("WireGuard (kernel)", 8)]["increase_pct"]
+        > 100 * rows[("seccomm aes-256-gcm psk (CPU)", 8)]["increase_pct"]
+    )
+    for name in ("seccomm aes-256-gcm psk (CPU)", "WireGuard (kernel)"):  # one node: no inter-node hop
+        assert rows[(name, 1)]["step_ms"] == pytest.approx(rows[("plaintext", 1)]["step_ms"]), name
+    gcm, chacha = (
+        rows[("seccomm aes-256-gcm x509 (CPU)", 8)],
+        rows[("seccomm chacha20-poly1305 x509 (CPU)", 8)],
+    )
+    assert chacha["step_ms"] > gcm["step_ms"] >= plain["step_ms"]
+
+
+def test_uniform_buckets_follow_ddps_caps():
+    assert gradients.uniform_buckets(1 << 20)["buckets"] == [1 << 20, 3 << 20]
+    assert gradients.uniform_buckets(10 << 20, 10.0)["buckets"] == [10 << 20] * 4
+    with pytest.raises(ValueError):
+        gradients.uniform_buckets(0)
+
+
+def test_the_table_prints_in_under_a_second_with_every_cell_labelled(capsys):
+    t0 = time.perf_counter()
+    assert cli.main(["tradeoff", *LLAMA]) == 0
+    assert time.perf_counter() - t0 < 5  # (well under a second here; a loaded CI machine varies)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("# seccomm tradeoff: llama2-7b, 6,738,415,616 parameters")
+    table = [ln for ln in lines if not ln.startswith("#")]
+    names = [o["name"] for o in tradeoff.data()["options"]]
+    rows = [ln for ln in table if any(ln.startswith(n + " ") for n in names)]
+    assert len(rows) == 2 * len(names)  # the step table and the threat matrix
+    for ln in rows[: len(names)]:
+        if not ln.startswith("plaintext"):
+            refs = ln.split()[-1]
+            assert refs.startswith("[") and refs.endswith("]"), ln  # every option's figures cited
+    notes = [ln for ln in lines if ln.startswith("#  [")]
+    for n in notes:
+        assert n.split("] ", 1)[1].split(":", 1)[0] in tradeoff.BASES, n
+        assert "http" in n or ".md" in n, n
+
+
+def test_csv_and_json_rows(tmp_path, capsys):
+    c, j = tmp_path / "t.csv", tmp_path / "t.json"
+    assert cli.main(["tradeoff", *LLAMA, "--step-ms", "1500", "--csv", str(c), "--json", str(j)]) == 0
+    rows = list(csv.DictReader(c.open()))
+    n_options = len(tradeoff.data()["options"])
+    assert len(rows) == 4 * n_options and list(rows[0]) == list(tcli.COLUMNS)
+    doc = json.loads(j.read_text())
+    assert doc["scenario"]["compute_ms"] == 1500 and doc["scenario"]["nodes"] == [1, 8, 64, 512]
+    for r in doc["rows"]:
+        assert len(r["figures"]) == len(r["bases"]) == len(r["sources"])
+        for k in r["figures"]:
+            assert doc["figures"][k]["basis"] in tradeoff.BASES
+        assert r["step_ms"] >= r["plaintext_step_ms"] * 0.999 >= 1500 * 0.999
+    assert set(doc["protects"]) == {o["name"] for o in tradeoff.data()["options"]}
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        ([], "give --workload NAME or --parameters N"),
+        (["--workload", "resnet50", "--parameters", "5"], "give --workload NAME or --parameters N"),
+        (["--workload", "alexnet"], "unknown workload 'alexnet'; allowed: resnet50"),
+        (["--parameters", "0"], "argument --parameters: must be"),
+        (["--workload", "resnet50", "--nodes", "0"], "--nodes must be >= 1"),
+        (["--workload", "resnet50", "--preset", "ib-ndr400", "--calibration", "x.json"], "not both"),
+        (["--workload", "resnet50", "--csv", "/nonexistent/t.csv"], "folder /nonexistent does not exist"),
+    ],
+)
+def test_bad_arguments_stop_before_any_work(capsys, args, msg):
+    assert cli.main(["tradeoff", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("seccomm tradeoff: error: ") and msg in err, err
+
+
+def test_tradeoff_needs_no_torch():
+    """The named workloads come from the packaged tensor sizes: torch is never imported."""
+    code = (
+        "import sys; from seccomm import cli; cli.main(['tradeoff', '--workload', 'gpt2-xl']); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
