@@ -258,3 +258,152 @@ def evaluate(sc: Scenario, nodes: list[int], options: list[dict] | None = None) 
                 }
             )
     return rows
+
+
+def format_increase(pct: float) -> str:
+    """An increase over plaintext [%] as the table shows it: +x.x % below 10 %, +xx % below
+    100 %, then the factor of the step time (2.5x, 1,120x)."""
+    if pct < 0.05:
+        return "+0%"
+    if pct >= 100:
+        return f"{1 + pct / 100:,.3g}x" if pct < 99_900 else f"{1 + pct / 100:,.0f}x"
+    return f"+{pct:.0f}%" if pct >= 10 else f"+{pct:.1f}%"
+
+
+def format_ms(v: float) -> str:
+    """A time given in ms: in ms below 10 s, else in s."""
+    return f"{v:,.1f} ms" if v < 1e4 else f"{v / 1e3:,.0f} s"
+
+
+# -- the page -------------------------------------------------------------------------------------
+#: grey-scale line styles for the plot, one per option in turn (a dash pattern and a marker)
+_STYLES = [(ls, m) for m in ("o", "s", "^", "v", "D", "x", "+", "*") for ls in ("-", "--", ":", "-.")]
+
+
+def plot_uri(rows: list[dict]) -> str:
+    """The step time relative to plaintext's [x] against node count, one line per option (black
+    and greys, dash patterns and markers, log-scaled axes), as a PNG data URI.  Needs
+    matplotlib."""
+    from .lab.report import _figure, _png
+
+    fig, axes = _figure(1, 1, w=9.0, h=5.6)
+    ax = axes[0][0]
+    names = list(dict.fromkeys(r["option"] for r in rows))
+    for i, name in enumerate(names):
+        pts = [(r["nodes"], r["step_ms"] / r["plaintext_step_ms"]) for r in rows if r["option"] == name]
+        ls, marker = _STYLES[i % len(_STYLES)]
+        grey = ("0.0", "0.35", "0.6")[i % 3]
+        ax.plot(*zip(*pts), ls=ls, marker=marker, color=grey, ms=5, lw=1.3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("step time / plaintext's [x]")
+    ax.grid(True, which="major", color="0.85", lw=0.6)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return _png(fig)
+
+
+def _link(text: str, url: str) -> str:
+    """``text`` linked to ``url`` (an address); a file of this project's docs in parentheses."""
+    import html
+
+    e = html.escape
+    return f'<a href="{e(url)}">{e(text)}</a>' if url.startswith("http") else f"{e(text)} ({e(url)})"
+
+
+def to_html(doc: dict) -> str:
+    """The page of ``seccomm tradeoff --html`` from its JSON document: the scenario, the plot, the
+    table (each option's figures linked to their entries, each entry to its source), the threat
+    matrix (each cell linked to its source), self-contained."""
+    import html
+
+    e, sc, rows = html.escape, doc["scenario"], doc["rows"]
+    nodes = sc["nodes"]
+    names = list(dict.fromkeys(r["option"] for r in rows))
+    order = {k: i + 1 for i, k in enumerate(dict.fromkeys(k for r in rows for k in r["figures"]))}
+    head = "".join(f"<th>{n} node{'s' if n > 1 else ''}</th>" for n in nodes)
+    body = []
+    for name in names:
+        rs = [r for r in rows if r["option"] == name]
+        cells = "".join(
+            f"<td>{format_ms(r['step_ms'])}<br><small>{format_increase(r['increase_pct'])}</small></td>"
+            for r in rs
+        )
+        refs = " ".join(f'<a href="#fig-{order[k]}">[{order[k]}]</a>' for k in rs[0]["figures"]) or "-"
+        body.append(
+            f'<tr><th class="l">{e(name)}</th><td class="l">{e(rs[0]["where"])}</td>{cells}'
+            f'<td class="l">{e(rs[-1]["bound"])}</td><td class="l">{refs}</td></tr>'
+        )
+    figs = []
+    for k, i in order.items():
+        f = doc["figures"][k]
+        src = doc["sources"].get(f["source"], {"cite": f["source"], "url": ""})
+        stated = f" &ldquo;{e(f['as_stated'])}&rdquo;" if f.get("as_stated") else ""
+        figs.append(
+            f'<li id="fig-{i}"><b>[{i}] {e(f["basis"])}</b>: {e(fig_value(f))}{stated}; '
+            f"{_link(src['cite'], src['url'])}</li>"
+        )
+    threats = doc["threats"]
+    matrix = []
+    for name, cells in doc["protects"].items():
+        tds = []
+        for t in threats:
+            text, key = cells[t["key"]]
+            src = doc["sources"][key]
+            word = text.split(":")[0]
+            cls = {"yes": "y", "no": "n"}.get(word, "p")
+            tds.append(f'<td class="{cls}">{_cell_link(text, src)}</td>')
+        matrix.append(f'<tr><th class="l">{e(name)}</th>{"".join(tds)}</tr>')
+    compute = f"{sc['compute_ms']:g} ms of compute a step" if sc["compute_ms"] else "communication only"
+    approx = " (buckets of the cap: no tensor sizes)" if sc["buckets_approximate"] else ""
+    parts = [
+        "<h1>seccomm tradeoff</h1>",
+        f"<p><b>{e(sc['workload'])}</b>: {sc['parameters']:,} parameters, {sc['gradient_bytes']:,} B of "
+        f"float32 gradients in {sc['buckets']} DDP buckets{e(approx)}; {sc['gpus_per_node']} GPUs per "
+        f"node; {e(compute)}; backward pass {sc['backward_share']:.3g} of the compute "
+        f"({e(sc['backward_source'])}). Network: {e(sc['network'])}. CPU crypto threads per rank: "
+        f"{sc['crypto_threads']}.</p>",
+        "<h2>Step time against node count</h2>",
+        f'<img alt="step time relative to plaintext against node count, per option" src="{plot_uri(rows)}">',
+        "<h2>Step time and increase over plaintext</h2>",
+        f'<table><tr><th class="l">option</th><th class="l">where the crypto runs</th>{head}'
+        f'<th class="l">bound at the most nodes</th><th class="l">figures</th></tr>'
+        + "".join(body)
+        + "</table>",
+        "<h2>Figures and their sources</h2><p>measured: on this project's machine or in this run; "
+        "calibrated: from the user's calibration; published: as stated in the source.</p>",
+        "<ol class=figs>" + "".join(figs) + "</ol>",
+        "<h2>What each option protects against</h2>",
+        '<table class="m"><tr><th class="l">option</th>'
+        + "".join(f"<th>{e(t['title'])}</th>" for t in threats)
+        + "</tr>"
+        + "".join(matrix)
+        + "</table>",
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>seccomm tradeoff</title>'
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1500px;color:#000}"
+        "table{border-collapse:collapse;font-size:12px;margin-bottom:1em}td,th{border:1px solid #999;"
+        "padding:3px 6px;text-align:right;vertical-align:top}.l{text-align:left}"
+        ".m td{text-align:left;max-width:150px}.y{background:#fff}.p{background:#ddd}.n{background:#aaa}"
+        "img{max-width:100%}ol.figs{font-size:12px;list-style:none;padding-left:0}"
+        "</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )
+
+
+def _cell_link(text: str, src: dict) -> str:
+    """A threat cell linked to its source (an address), or titled with it (this project's docs)."""
+    import html
+
+    url = src["url"]
+    if url.startswith("http"):
+        return f'<a href="{html.escape(url)}" title="{html.escape(src["cite"])}">{html.escape(text)}</a>'
+    return f'<span title="{html.escape(src["cite"])} ({html.escape(url)})">{html.escape(text)}</span>'
+
+
+def fig_value(f: dict) -> str:
+    """A figure's value in readable units (rates in GB/s or MB/s)."""
+    v, unit = f["value"], f["unit"]
+    if unit.startswith("B/s"):
+        return f"{v / 1e9:.3g} GB/s{unit[3:]}" if v >= 1e9 else f"{v / 1e6:.3g} MB/s{unit[3:]}"
+    return f"{v:.4g} {unit}"

@@ -9,7 +9,7 @@ import sys
 
 from .. import costmodel, gradients, tradeoff
 from .project import _load, parse_nodes
-from .usage import UsageError, check_file, check_outputs, float_in, int_in
+from .usage import PLOT_HINT, UsageError, check_file, check_outputs, float_in, int_in
 
 HELP = "Compare ways of protecting gradient traffic: step time at scale and what each protects."
 DEFAULT_PRESET = "nvlink4-ndr400"
@@ -55,6 +55,11 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--json", metavar="FILE", help="write the scenario, figures, sources and rows as JSON")
     p.add_argument("--csv", metavar="FILE", help="write one row per option and node count")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write a self-contained page: the table, a plot against node count, the threat matrix",
+    )
 
 
 def run(a, argv) -> int:
@@ -74,9 +79,14 @@ def run(a, argv) -> int:
     prm, network = _network(a)
 
     def outputs():
-        for opt, path in (("--json", a.json), ("--csv", a.csv)):
+        for opt, path in (("--json", a.json), ("--csv", a.csv), ("--html", a.html)):
             if path:
                 check_file(opt, path)
+        if a.html:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise UsageError(PLOT_HINT.replace("--plot", "--html")) from None
 
     check_outputs(outputs)
     sc = tradeoff.Scenario(
@@ -94,9 +104,13 @@ def run(a, argv) -> int:
             out.writerow(COLUMNS)
             for r in rows:
                 out.writerow([";".join(v) if isinstance(v, list) else v for v in (r[c] for c in COLUMNS)])
+    doc = _document(w, sc, nodes, rows)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(_document(w, sc, nodes, rows), f, indent=1)
+            json.dump(doc, f, indent=1)
+    if a.html:
+        with open(a.html, "w", encoding="utf-8") as f:
+            f.write(tradeoff.to_html(doc))
     return 0
 
 
@@ -145,20 +159,6 @@ def _document(w, sc, nodes, rows) -> dict:
 _BOUND = "bound: what limits it at the most nodes"
 
 
-def _pct(x: float) -> str:
-    """An increase: +x.x % below 10 %, +xx % below 100 %, then the factor of the step time."""
-    if x < 0.05:
-        return "+0%"
-    if x >= 100:
-        return f"{1 + x / 100:,.3g}x" if x < 99_900 else f"{1 + x / 100:,.0f}x"
-    return f"+{x:.0f}%" if x >= 10 else f"+{x:.1f}%"
-
-
-def _ms(v: float) -> str:
-    """A time given in ms: ms below 10 s, else s."""
-    return f"{v:,.1f} ms" if v < 1e4 else f"{v / 1e3:,.0f} s"
-
-
 def _print(a, w, sc, nodes, rows) -> None:
     p = print
     approx = " (buckets of the cap: no tensor sizes)" if w.get("approximate") else ""
@@ -179,7 +179,10 @@ def _print(a, w, sc, nodes, rows) -> None:
     for r in rows:
         by.setdefault(r["option"], []).append(r)
     for name, rs in by.items():
-        cells = " ".join(f"{_ms(r['step_ms']):>11} {_pct(r['increase_pct']):>7}" for r in rs)
+        cells = " ".join(
+            f"{tradeoff.format_ms(r['step_ms']):>11} {tradeoff.format_increase(r['increase_pct']):>7}"
+            for r in rs
+        )
         refs = []
         for k in rs[0]["figures"]:
             fig_ids.setdefault(k, len(fig_ids) + 1)
@@ -191,16 +194,9 @@ def _print(a, w, sc, nodes, rows) -> None:
         f = sc.figures[k]
         src = d["sources"].get(f.source, {"cite": f.source, "url": ""})
         stated = f' "{f.as_stated}"' if f.as_stated else ""
-        p(f"#  [{i}] {f.basis}: {_num(f.value, f.unit)}{stated}; {src['cite']} {src['url']}".rstrip())
+        p(f"#  [{i}] {f.basis}: {tradeoff.fig_value(vars(f))}{stated}; {src['cite']} {src['url']}".rstrip())
     p(f"#  backward pass: {tradeoff.BACKWARD_SHARE:.3g} of a step's compute ({tradeoff.BACKWARD_SOURCE})")
     _print_threats(d)
-
-
-def _num(v: float, unit: str) -> str:
-    """A figure in readable units: rates in GB/s or MB/s."""
-    if unit.startswith("B/s"):
-        return f"{v / 1e9:.3g} GB/s{unit[3:]}" if v >= 1e9 else f"{v / 1e6:.3g} MB/s{unit[3:]}"
-    return f"{v:.4g} {unit}"
 
 
 def _print_threats(d: dict) -> None:

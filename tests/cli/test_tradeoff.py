@@ -153,3 +153,26 @@ def test_tradeoff_needs_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_html_page_renders_with_the_plot_and_the_threat_matrix(tmp_path, capsys):
+    """--html: one self-contained page (no address it must fetch), the plot in grey scale, the
+    table with every option's figures linked to their entries, and the threat matrix, every cell
+    linked to or titled with its source; rendered in headless Chromium where there is one."""
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "t.html"
+    assert cli.main(["tradeoff", *LLAMA, "--html", str(page)]) == 0
+    text = page.read_text()
+    assert text.count("<img") == 1 and 'src="data:image/png;base64,' in text
+    assert 'src="http' not in text and "<script" not in text  # (self-contained)
+    d = tradeoff.data()
+    for o in d["options"]:
+        assert o["name"] in text
+    assert text.count('<td class="y">') + text.count('<td class="p">') + text.count('<td class="n">') == len(
+        d["options"]
+    ) * len(d["threats"])
+    assert 'href="#fig-1"' in text and 'id="fig-1"' in text
+    from browser import screenshot
+
+    (w, h), drawn = screenshot(page, tmp_path, "tradeoff", size=(1400, 2400))
+    assert (w, h) == (1400, 2400) and drawn > 150_000, drawn  # (a blank page compresses to a few KiB)
