@@ -113,6 +113,13 @@ def figures() -> dict[str, Figure]:
     (``ratio:SUITE``, measured: :data:`seccomm.costmodel.CPU_SUITE_RATIOS`, seal direction)."""
     out = {k: Figure(k, float(f["value"]), f["unit"], f["basis"], f["source"], f.get("as_stated", ""))
            for k, f in data()["figures"].items()}  # fmt: skip
+    out["origin_gmac"] = Figure(
+        "origin_gmac",
+        1 / identitycost.RATES.gmac,
+        "B/s (AES-GMAC, one core: origin proofs)",
+        "measured",
+        "identity_rates",
+    )
     for suite, (rs, _) in costmodel.CPU_SUITE_RATIOS.items():
         out[f"ratio:{suite}"] = Figure(
             f"ratio:{suite}", rs, "x AES-256-GCM's seal rate", "measured", "suite_ratios"
@@ -155,6 +162,8 @@ def option_params(sc: Scenario, option: dict) -> tuple[costmodel.Params, bool, l
             p = replace(prm, seal=1 / f.value, open=1 / f.value, crypto_threads=1)
             return p, True, [f]
         seal, open_, used = _cpu_rate(sc, m["suite"])
+        if m["identity"] == "x509":
+            used.append(sc.figures["origin_gmac"])
         return replace(prm, seal=seal, open=open_, crypto_threads=sc.crypto_threads), True, used
     if m["kind"] in ("tunnel", "inline"):
         f = sc.figures[m["rate"]]
@@ -177,7 +186,8 @@ def allreduce_seconds(sc: Scenario, option: dict, nbytes: float, topo: costmodel
     for alg in get_collective("allreduce").cost:
         parts = costmodel.predict_parts("allreduce", alg, nbytes, prm, topo, secure, "inter-node")
         if x509:  # (the group frames cross nodes: encrypted, with origin proofs)
-            parts["origin"] = identitycost.origin_seconds("allreduce", alg, nbytes, topo.p)
+            rates = replace(identitycost.RATES, gmac=1 / sc.figures["origin_gmac"].value)
+            parts["origin"] = identitycost.origin_seconds("allreduce", alg, nbytes, topo.p, rates)
         total = sum(parts.values())
         if found is None or total < found[0]:
             found = (total, parts, alg)
@@ -273,6 +283,102 @@ def format_increase(pct: float) -> str:
 def format_ms(v: float) -> str:
     """A time given in ms: in ms below 10 s, else in s."""
     return f"{v:,.1f} ms" if v < 1e4 else f"{v / 1e3:,.0f} s"
+
+
+# -- --measure ------------------------------------------------------------------------------------
+MEASURED_SUITES = ("aes-256-gcm", "chacha20-poly1305", "aes-256-gmac")
+
+
+def measure_crypto(figs: dict, chunk_bytes: int = costmodel.MIB) -> tuple[dict, list[str]]:
+    """``figs`` with this machine's rates in place of the CPU crypto figures, and one line per
+    replaced figure: each suite's seal rate at ``chunk_bytes`` frames as ``seccomm bench`` probes
+    it (:func:`seccomm.bench.bound.measure_rate`, one core), and AES-GMAC's rate (origin proofs:
+    ``cryptography``'s AESGCM over 1 MiB with no plaintext, the median of 50 calls)."""
+    import os
+    import statistics
+    import time
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from .bench.bound import measure_rate
+    from .bench.machine import cpu_info
+
+    cpu = cpu_info().get("model", "this CPU")
+    rate = {}
+    for suite in MEASURED_SUITES:
+        r = measure_rate(suite, chunk_bytes)
+        rate[suite] = chunk_bytes / (r.seal_frame_s + chunk_bytes * r.seal_byte_s)
+    where = f"this run: seccomm bench's rate probe, {chunk_bytes:,} B frames, one core of {cpu}"
+    out, lines = dict(figs), []
+    out["cpu_aes_gcm"] = Figure(
+        "cpu_aes_gcm", rate["aes-256-gcm"], "B/s per crypto thread", "measured", where
+    )
+    for suite in MEASURED_SUITES[1:]:
+        key = f"ratio:{suite}"
+        out[key] = Figure(
+            key, rate[suite] / rate["aes-256-gcm"], "x AES-256-GCM's seal rate", "measured", where
+        )
+    gmac, data = AESGCM(os.urandom(32)), bytes(costmodel.MIB)
+    times = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        gmac.encrypt(bytes(12), b"", data)
+        times.append(time.perf_counter() - t0)
+    g = costmodel.MIB / statistics.median(times)
+    out["origin_gmac"] = Figure(
+        "origin_gmac",
+        g,
+        "B/s (AES-GMAC, one core: origin proofs)",
+        "measured",
+        f"this run: AESGCM, one core of {cpu}",
+    )
+    for key in ("cpu_aes_gcm", *(f"ratio:{s}" for s in MEASURED_SUITES[1:]), "origin_gmac"):
+        lines.append(
+            f"{key}: {fig_value(vars(figs[key]))} ({figs[key].basis}) -> {fig_value(vars(out[key]))}"
+        )
+    return out, lines
+
+
+def measure_tunnel(figs: dict, time_limit: float = 600.0) -> tuple[dict, list[str], str | None]:
+    """``figs`` with this machine's wireguard-go throughput in place of the measured one, the
+    line that says so, and why it was not measured (None when it was): ``seccomm cluster`` on 2
+    emulated hosts with 10 Gbit/s links, native MPI through a WireGuard mesh, a 16 MiB allreduce
+    (its busbw, which on 2 ranks is what each host's tunnel carries each way per second).  Needs
+    what the lab needs (root or user namespaces, iproute2) and wireguard-go."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from .lab import privilege, tunnel
+
+    why = tunnel.missing()
+    if why is None and not privilege.privileged() and not privilege.userns_works():
+        why = privilege.NEEDS
+    if why is not None:
+        return figs, [], why
+    with tempfile.TemporaryDirectory(prefix="seccomm-tradeoff-") as tmp:
+        path = f"{tmp}/lab.json"
+        lab = ["--hosts", "2", "--link", "10gbit", "--tunnel", "wireguard", "--json", path]
+        bench = ["-b", "16M", "-e", "16M", "-n", "3", "-w", "1", "--suites", "none"]
+        cmd = [sys.executable, "-m", "seccomm", "cluster", *lab, "--", *bench]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            return figs, [], f"seccomm cluster ran past {time_limit:g} s"
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            return figs, [], f"seccomm cluster failed (exit {done.returncode}): {tail[0]}"
+        rows = json.load(open(path))["scaling"]
+    got = [r for r in rows if r["variant"] == "native+wireguard" and r["hosts"] == 2]
+    if not got or not got[0]["busbw_gbps"] > 0:
+        return figs, [], "seccomm cluster gave no native+wireguard row"
+    where = "this run: seccomm cluster --hosts 2 --link 10gbit --tunnel wireguard, 16 MiB allreduce, busbw"
+    out = dict(figs)
+    old = figs["wireguard_go_here"]
+    out["wireguard_go_here"] = Figure(old.key, got[0]["busbw_gbps"] * 1e9, old.unit, "measured", where)
+    line = f"wireguard_go_here: {fig_value(vars(old))} -> {fig_value(vars(out['wireguard_go_here']))}"
+    return out, [line], None
 
 
 # -- the page -------------------------------------------------------------------------------------

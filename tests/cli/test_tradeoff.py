@@ -176,3 +176,40 @@ def test_html_page_renders_with_the_plot_and_the_threat_matrix(tmp_path, capsys)
 
     (w, h), drawn = screenshot(page, tmp_path, "tradeoff", size=(1400, 2400))
     assert (w, h) == (1400, 2400) and drawn > 150_000, drawn  # (a blank page compresses to a few KiB)
+
+
+def test_measure_replaces_the_cpu_figures_and_says_so():
+    figs, said = tradeoff.measure_crypto(tradeoff.figures())
+    assert figs["cpu_aes_gcm"].basis == "measured" and figs["cpu_aes_gcm"].source.startswith("this run:")
+    assert figs["cpu_aes_gcm"].value > 1e8  # (any AES-NI core seals more than 100 MB/s)
+    assert [ln.split(": ")[0] for ln in said] == [
+        "cpu_aes_gcm",
+        "ratio:chacha20-poly1305",
+        "ratio:aes-256-gmac",
+        "origin_gmac",
+    ]
+    assert "5.5 GB/s per crypto thread (published) ->" in said[0]
+
+
+def test_measure_without_the_lab_keeps_the_tunnel_figures_and_says_why(monkeypatch, capsys):
+    from seccomm.lab import tunnel
+
+    monkeypatch.setattr(tunnel, "missing", lambda: "wireguard-go not installed (apt-get install ...)")
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2", "--measure"]) == 0
+    out = capsys.readouterr().out
+    assert "# --measure: replaced cpu_aes_gcm: 5.5 GB/s per crypto thread (published) ->" in out
+    assert "# --measure: not measured: the tunnel rows keep their figures (wireguard-go not installed" in out
+    assert "measured: 31.8 MB/s per node" in out  # (the figure of this project's machine stays)
+
+
+@pytest.mark.lab
+def test_measure_runs_wireguard_go_through_the_lab():
+    from seccomm.lab import privilege, tunnel
+
+    if not privilege.privileged() or tunnel.missing():
+        pytest.skip(f"the lab's WireGuard variant cannot run here: {tunnel.missing() or privilege.NEEDS}")
+    figs, said, why = tradeoff.measure_tunnel(tradeoff.figures())
+    assert why is None, why
+    f = figs["wireguard_go_here"]
+    assert f.source.startswith("this run: seccomm cluster") and 1e5 < f.value < 1.25e9  # (under 10 Gbit/s)
+    assert said[0].startswith("wireguard_go_here: 31.8 MB/s per node ->")
