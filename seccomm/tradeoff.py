@@ -134,7 +134,7 @@ class Scenario:
     (:class:`~seccomm.costmodel.Params`; its ``source`` says where they came from, with
     ``network`` one :class:`Figure`-like label), ``crypto_threads`` per rank for CPU crypto, and
     the ``figures`` in force (:func:`figures`, with what ``--measure`` or ``--calibration``
-    replaced)."""
+    replaced); ``compute_source``: where ``compute_s`` came from, when measured."""
 
     buckets: list
     compute_s: float
@@ -143,6 +143,7 @@ class Scenario:
     network: str
     crypto_threads: int = 8
     figures: dict = field(default_factory=figures)
+    compute_source: str = ""
 
 
 def _cpu_rate(sc: Scenario, suite: str) -> tuple[float, float, list]:
@@ -461,6 +462,7 @@ def to_html(doc: dict) -> str:
             tds.append(f'<td class="{cls}">{_cell_link(text, src)}</td>')
         matrix.append(f'<tr><th class="l">{e(name)}</th>{"".join(tds)}</tr>')
     compute = f"{sc['compute_ms']:g} ms of compute a step" if sc["compute_ms"] else "communication only"
+    compute += sc.get("compute_source", "")
     approx = " (buckets of the cap: no tensor sizes)" if sc["buckets_approximate"] else ""
     parts = [
         "<h1>seccomm tradeoff</h1>",

@@ -35,6 +35,11 @@ def add_arguments(p) -> None:
         type=float_in(0),
         help="a step's compute time [ms] (forward and backward); default 0: communication only",
     )
+    p.add_argument(
+        "--step-from",
+        metavar="FILE",
+        help="the compute time from a seccomm train --json result (DDP's default hook's median step)",
+    )
     p.add_argument("--nodes", help=f"node counts, a comma list or 1,2,4,...,512 (default {DEFAULT_NODES})")
     p.add_argument(
         "--gpus-per-node", type=int_in(1, 1 << 10), default=8, help="ranks (GPUs) per node (default 8)"
@@ -74,7 +79,19 @@ def run(a, argv) -> int:
         raise UsageError("give --workload NAME or --parameters N (one of them)")
     if a.calibration and a.preset:
         raise UsageError("give --calibration or --preset, not both")
+    if a.step_from and a.step_ms is not None:
+        raise UsageError("give --step-ms or --step-from, not both")
     nodes = parse_nodes(a.nodes or DEFAULT_NODES)
+    step_s, step_said = (a.step_ms or 0.0) / 1e3, ""
+    if a.step_from:
+        doc = _load(a.step_from, "train")
+        try:
+            step_s = float(doc["variants"]["default"]["step_ms_median"]) / 1e3
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(f"--step-from {a.step_from}: no median step of the default hook in it") from None
+        step_said = (
+            f" (measured: {a.step_from}, the default hook's median step, its own communication included)"
+        )
     try:
         if a.workload:
             w = gradients.workload_buckets(a.workload, a.bucket_mb)
@@ -99,7 +116,7 @@ def run(a, argv) -> int:
     if a.measure:
         figs, said = _measure(figs)
     sc = tradeoff.Scenario(
-        w["buckets"], (a.step_ms or 0.0) / 1e3, a.gpus_per_node, prm, network, a.crypto_threads, figs
+        w["buckets"], step_s, a.gpus_per_node, prm, network, a.crypto_threads, figs, step_said
     )
     rows = tradeoff.evaluate(sc, nodes)
     for r in rows:
@@ -171,6 +188,7 @@ def _document(w, sc, nodes, rows) -> dict:
             "buckets": len(w["buckets"]),
             "buckets_approximate": bool(w.get("approximate")),
             "compute_ms": sc.compute_s * 1e3,
+            "compute_source": sc.compute_source,
             "backward_share": tradeoff.BACKWARD_SHARE,
             "backward_source": tradeoff.BACKWARD_SOURCE,
             "gpus_per_node": sc.gpus_per_node,
@@ -193,7 +211,9 @@ def _print(a, w, sc, nodes, rows) -> None:
     p = print
     approx = " (buckets of the cap: no tensor sizes)" if w.get("approximate") else ""
     compute = (
-        f"{sc.compute_s * 1e3:g} ms of compute a step" if sc.compute_s else "communication only (--step-ms)"
+        f"{sc.compute_s * 1e3:g} ms of compute a step{sc.compute_source}"
+        if sc.compute_s
+        else "communication only (--step-ms)"
     )
     p(
         f"# seccomm tradeoff: {w['name']}, {w['parameters']:,} parameters, {w['gradient_bytes']:,} B of "

@@ -213,3 +213,15 @@ def test_measure_runs_wireguard_go_through_the_lab():
     f = figs["wireguard_go_here"]
     assert f.source.startswith("this run: seccomm cluster") and 1e5 < f.value < 1.25e9  # (under 10 Gbit/s)
     assert said[0].startswith("wireguard_go_here: 31.8 MB/s per node ->")
+
+
+def test_step_from_a_train_result(tmp_path, capsys):
+    f = tmp_path / "train.json"
+    f.write_text(json.dumps({"steps": 50, "variants": {"default": {"step_ms_median": 12.5}, "secure": {}}}))
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2", "--step-from", str(f)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "12.5 ms of compute a step (measured: " in head and "the default hook's median step" in head
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--step-from", str(f), "--step-ms", "3"]) == 2
+    f.write_text(json.dumps({"steps": 50, "variants": {}}))
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--step-from", str(f)]) == 2
+    assert "no median step of the default hook" in capsys.readouterr().err
