@@ -122,6 +122,9 @@ OUTPUTS = [
     ("report", "--pcap", ["--compliance"]),
     ("cluster", "--json", ["--hosts", "1"]),
     ("identity", "--out", ["node-a.test"]),
+    ("tradeoff", "--json", ["--workload", "resnet50"]),
+    ("tradeoff", "--csv", ["--workload", "resnet50"]),
+    ("tradeoff", "--html", ["--workload", "resnet50"]),
 ]
 
 
