@@ -85,7 +85,7 @@ def uniform_buckets(parameters: int, bucket_cap_mb: float | None = None, element
     full = rest // cap
     buckets += [cap] * full + ([rest - full * cap] if rest - full * cap else [])
     return {
-        "name": f"{parameters:,} parameters",
+        "name": "your model",
         "parameters": parameters,
         "gradient_bytes": total,
         "buckets": buckets,

@@ -19,12 +19,14 @@ seccomm):
 - ``seccomm``: the model with the suite's seal and open rates (CPU: per crypto thread, times the
   threads; GPU: per GPU), ``encrypt="inter-node"``, plus the origin proofs of identity x509
   (:func:`seccomm.identitycost.origin_seconds`);
-- ``tunnel``: a host-to-host tunnel whose throughput per node is the figure: each GPU's
-  inter-node bandwidth is at most that rate divided by the GPUs per node;
-- ``inline``: NIC or switch crypto at line rate: each GPU's inter-node bandwidth is at most the
-  figure (no published added latency is modelled);
-- ``factor``: the plaintext time times the figure (GPU confidential computing: every byte crosses
-  encrypted bounce buffers).
+- ``tunnel``: one host-to-host tunnel per node: the node's inter-node bandwidth, which its
+  ranks share, is at most the figure;
+- ``inline``: NIC or switch crypto at line rate: each NIC's bandwidth is at most the figure
+  where one is published, else the network's (no published added latency is modelled);
+- ``factor``: each byte between nodes costs the figure times the network's time per byte (GPU
+  confidential computing: traffic between nodes stages through encrypted bounce buffers).
+
+Every row also uses the network figure (``network``: the preset's or the calibration's links).
 
 A step (:func:`step_seconds`): DDP allreduces its buckets one after another, each as soon as the
 backward pass has produced it and the one before is done; the backward pass is 2/3 of the step's
@@ -81,6 +83,8 @@ def check_data(d: dict) -> None:
         m = o["model"]
         if m["kind"] not in KINDS:
             raise ValueError(f"option {o['name']!r}: unknown kind {m['kind']!r}")
+        if m["kind"] == "tunnel" and "rate" not in m or m["kind"] == "factor" and "factor" not in m:
+            raise ValueError(f"option {o['name']!r}: a {m['kind']} needs its figure")
         for ref in (m.get("rate"), m.get("factor")):
             if ref is not None and ref not in d["figures"]:
                 raise ValueError(f"option {o['name']!r}: unknown figure {ref!r}")
@@ -131,10 +135,13 @@ def figures() -> dict[str, Figure]:
 class Scenario:
     """The user's job: ``buckets`` [B] in DDP's order, ``compute_s`` of a step (0: communication
     only), ``gpus_per_node``, the network and GPU parameters ``prm``
-    (:class:`~seccomm.costmodel.Params`; its ``source`` says where they came from, with
-    ``network`` one :class:`Figure`-like label), ``crypto_threads`` per rank for CPU crypto, and
-    the ``figures`` in force (:func:`figures`, with what ``--measure`` or ``--calibration``
-    replaced); ``compute_source``: where ``compute_s`` came from, when measured."""
+    (:class:`~seccomm.costmodel.Params`) and ``network``, where they came from (``"BASIS:
+    SOURCE"``, e.g. ``"published: preset nvlink4-ndr400 (...)"``; it becomes the figure
+    ``network`` every row uses), ``crypto_threads`` per rank for CPU crypto, and the ``figures``
+    in force (:func:`figures`, with what ``--measure`` replaced); ``compute_source``: where
+    ``compute_s`` came from, when measured; ``nics_per_node``: the network links of a node (the
+    cost model shares one link among a node's ranks: with one NIC per GPU, a node has
+    ``gpus_per_node`` of them)."""
 
     buckets: list
     compute_s: float
@@ -144,6 +151,22 @@ class Scenario:
     crypto_threads: int = 8
     figures: dict = field(default_factory=figures)
     compute_source: str = ""
+    nics_per_node: int = 1
+
+    def __post_init__(self):
+        basis, _, source = self.network.partition(": ")
+        if basis not in BASES:
+            raise ValueError(
+                f"network {self.network!r}: give 'BASIS: SOURCE', BASIS one of {', '.join(BASES)}"
+            )
+        unit = "B/s per link between nodes (the network's)"
+        self.figures = {
+            **self.figures,
+            "network": Figure("network", 1 / self.prm.inter.beta, unit, basis, source),
+        }
+        if self.nics_per_node > 1:  # (a node's ranks share the node's links: all of them)
+            inter = costmodel.Link(self.prm.inter.alpha, self.prm.inter.beta / self.nics_per_node)
+            self.prm = replace(self.prm, inter=inter)
 
 
 def _cpu_rate(sc: Scenario, suite: str) -> tuple[float, float, list]:
@@ -166,21 +189,23 @@ def option_params(sc: Scenario, option: dict) -> tuple[costmodel.Params, bool, l
         if m["identity"] == "x509":
             used.append(sc.figures["origin_gmac"])
         return replace(prm, seal=seal, open=open_, crypto_threads=sc.crypto_threads), True, used
+    if m["kind"] == "inline" and "rate" not in m:  # (no published rate: the network's)
+        return prm, False, []
     if m["kind"] in ("tunnel", "inline"):
         f = sc.figures[m["rate"]]
-        share = sc.gpus_per_node if m["kind"] == "tunnel" else 1  # (a host's tunnel serves its GPUs)
-        beta = max(prm.inter.beta, share / f.value)
+        links = sc.nics_per_node if m["kind"] == "inline" else 1  # (a host's one tunnel; a port per NIC)
+        beta = max(prm.inter.beta, 1 / (f.value * links))  # (per node: its ranks share it)
         return replace(prm, inter=costmodel.Link(prm.inter.alpha, beta)), False, [f]
     if m["kind"] == "factor":
-        return prm, False, [sc.figures[m["factor"]]]
+        f = sc.figures[m["factor"]]
+        return replace(prm, inter=costmodel.Link(prm.inter.alpha, prm.inter.beta * f.value)), False, [f]
     return prm, False, []
 
 
 def allreduce_seconds(sc: Scenario, option: dict, nbytes: float, topo: costmodel.Topology, prm, secure):
     """``(seconds, parts, algorithm)`` of one allreduce of ``nbytes`` under ``option``: the
     fastest modelled algorithm (as a tuned library picks it; for seccomm, ``algorithm=`` picks
-    it), parts: the model's :data:`~seccomm.costmodel.PARTS`, plus ``origin`` for x509's proofs
-    and ``factor`` for an option that multiplies the plaintext time."""
+    it), parts: the model's :data:`~seccomm.costmodel.PARTS`, plus ``origin`` for x509's proofs."""
     m = option["model"]
     x509 = m["kind"] == "seccomm" and m["identity"] == "x509" and topo.nodes > 1
     found = None
@@ -192,11 +217,7 @@ def allreduce_seconds(sc: Scenario, option: dict, nbytes: float, topo: costmodel
         total = sum(parts.values())
         if found is None or total < found[0]:
             found = (total, parts, alg)
-    total, parts, alg = found
-    if m["kind"] == "factor":
-        parts["factor"] = total * (sc.figures[m["factor"]].value - 1)
-        total += parts["factor"]
-    return total, parts, alg
+    return found
 
 
 def step_seconds(
@@ -213,22 +234,26 @@ def step_seconds(
     return max(compute_s, end)
 
 
-def _bound(option: dict, parts: dict, step_s: float, compute_s: float, nodes: int) -> str:
-    """What limits the option at this scale: the largest part of its largest allreduce, or the
-    compute when the communication hides behind it."""
-    if compute_s and step_s <= compute_s * 1.0001:
-        return "compute (comm hidden)"
+def _bound(
+    option: dict, parts: dict, plain: dict, step_s: float, base_s: float, compute_s: float, nodes
+) -> str:
+    """What limits the option at this scale: where its step is within 1 % of plaintext's, what
+    limits plaintext (the compute when the communication hides behind it, else the largest part
+    of the largest allreduce); otherwise the part of the largest allreduce that grew most over
+    plaintext's."""
     m = option["model"]
-    if m["kind"] == "factor":
-        return "CC bounce buffers"
-    top = max(parts, key=parts.get)
-    if top == "crypto":
-        return "GPU crypto" if m.get("crypto") == "gpu" else "CPU cores"
-    if top == "bandwidth" and nodes > 1:
-        return {"tunnel": "tunnel (host cores)", "inline": "link (line rate)"}.get(m["kind"], "link")
-    if top == "bandwidth":
-        return "link"
-    return {"origin": "origin proofs", "latency": "latency", "reduction": "reduction"}.get(top, top)
+    names = {"crypto": "GPU crypto" if m.get("crypto") == "gpu" else "CPU cores", "origin": "origin proofs",
+             "latency": "latency", "reduction": "reduction", "jitter": "jitter"}  # fmt: skip
+    if step_s <= base_s * 1.01:
+        if compute_s and base_s <= compute_s * 1.01:
+            return "compute (comm hidden)"
+        top = max(plain, key=plain.get)
+        return "link" if top == "bandwidth" else names.get(top, top)
+    grew = max(parts, key=lambda k: parts[k] - plain.get(k, 0.0))
+    if grew == "bandwidth" and nodes > 1:
+        kinds = {"tunnel": "tunnel rate", "inline": "link (line rate)", "factor": "CC bounce buffers"}
+        return kinds.get(m["kind"], "link")
+    return "link" if grew == "bandwidth" else names.get(grew, grew)
 
 
 def evaluate(sc: Scenario, nodes: list[int], options: list[dict] | None = None) -> list[dict]:
@@ -242,7 +267,7 @@ def evaluate(sc: Scenario, nodes: list[int], options: list[dict] | None = None) 
     sizes = sorted(set(sc.buckets))
     for n in nodes:
         topo = costmodel.Topology(n, sc.gpus_per_node)
-        base = None
+        base, base_parts = None, None
         for option in [plain, *[o for o in options if o is not plain]]:
             prm, secure, used = option_params(sc, option)
             per = {b: allreduce_seconds(sc, option, b, topo, prm, secure) for b in sizes}
@@ -250,7 +275,7 @@ def evaluate(sc: Scenario, nodes: list[int], options: list[dict] | None = None) 
             algs = sorted({per[b][2] for b in sizes})
             step = step_seconds(sc.buckets, comm, sc.compute_s)
             if base is None:
-                base = step
+                base, base_parts = step, per[max(sizes)][1]
             rows.append(
                 {
                     "option": option["name"],
@@ -263,9 +288,9 @@ def evaluate(sc: Scenario, nodes: list[int], options: list[dict] | None = None) 
                     "step_ms": step * 1e3,
                     "plaintext_step_ms": base * 1e3,
                     "increase_pct": (step / base - 1) * 100 if base else 0.0,
-                    "bound": _bound(option, per[max(sizes)][1], step, sc.compute_s, n),
+                    "bound": _bound(option, per[max(sizes)][1], base_parts, step, base, sc.compute_s, n),
                     "algorithms": algs,
-                    "figures": [f.key for f in used],
+                    "figures": ["network", *(f.key for f in used)],
                 }
             )
     return rows
@@ -378,7 +403,8 @@ def measure_tunnel(figs: dict, time_limit: float = 600.0) -> tuple[dict, list[st
     out = dict(figs)
     old = figs["wireguard_go_here"]
     out["wireguard_go_here"] = Figure(old.key, got[0]["busbw_gbps"] * 1e9, old.unit, "measured", where)
-    line = f"wireguard_go_here: {fig_value(vars(old))} -> {fig_value(vars(out['wireguard_go_here']))}"
+    new = out["wireguard_go_here"]
+    line = f"wireguard_go_here: {fig_value(vars(old))} ({old.basis}) -> {fig_value(vars(new))}"
     return out, [line], None
 
 
@@ -388,25 +414,36 @@ _STYLES = [(ls, m) for m in ("o", "s", "^", "v", "D", "x", "+", "*") for ls in (
 
 
 def plot_uri(rows: list[dict]) -> str:
-    """The step time relative to plaintext's [x] against node count, one line per option (black
-    and greys, dash patterns and markers, log-scaled axes), as a PNG data URI.  Needs
-    matplotlib."""
+    """Two panels against node count (log-scaled, ticks at the node counts), one line per option in
+    black and greys told apart by dash pattern and marker: the step's increase over plaintext
+    [%] of the options within twice plaintext's time (linear), and every option's step time
+    relative to plaintext's [x] (log); a PNG data URI.  Needs matplotlib."""
     from .lab.report import _figure, _png
 
-    fig, axes = _figure(1, 1, w=9.0, h=5.6)
-    ax = axes[0][0]
+    fig, axes = _figure(2, 1, w=7.0, h=5.2)
+    near, far = axes[0]
     names = list(dict.fromkeys(r["option"] for r in rows))
+    nodes = sorted({r["nodes"] for r in rows})
     for i, name in enumerate(names):
-        pts = [(r["nodes"], r["step_ms"] / r["plaintext_step_ms"]) for r in rows if r["option"] == name]
+        rs = [r for r in rows if r["option"] == name]
         ls, marker = _STYLES[i % len(_STYLES)]
-        grey = ("0.0", "0.35", "0.6")[i % 3]
-        ax.plot(*zip(*pts), ls=ls, marker=marker, color=grey, ms=5, lw=1.3, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel("step time / plaintext's [x]")
-    ax.grid(True, which="major", color="0.85", lw=0.6)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        style = {"ls": ls, "marker": marker, "color": ("0.0", "0.4", "0.65")[i % 3], "ms": 5, "lw": 1.3}
+        far.plot(
+            [r["nodes"] for r in rs], [r["step_ms"] / r["plaintext_step_ms"] for r in rs], label=name, **style
+        )
+        if max(r["increase_pct"] for r in rs) < 100:
+            near.plot([r["nodes"] for r in rs], [r["increase_pct"] for r in rs], label=name, **style)
+    for ax, ylabel in ((near, "increase over plaintext [%]"), (far, "step time / plaintext's [x]")):
+        ax.set_xscale("log")
+        ax.set_xticks(nodes, [str(n) for n in nodes])
+        ax.minorticks_off()
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", color="0.85", lw=0.6)
+    far.set_yscale("log")
+    near.set_title("options within twice plaintext's time", fontsize=9)
+    far.set_title("every option", fontsize=9)
+    far.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _png(fig)
 
 
@@ -470,7 +507,7 @@ def to_html(doc: dict) -> str:
         f"float32 gradients in {sc['buckets']} DDP buckets{e(approx)}; {sc['gpus_per_node']} GPUs per "
         f"node; {e(compute)}; backward pass {sc['backward_share']:.3g} of the compute "
         f"({e(sc['backward_source'])}). Network: {e(sc['network'])}. CPU crypto threads per rank: "
-        f"{sc['crypto_threads']}.</p>",
+        f"{sc['crypto_threads']}; network links per node: {sc.get('nics_per_node', 1)}.</p>",
         "<h2>Step time against node count</h2>",
         f'<img alt="step time relative to plaintext against node count, per option" src="{plot_uri(rows)}">',
         "<h2>Step time and increase over plaintext</h2>",
@@ -500,13 +537,14 @@ def to_html(doc: dict) -> str:
 
 
 def _cell_link(text: str, src: dict) -> str:
-    """A threat cell linked to its source (an address), or titled with it (this project's docs)."""
+    """A threat cell linked to its source (an address), or followed by it (a file of this
+    project's docs), the citation in its title."""
     import html
 
-    url = src["url"]
+    e, url = html.escape, src["url"]
     if url.startswith("http"):
-        return f'<a href="{html.escape(url)}" title="{html.escape(src["cite"])}">{html.escape(text)}</a>'
-    return f'<span title="{html.escape(src["cite"])} ({html.escape(url)})">{html.escape(text)}</span>'
+        return f'<a href="{e(url)}" title="{e(src["cite"])}">{e(text)}</a>'
+    return f'<span title="{e(src["cite"])}">{e(text)} <small>({e(url)})</small></span>'
 
 
 def fig_value(f: dict) -> str:

@@ -189,8 +189,10 @@ def _load(path: str, kind: str, *also: str) -> dict:
     try:
         with open(path) as f:
             doc = json.load(f)
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise UsageError(f"cannot read {path}: {e}") from None
+    except ValueError as e:  # (JSONDecodeError, UnicodeDecodeError)
+        raise UsageError(f"{path} is not JSON ({e}): expected {KINDS[kind][0]}") from None
     found = kind_of(doc)
     if found != kind and found not in also:
         what = KINDS[found][0] if found else f"JSON without the keys {', '.join(KINDS[kind][1])}"

@@ -14,6 +14,7 @@ from .usage import PLOT_HINT, UsageError, check_file, check_outputs, float_in, i
 HELP = "Compare ways of protecting gradient traffic: step time at scale and what each protects."
 DEFAULT_PRESET = "nvlink4-ndr400"
 DEFAULT_NODES = "1,8,64,512"
+MAX_RANKS = 1 << 16  #: the most ranks seccomm runs (its collectives' limit)
 #: the columns of --csv and of --json's rows, in order (docs/tradeoff.md describes each)
 COLUMNS = (
     "option", "family", "where", "nodes", "gpus_per_node", "ranks", "comm_ms", "step_ms",
@@ -53,6 +54,11 @@ def add_arguments(p) -> None:
         "--calibration", metavar="FILE", help="links from a calibration (seccomm project --calibrate)"
     )
     p.add_argument(
+        "--nics-per-node",
+        type=int_in(1, 64),
+        help="network links of a node (default: one per GPU where the preset's link is per GPU, else 1)",
+    )
+    p.add_argument(
         "--crypto-threads",
         type=int_in(1, 256),
         default=8,
@@ -81,7 +87,12 @@ def run(a, argv) -> int:
         raise UsageError("give --calibration or --preset, not both")
     if a.step_from and a.step_ms is not None:
         raise UsageError("give --step-ms or --step-from, not both")
-    nodes = parse_nodes(a.nodes or DEFAULT_NODES)
+    nodes = parse_nodes(a.nodes if a.nodes is not None else DEFAULT_NODES)
+    if nodes[-1] * a.gpus_per_node > MAX_RANKS:
+        raise UsageError(
+            f"--nodes {nodes[-1]} x --gpus-per-node {a.gpus_per_node} is {nodes[-1] * a.gpus_per_node:,} "
+            f"ranks; seccomm runs up to {MAX_RANKS:,}"
+        )
     step_s, step_said = (a.step_ms or 0.0) / 1e3, ""
     if a.step_from:
         doc = _load(a.step_from, "train")
@@ -100,6 +111,9 @@ def run(a, argv) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     prm, network = _network(a)
+    nics = a.nics_per_node
+    if nics is None:
+        nics = a.gpus_per_node if not a.calibration and "per GPU" in prm.source.get("inter", "") else 1
 
     def outputs():
         for opt, path in (("--json", a.json), ("--csv", a.csv), ("--html", a.html)):
@@ -116,7 +130,7 @@ def run(a, argv) -> int:
     if a.measure:
         figs, said = _measure(figs)
     sc = tradeoff.Scenario(
-        w["buckets"], step_s, a.gpus_per_node, prm, network, a.crypto_threads, figs, step_said
+        w["buckets"], step_s, a.gpus_per_node, prm, network, a.crypto_threads, figs, step_said, nics
     )
     rows = tradeoff.evaluate(sc, nodes)
     for r in rows:
@@ -170,11 +184,11 @@ def _network(a) -> tuple:
             prm = calibration.params_for(_load(a.calibration, "calibration"), "aes-256-gcm")
         except ValueError as e:
             raise UsageError(f"{a.calibration}: {e}") from None
-        return prm, f"calibrated: {a.calibration}"
+        return prm, f"calibrated: {a.calibration} (seccomm project --calibrate, docs/model.md)"
     name = a.preset or DEFAULT_PRESET
     prm = costmodel.get_preset(name)
     links = "; ".join(f"{k} {v}" for k, v in prm.source.items() if k in ("intra", "inter"))
-    return prm, f"published: preset {name} ({links})"
+    return prm, f"published: preset {name} ({links}; seccomm.costmodel.PRESETS, docs/model.md)"
 
 
 def _document(w, sc, nodes, rows) -> dict:
@@ -195,6 +209,7 @@ def _document(w, sc, nodes, rows) -> dict:
             "nodes": nodes,
             "network": sc.network,
             "crypto_threads": sc.crypto_threads,
+            "nics_per_node": sc.nics_per_node,
         },
         "figures": {k: vars(sc.figures[k]) for k in used},
         "sources": d["sources"],
@@ -220,7 +235,7 @@ def _print(a, w, sc, nodes, rows) -> None:
         f"float32 gradients in {len(w['buckets'])} DDP buckets{approx}; {sc.gpus_per_node} GPUs per node; "
         f"{compute}"
     )
-    p(f"# network: {sc.network}")
+    p(f"# network: {sc.network}; {sc.nics_per_node} link(s) per node")
     p(f"# per node count: the step's time and its increase over plaintext (a factor from 2x); {_BOUND}")
     fig_ids: dict[str, int] = {}
     head = f"{'option':<38} " + " ".join(f"{f'{n} node' + ('s' if n > 1 else ''):>19}" for n in nodes)
@@ -253,7 +268,7 @@ def _print_threats(d: dict) -> None:
     short = {"yes": "yes", "not stated": "n/s", "no": "no", "partial": "part"}
     keys = [t["key"] for t in d["threats"]]
     print("# what each option protects against (yes / no / part = partial / n/s = not stated; "
-          "docs/tradeoff.md gives every cell's reason and source):")  # fmt: skip
+          "--json and --html give every cell's reason and source):")  # fmt: skip
     print(f"{'option':<38} " + " ".join(f"{k:>15}" for k in keys))
     for o in d["options"]:
         cells = []

@@ -64,23 +64,43 @@ def test_step_model_overlaps_buckets_with_the_backward_pass():
 
 def test_options_are_modelled_as_their_figures_say():
     w = gradients.workload_buckets("resnet50")
-    sc = tradeoff.Scenario(w["buckets"], 0.0, 8, costmodel.get_preset("nvlink4-ndr400"), "preset")
+    prm = costmodel.get_preset("nvlink4-ndr400")
+    sc = tradeoff.Scenario(w["buckets"], 0.0, 8, prm, "published: preset", nics_per_node=8)
     rows = {(r["option"], r["nodes"]): r for r in tradeoff.evaluate(sc, [1, 8])}
     plain = rows[("plaintext", 8)]
     assert rows[("MACsec (NIC and switch)", 8)]["step_ms"] == pytest.approx(plain["step_ms"])  # line rate
-    cc = rows[("GPU confidential computing (H100 CC)", 8)]
-    assert cc["step_ms"] == pytest.approx(plain["step_ms"] * 12.69)
-    assert (
-        rows[("WireGuard (kernel)", 8)]["increase_pct"]
-        > 100 * rows[("seccomm aes-256-gcm psk (CPU)", 8)]["increase_pct"]
-    )
+    assert rows[("PSP (NIC)", 8)]["figures"] == ["network"]  # (no published rate: the network's)
+    cc = rows[("GPU confidential computing (Hopper CC)", 8)]
+    assert plain["step_ms"] * 2 < cc["step_ms"] < plain["step_ms"] * 12.69  # (the bytes between nodes only)
+    assert rows[("GPU confidential computing (Hopper CC)", 1)]["increase_pct"] == 0  # (nothing between nodes)
+    wg = rows[("WireGuard (kernel)", 8)]
+    assert wg["increase_pct"] > 100 * rows[("seccomm aes-256-gcm psk (CPU)", 8)]["increase_pct"]
+    assert wg["bound"] == "tunnel rate"
     for name in ("seccomm aes-256-gcm psk (CPU)", "WireGuard (kernel)"):  # one node: no inter-node hop
         assert rows[(name, 1)]["step_ms"] == pytest.approx(rows[("plaintext", 1)]["step_ms"]), name
-    gcm, chacha = (
-        rows[("seccomm aes-256-gcm x509 (CPU)", 8)],
-        rows[("seccomm chacha20-poly1305 x509 (CPU)", 8)],
-    )
-    assert chacha["step_ms"] > gcm["step_ms"] >= plain["step_ms"]
+    gcm = rows[("seccomm aes-256-gcm x509 (CPU)", 8)]
+    chacha = rows[("seccomm chacha20-poly1305 x509 (CPU)", 8)]
+    assert chacha["step_ms"] > gcm["step_ms"] > plain["step_ms"] and gcm["bound"] == "CPU cores"
+    one_nic = tradeoff.Scenario(w["buckets"], 0.0, 8, prm, "published: preset")
+    slower = {(r["option"], r["nodes"]): r for r in tradeoff.evaluate(one_nic, [8])}
+    assert slower[("plaintext", 8)]["step_ms"] > plain["step_ms"]  # (8 ranks share one link)
+    with pytest.raises(ValueError, match="give 'BASIS: SOURCE'"):
+        tradeoff.Scenario(w["buckets"], 0.0, 8, prm, "preset")
+
+
+def test_bound_names_what_grew_and_a_hidden_step():
+    w = gradients.workload_buckets("resnet50")
+    prm = costmodel.get_preset("nvlink4-ndr400")
+    sc = tradeoff.Scenario(
+        w["buckets"], 10.0, 8, prm, "published: preset", nics_per_node=8
+    )  # 10 s of compute
+    rows = {r["option"]: r for r in tradeoff.evaluate(sc, [8])}
+    assert rows["plaintext"]["bound"] == "compute (comm hidden)"
+    assert rows["seccomm aes-256-gcm psk (CPU)"]["bound"] == "compute (comm hidden)"
+    sc = tradeoff.Scenario(w["buckets"], 0.05, 8, prm, "published: preset", nics_per_node=8)
+    rows = {r["option"]: r for r in tradeoff.evaluate(sc, [8])}
+    assert rows["WireGuard (kernel)"]["bound"] == "tunnel rate"
+    assert rows["seccomm aes-256-gcm psk (CPU)"]["bound"] == "compute (comm hidden)"  # (+0.2 %)
 
 
 def test_uniform_buckets_follow_ddps_caps():
@@ -102,9 +122,8 @@ def test_the_table_prints_in_under_a_second_with_every_cell_labelled(capsys):
     rows = [ln for ln in table if any(ln.startswith(n + " ") for n in names)]
     assert len(rows) == 2 * len(names)  # the step table and the threat matrix
     for ln in rows[: len(names)]:
-        if not ln.startswith("plaintext"):
-            refs = ln.split()[-1]
-            assert refs.startswith("[") and refs.endswith("]"), ln  # every option's figures cited
+        refs = ln.split()[-1]
+        assert refs.startswith("[") and refs.endswith("]"), ln  # every option's figures cited
     notes = [ln for ln in lines if ln.startswith("#  [")]
     for n in notes:
         assert n.split("] ", 1)[1].split(":", 1)[0] in tradeoff.BASES, n
@@ -135,6 +154,8 @@ def test_csv_and_json_rows(tmp_path, capsys):
         (["--workload", "alexnet"], "unknown workload 'alexnet'; allowed: resnet50"),
         (["--parameters", "0"], "argument --parameters: must be"),
         (["--workload", "resnet50", "--nodes", "0"], "--nodes must be >= 1"),
+        (["--workload", "resnet50", "--nodes", ""], "--nodes must be"),
+        (["--workload", "resnet50", "--nodes", "100000"], "800,000 ranks; seccomm runs up to 65,536"),
         (["--workload", "resnet50", "--preset", "ib-ndr400", "--calibration", "x.json"], "not both"),
         (["--workload", "resnet50", "--csv", "/nonexistent/t.csv"], "folder /nonexistent does not exist"),
     ],
@@ -200,6 +221,7 @@ def test_measure_without_the_lab_keeps_the_tunnel_figures_and_says_why(monkeypat
     assert "# --measure: replaced cpu_aes_gcm: 5.5 GB/s per crypto thread (published) ->" in out
     assert "# --measure: not measured: the tunnel rows keep their figures (wireguard-go not installed" in out
     assert "measured: 31.8 MB/s per node" in out  # (the figure of this project's machine stays)
+    assert "network links per node" not in out and "; 8 link(s) per node" in out
 
 
 @pytest.mark.lab
@@ -212,7 +234,7 @@ def test_measure_runs_wireguard_go_through_the_lab():
     assert why is None, why
     f = figs["wireguard_go_here"]
     assert f.source.startswith("this run: seccomm cluster") and 1e5 < f.value < 1.25e9  # (under 10 Gbit/s)
-    assert said[0].startswith("wireguard_go_here: 31.8 MB/s per node ->")
+    assert said[0].startswith("wireguard_go_here: 31.8 MB/s per node (measured) ->")
 
 
 def test_step_from_a_train_result(tmp_path, capsys):
@@ -225,3 +247,12 @@ def test_step_from_a_train_result(tmp_path, capsys):
     f.write_text(json.dumps({"steps": 50, "variants": {}}))
     assert cli.main(["tradeoff", "--workload", "resnet50", "--step-from", str(f)]) == 2
     assert "no median step of the default hook" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_json_says_so(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("step: 12 ms\n")
+    for opt in ("--step-from", "--calibration"):
+        assert cli.main(["tradeoff", "--workload", "resnet50", opt, str(f)]) == 2
+        err = capsys.readouterr().err
+        assert f"{f} is not JSON (Expecting value: line 1 column 1 (char 0)): expected a " in err, err
