@@ -258,8 +258,8 @@ def _project(a) -> int:
         from ..identitycost import annotate
 
         annotate(rows, a.collective, a.message, a.identity, prm)
+    _write(a, prm, rows)  # (the files first: a reader of the table may stop early, as `| head` does)
     _print_rows(a, rows)
-    _write(a, prm, rows)
     return 0
 
 
@@ -468,6 +468,12 @@ def _diagnose(a) -> int:
     if not rows:
         raise UsageError(f"{a.diagnose}: no allreduce row with more than one rank to diagnose")
     verdicts = diagnose.verdicts([r for r in rows if r["size_bytes"] >= 65536] or rows)
+    files = report.with_efficiency(rows, verdicts)  # (written first: the reader may stop early)
+    for path, fmt in ((a.json, "json"), (a.csv, "csv")):
+        if path:
+            report.write_rows(path, files, fmt)
+    if a.html:
+        report.write_html(a.html, files, verdicts, a.diagnose, cal)
     print(
         f"# diagnosis of {a.diagnose}: the calibrated model's parts of each row's measured time; waiting "
         f"= measured - model, what the model does not explain (negative where the model is slower than "
@@ -476,10 +482,4 @@ def _diagnose(a) -> int:
     print("\n".join(diagnose.table(rows)))
     print("# what limits scaling (rows >= 64 KiB):")
     print("\n".join(f"# {v['line']}" for v in verdicts))
-    rows = report.with_efficiency(rows, verdicts)
-    for path, fmt in ((a.json, "json"), (a.csv, "csv")):
-        if path:
-            report.write_rows(path, rows, fmt)
-    if a.html:
-        report.write_html(a.html, rows, verdicts, a.diagnose, cal)
     return 0

@@ -137,10 +137,7 @@ def run(a, argv) -> int:
         used = [sc.figures[k] for k in r["figures"]]
         r["bases"] = [f.basis for f in used]
         r["sources"] = [f.source for f in used]
-    _print(a, w, sc, nodes, rows)
-    for line in said:
-        print(f"# --measure: {line}")
-    if a.csv:
+    if a.csv:  # (the files first: a reader of the table may stop early, as `| head` does)
         with open(a.csv, "w", newline="") as f:
             out = csv.writer(f)
             out.writerow(COLUMNS)
@@ -153,6 +150,9 @@ def run(a, argv) -> int:
     if a.html:
         with open(a.html, "w", encoding="utf-8") as f:
             f.write(tradeoff.to_html(doc))
+    _print(a, w, sc, nodes, rows)
+    for line in said:
+        print(f"# --measure: {line}")
     return 0
 
 

@@ -256,3 +256,14 @@ def test_a_file_that_is_not_json_says_so(tmp_path, capsys):
         assert cli.main(["tradeoff", "--workload", "resnet50", opt, str(f)]) == 2
         err = capsys.readouterr().err
         assert f"{f} is not JSON (Expecting value: line 1 column 1 (char 0)): expected a " in err, err
+
+
+@pytest.mark.parametrize("cmd", ["tradeoff --workload resnet50", "project --nodes 1,2"])
+def test_files_are_written_when_the_reader_of_the_table_stops_early(tmp_path, cmd):
+    """`seccomm tradeoff ... --csv F | true` (and seccomm project's): the files are there although
+    the table's reader went away (they are written before the table is printed)."""
+    c, j = tmp_path / "t.csv", tmp_path / "t.json"
+    line = f"{sys.executable} -m seccomm {cmd} --csv {c} --json {j} | true"
+    out = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in out.stderr, out.stderr
+    assert c.stat().st_size > 0 and json.loads(j.read_text())["rows"]
