@@ -130,10 +130,10 @@ def _sweep(args, specs, bench_args, cfg, at) -> int:
         return 1
     coll = cfg.collectives[0]
     rows = scaling_rows(runs, at, coll)
-    print("\n".join(scaling_table(rows, at, coll)), flush=True)
-    if args.json:
+    if args.json:  # (before the table: its reader may stop early, as `| head` does)
         with open(args.json, "w") as f:
             json.dump({"runs": runs, "scaling": rows, "bench_args": bench_args}, f, indent=1)
+    print("\n".join(scaling_table(rows, at, coll)), flush=True)
     return 0 if runs and all(r["returncode"] == 0 for r in runs) else 1
 
 
