@@ -457,8 +457,9 @@ def _link(text: str, url: str) -> str:
 
 def to_html(doc: dict) -> str:
     """The page of ``seccomm tradeoff --html`` from its JSON document: the scenario, the plot, the
-    table (each option's figures linked to their entries, each entry to its source), the threat
-    matrix (each cell linked to its source), self-contained."""
+    table (each time linked to the option's own figure, each option's figures to their entries,
+    each entry to its source), the threat matrix (each cell linked to its source),
+    self-contained."""
     import html
 
     e, sc, rows = html.escape, doc["scenario"], doc["rows"]
@@ -469,8 +470,10 @@ def to_html(doc: dict) -> str:
     body = []
     for name in names:
         rs = [r for r in rows if r["option"] == name]
+        main = order[rs[0]["figures"][-1]]  # (the option's own figure; the network's for plaintext)
         cells = "".join(
-            f"<td>{format_ms(r['step_ms'])}<br><small>{format_increase(r['increase_pct'])}</small></td>"
+            f'<td><a href="#fig-{main}" title="figures: {" ".join(f"[{order[k]}]" for k in r["figures"])}">'
+            f"{format_ms(r['step_ms'])}</a><br><small>{format_increase(r['increase_pct'])}</small></td>"
             for r in rs
         )
         refs = " ".join(f'<a href="#fig-{order[k]}">[{order[k]}]</a>' for k in rs[0]["figures"]) or "-"
