@@ -172,9 +172,11 @@ class Scenario:
 def _cpu_rate(sc: Scenario, suite: str) -> tuple[float, float, list]:
     """(seal, open) seconds per byte of one CPU crypto thread for ``suite``, and the figures."""
     f = sc.figures["cpu_aes_gcm"]
+    if suite == "aes-256-gcm":
+        return 1 / f.value, 1 / f.value, [f]
+    ratio = sc.figures[f"ratio:{suite}"]  # (seal; open in the proportion CPU_SUITE_RATIOS gives)
     rs, ro = costmodel.CPU_SUITE_RATIOS[suite]
-    used = [f] if suite == "aes-256-gcm" else [f, sc.figures[f"ratio:{suite}"]]
-    return 1 / (f.value * rs), 1 / (f.value * ro), used
+    return 1 / (f.value * ratio.value), 1 / (f.value * ratio.value * ro / rs), [f, ratio]
 
 
 def option_params(sc: Scenario, option: dict) -> tuple[costmodel.Params, bool, list]:
@@ -239,8 +241,9 @@ def _bound(
 ) -> str:
     """What limits the option at this scale: where its step is within 1 % of plaintext's, what
     limits plaintext (the compute when the communication hides behind it, else the largest part
-    of the largest allreduce); otherwise the part of the largest allreduce that grew most over
-    plaintext's."""
+    of the largest allreduce); otherwise its crypto (origin proofs where they cost more than the
+    AEAD), or, for an option without crypto of its own, the part of the largest allreduce that
+    grew most over plaintext's."""
     m = option["model"]
     names = {"crypto": "GPU crypto" if m.get("crypto") == "gpu" else "CPU cores", "origin": "origin proofs",
              "latency": "latency", "reduction": "reduction", "jitter": "jitter"}  # fmt: skip
@@ -249,6 +252,10 @@ def _bound(
             return "compute (comm hidden)"
         top = max(plain, key=plain.get)
         return "link" if top == "bandwidth" else names.get(top, top)
+    if parts.get("origin", 0.0) > parts.get("crypto", 0.0):
+        return "origin proofs"
+    if parts.get("crypto", 0.0) > 0:  # (the crypto slowed it, whichever part an algorithm moved it to)
+        return names["crypto"]
     grew = max(parts, key=lambda k: parts[k] - plain.get(k, 0.0))
     if grew == "bandwidth" and nodes > 1:
         kinds = {"tunnel": "tunnel rate", "inline": "link (line rate)", "factor": "CC bounce buffers"}
@@ -273,6 +280,8 @@ def evaluate(sc: Scenario, nodes: list[int], options: list[dict] | None = None) 
             per = {b: allreduce_seconds(sc, option, b, topo, prm, secure) for b in sizes}
             comm = [per[b][0] for b in sc.buckets]
             algs = sorted({per[b][2] for b in sizes})
+            if not any(per[b][1].get("origin", 0.0) for b in sizes):  # (no group frames: no proofs)
+                used = [f for f in used if f.key != "origin_gmac"]
             step = step_seconds(sc.buckets, comm, sc.compute_s)
             if base is None:
                 base, base_parts = step, per[max(sizes)][1]
@@ -452,7 +461,9 @@ def _link(text: str, url: str) -> str:
     import html
 
     e = html.escape
-    return f'<a href="{e(url)}">{e(text)}</a>' if url.startswith("http") else f"{e(text)} ({e(url)})"
+    if url.startswith("http"):
+        return f'<a href="{e(url)}">{e(text)}</a>'
+    return f"{e(text)} ({e(url)})" if url else e(text)
 
 
 def to_html(doc: dict) -> str:
@@ -470,7 +481,8 @@ def to_html(doc: dict) -> str:
     body = []
     for name in names:
         rs = [r for r in rows if r["option"] == name]
-        main = order[rs[0]["figures"][-1]]  # (the option's own figure; the network's for plaintext)
+        own = [k for k in rs[0]["figures"] if k != "origin_gmac"]
+        main = order[own[-1]]  # (the option's own figure; the network's for plaintext)
         cells = "".join(
             f'<td><a href="#fig-{main}" title="figures: {" ".join(f"[{order[k]}]" for k in r["figures"])}">'
             f"{format_ms(r['step_ms'])}</a><br><small>{format_increase(r['increase_pct'])}</small></td>"
@@ -503,13 +515,14 @@ def to_html(doc: dict) -> str:
         matrix.append(f'<tr><th class="l">{e(name)}</th>{"".join(tds)}</tr>')
     compute = f"{sc['compute_ms']:g} ms of compute a step" if sc["compute_ms"] else "communication only"
     compute += sc.get("compute_source", "")
+    if sc["compute_ms"]:
+        compute += f"; backward pass {sc['backward_share']:.3g} of it ({sc['backward_source']})"
     approx = " (buckets of the cap: no tensor sizes)" if sc["buckets_approximate"] else ""
     parts = [
         "<h1>seccomm tradeoff</h1>",
         f"<p><b>{e(sc['workload'])}</b>: {sc['parameters']:,} parameters, {sc['gradient_bytes']:,} B of "
         f"float32 gradients in {sc['buckets']} DDP buckets{e(approx)}; {sc['gpus_per_node']} GPUs per "
-        f"node; {e(compute)}; backward pass {sc['backward_share']:.3g} of the compute "
-        f"({e(sc['backward_source'])}). Network: {e(sc['network'])}. CPU crypto threads per rank: "
+        f"node; {e(compute)}. Network: {e(sc['network'])}. CPU crypto threads per rank: "
         f"{sc['crypto_threads']}; network links per node: {sc.get('nics_per_node', 1)}.</p>",
         "<h2>Step time against node count</h2>",
         f'<img alt="step time relative to plaintext against node count, per option" src="{plot_uri(rows)}">',

@@ -113,7 +113,12 @@ def run(a, argv) -> int:
     prm, network = _network(a)
     nics = a.nics_per_node
     if nics is None:
-        nics = a.gpus_per_node if not a.calibration and "per GPU" in prm.source.get("inter", "") else 1
+        per_gpu = not a.calibration and "per GPU" in prm.source.get("inter", "")
+        nics = min(a.gpus_per_node, 64) if per_gpu else 1
+    if nics > a.gpus_per_node:
+        raise UsageError(
+            f"--nics-per-node {nics} is more than --gpus-per-node {a.gpus_per_node}: a rank drives one link"
+        )
 
     def outputs():
         for opt, path in (("--json", a.json), ("--csv", a.csv), ("--html", a.html)):
@@ -127,6 +132,10 @@ def run(a, argv) -> int:
 
     check_outputs(outputs)
     figs, said = tradeoff.figures(), []
+    if a.calibration:  # (its CPU crypto rate, measured where the calibration's bench ran)
+        unit = figs["cpu_aes_gcm"].unit
+        source = f"{a.calibration} (seccomm project --calibrate: AES-256-GCM's seal rate of that bench run)"
+        figs["cpu_aes_gcm"] = tradeoff.Figure("cpu_aes_gcm", 1 / prm.seal, unit, "calibrated", source)
     if a.measure:
         figs, said = _measure(figs)
     sc = tradeoff.Scenario(
@@ -153,6 +162,12 @@ def run(a, argv) -> int:
     _print(a, w, sc, nodes, rows)
     for line in said:
         print(f"# --measure: {line}")
+    if _infiniband(sc):
+        print(
+            "# note: the host tunnels, IPsec offload, MACsec, PSP and UET TSS protect Ethernet/IP traffic; "
+            "over this network's InfiniBand links a job's RDMA traffic bypasses them (their rows show the "
+            "links' time): give an Ethernet preset (--preset roce-200, eth-100) or your calibration"
+        )
     return 0
 
 
@@ -173,6 +188,11 @@ def _measure(figs: dict) -> tuple[dict, list[str]]:
     if why:
         said.append(f"not measured: the tunnel rows keep their figures ({why})")
     return figs, said
+
+
+def _infiniband(sc) -> bool:
+    """Whether the network's links are InfiniBand (a preset that says so)."""
+    return "InfiniBand" in sc.network or " NDR" in sc.network
 
 
 def _network(a) -> tuple:
@@ -222,20 +242,25 @@ def _document(w, sc, nodes, rows) -> dict:
 _BOUND = "bound: what limits it at the most nodes"
 
 
+def _n(k: int, what: str) -> str:
+    """``k`` ``what``, plural from 2 (1 GPU, 8 GPUs)."""
+    return f"{k:,} {what}{'s' if k != 1 else ''}"
+
+
 def _print(a, w, sc, nodes, rows) -> None:
     p = print
     approx = " (buckets of the cap: no tensor sizes)" if w.get("approximate") else ""
     compute = (
         f"{sc.compute_s * 1e3:g} ms of compute a step{sc.compute_source}"
         if sc.compute_s
-        else "communication only (--step-ms)"
+        else "communication only (no --step-ms)"
     )
     p(
         f"# seccomm tradeoff: {w['name']}, {w['parameters']:,} parameters, {w['gradient_bytes']:,} B of "
-        f"float32 gradients in {len(w['buckets'])} DDP buckets{approx}; {sc.gpus_per_node} GPUs per node; "
-        f"{compute}"
+        f"float32 gradients in {_n(len(w['buckets']), 'DDP bucket')}{approx}; "
+        f"{_n(sc.gpus_per_node, 'GPU')} per node; {compute}"
     )
-    p(f"# network: {sc.network}; {sc.nics_per_node} link(s) per node")
+    p(f"# network: {sc.network}; {_n(sc.nics_per_node, 'link')} per node")
     p(f"# per node count: the step's time and its increase over plaintext (a factor from 2x); {_BOUND}")
     fig_ids: dict[str, int] = {}
     head = f"{'option':<38} " + " ".join(f"{f'{n} node' + ('s' if n > 1 else ''):>19}" for n in nodes)

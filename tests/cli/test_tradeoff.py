@@ -221,7 +221,7 @@ def test_measure_without_the_lab_keeps_the_tunnel_figures_and_says_why(monkeypat
     assert "# --measure: replaced cpu_aes_gcm: 5.5 GB/s per crypto thread (published) ->" in out
     assert "# --measure: not measured: the tunnel rows keep their figures (wireguard-go not installed" in out
     assert "measured: 31.8 MB/s per node" in out  # (the figure of this project's machine stays)
-    assert "network links per node" not in out and "; 8 link(s) per node" in out
+    assert "network links per node" not in out and "; 8 links per node" in out
 
 
 @pytest.mark.lab
@@ -267,3 +267,41 @@ def test_files_are_written_when_the_reader_of_the_table_stops_early(tmp_path, cm
     out = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60)
     assert "Traceback" not in out.stderr, out.stderr
     assert c.stat().st_size > 0 and json.loads(j.read_text())["rows"]
+
+
+def test_the_figures_in_force_drive_the_rows():
+    """A replaced figure (as --measure replaces them) changes the rows that use it: the suite ratio
+    moves the ChaCha20-Poly1305 row, the CPU rate every CPU row."""
+    w = gradients.workload_buckets("resnet50")
+    prm = costmodel.get_preset("nvlink4-ndr400")
+
+    def chacha(figs):
+        sc = tradeoff.Scenario(w["buckets"], 0.0, 8, prm, "published: preset", 8, figs, nics_per_node=8)
+        return {r["option"]: r for r in tradeoff.evaluate(sc, [8])}["seccomm chacha20-poly1305 x509 (CPU)"]
+
+    figs = tradeoff.figures()
+    base = chacha(figs)["step_ms"]
+    slow = dict(figs)
+    slow["ratio:chacha20-poly1305"] = tradeoff.Figure("ratio:chacha20-poly1305", 0.1, "x", "measured", "test")
+    assert chacha(slow)["step_ms"] > 2 * base
+    fast = dict(figs)
+    fast["cpu_aes_gcm"] = tradeoff.Figure("cpu_aes_gcm", 1e12, "B/s", "measured", "test")
+    assert chacha(fast)["step_ms"] < base
+
+
+def test_calibration_and_infiniband_note(tmp_path, capsys):
+    from pathlib import Path
+
+    cal = Path(__file__).resolve().parents[2] / "docs" / "calibration-dev-2ranks.json"
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2", "--calibration", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "calibrated: " in out and "AES-256-GCM's seal rate of that bench run" in out
+    assert "# note: the host tunnels" not in out  # (a calibration's links are not known to be IB)
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2"]) == 0
+    assert "# note: the host tunnels, IPsec offload, MACsec, PSP and UET TSS" in capsys.readouterr().out
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2", "--preset", "roce-200"]) == 0
+    assert "# note: the host tunnels" not in capsys.readouterr().out
+    assert (
+        cli.main(["tradeoff", "--workload", "resnet50", "--gpus-per-node", "2", "--nics-per-node", "4"]) == 2
+    )
+    assert "a rank drives one link" in capsys.readouterr().err
