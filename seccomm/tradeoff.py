@@ -22,7 +22,9 @@ seccomm):
 - ``tunnel``: one host-to-host tunnel per node: the node's inter-node bandwidth, which its
   ranks share, is at most the figure;
 - ``inline``: NIC or switch crypto at line rate: each NIC's bandwidth is at most the figure
-  where one is published, else the network's (no published added latency is modelled);
+  where one is published, else the network's; where published, each packet of an MTU's payload
+  also carries the protocol's bytes (``overhead``, ``mtu``), and each link a message crosses adds
+  the protocol's latency (``latency``, ``links``);
 - ``factor``: each byte between nodes costs the figure times the network's time per byte (GPU
   confidential computing: traffic between nodes stages through encrypted bounce buffers).
 
@@ -85,7 +87,7 @@ def check_data(d: dict) -> None:
             raise ValueError(f"option {o['name']!r}: unknown kind {m['kind']!r}")
         if m["kind"] == "tunnel" and "rate" not in m or m["kind"] == "factor" and "factor" not in m:
             raise ValueError(f"option {o['name']!r}: a {m['kind']} needs its figure")
-        for ref in (m.get("rate"), m.get("factor")):
+        for ref in (m.get("rate"), m.get("factor"), m.get("latency"), m.get("overhead"), m.get("mtu")):
             if ref is not None and ref not in d["figures"]:
                 raise ValueError(f"option {o['name']!r}: unknown figure {ref!r}")
         if set(o["protects"]) != set(threats):
@@ -170,13 +172,14 @@ class Scenario:
 
 
 def _cpu_rate(sc: Scenario, suite: str) -> tuple[float, float, list]:
-    """(seal, open) seconds per byte of one CPU crypto thread for ``suite``, and the figures."""
+    """(seal, open) seconds per byte of one CPU crypto thread for ``suite``, and the figures (the
+    suite's own first)."""
     f = sc.figures["cpu_aes_gcm"]
     if suite == "aes-256-gcm":
         return 1 / f.value, 1 / f.value, [f]
     ratio = sc.figures[f"ratio:{suite}"]  # (seal; open in the proportion CPU_SUITE_RATIOS gives)
     rs, ro = costmodel.CPU_SUITE_RATIOS[suite]
-    return 1 / (f.value * ratio.value), 1 / (f.value * ratio.value * ro / rs), [f, ratio]
+    return 1 / (f.value * ratio.value), 1 / (f.value * ratio.value * ro / rs), [ratio, f]
 
 
 def option_params(sc: Scenario, option: dict) -> tuple[costmodel.Params, bool, list]:
@@ -197,7 +200,16 @@ def option_params(sc: Scenario, option: dict) -> tuple[costmodel.Params, bool, l
         f = sc.figures[m["rate"]]
         links = sc.nics_per_node if m["kind"] == "inline" else 1  # (a host's one tunnel; a port per NIC)
         beta = max(prm.inter.beta, 1 / (f.value * links))  # (per node: its ranks share it)
-        return replace(prm, inter=costmodel.Link(prm.inter.alpha, beta)), False, [f]
+        alpha, used = prm.inter.alpha, [f]
+        if "overhead" in m:  # (each packet of mtu bytes carries the protocol's bytes too)
+            over, mtu = sc.figures[m["overhead"]], sc.figures[m["mtu"]]
+            beta *= (mtu.value + over.value) / mtu.value
+            used += [over, mtu]
+        if "latency" in m:  # (added on each link a message crosses)
+            lat = sc.figures[m["latency"]]
+            alpha += lat.value * m["links"]
+            used.append(lat)
+        return replace(prm, inter=costmodel.Link(alpha, beta)), False, used
     if m["kind"] == "factor":
         f = sc.figures[m["factor"]]
         return replace(prm, inter=costmodel.Link(prm.inter.alpha, prm.inter.beta * f.value)), False, [f]
@@ -481,8 +493,8 @@ def to_html(doc: dict) -> str:
     body = []
     for name in names:
         rs = [r for r in rows if r["option"] == name]
-        own = [k for k in rs[0]["figures"] if k != "origin_gmac"]
-        main = order[own[-1]]  # (the option's own figure; the network's for plaintext)
+        own = rs[0]["figures"]  # (network first, then the option's own figure: the network's for plaintext)
+        main = order[own[1] if len(own) > 1 else own[0]]
         cells = "".join(
             f'<td><a href="#fig-{main}" title="figures: {" ".join(f"[{order[k]}]" for k in r["figures"])}">'
             f"{format_ms(r['step_ms'])}</a><br><small>{format_increase(r['increase_pct'])}</small></td>"

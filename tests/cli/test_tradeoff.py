@@ -68,7 +68,7 @@ def test_options_are_modelled_as_their_figures_say():
     sc = tradeoff.Scenario(w["buckets"], 0.0, 8, prm, "published: preset", nics_per_node=8)
     rows = {(r["option"], r["nodes"]): r for r in tradeoff.evaluate(sc, [1, 8])}
     plain = rows[("plaintext", 8)]
-    assert rows[("MACsec (NIC and switch)", 8)]["step_ms"] == pytest.approx(plain["step_ms"])  # line rate
+    assert rows[("IPsec crypto offload (NIC)", 8)]["step_ms"] > plain["step_ms"]  # (its ESP bytes)
     assert rows[("PSP (NIC)", 8)]["figures"] == ["network"]  # (no published rate: the network's)
     cc = rows[("GPU confidential computing (Hopper CC)", 8)]
     assert plain["step_ms"] * 2 < cc["step_ms"] < plain["step_ms"] * 12.69  # (the bytes between nodes only)
@@ -305,3 +305,19 @@ def test_calibration_and_infiniband_note(tmp_path, capsys):
         cli.main(["tradeoff", "--workload", "resnet50", "--gpus-per-node", "2", "--nics-per-node", "4"]) == 2
     )
     assert "a rank drives one link" in capsys.readouterr().err
+
+
+def test_inline_options_carry_their_published_overhead_and_latency():
+    """On an Ethernet preset: MACsec adds its per-link latency and its bytes per packet, IPsec
+    offload its ESP bytes; PSP, with none published, reads as plaintext."""
+    w = gradients.workload_buckets("bert-large")
+    sc = tradeoff.Scenario(w["buckets"], 0.0, 8, costmodel.get_preset("roce-200"), "published: preset")
+    rows = {r["option"]: r for r in tradeoff.evaluate(sc, [8])}
+    plain = rows["plaintext"]["step_ms"]
+    assert rows["PSP (NIC)"]["step_ms"] == pytest.approx(plain)
+    assert rows["MACsec (NIC and switch)"]["step_ms"] > rows["IPsec crypto offload (NIC)"]["step_ms"] > plain
+    esp = rows["IPsec crypto offload (NIC)"]["step_ms"] / plain
+    assert 1.0 < esp < 1 + 34 / 1500 + 1e-9  # (at most the bytes it adds)
+    assert rows["MACsec (NIC and switch)"]["figures"] == [
+        "network", "inline_line_rate", "macsec_overhead", "ethernet_mtu", "macsec_latency",
+    ]  # fmt: skip
