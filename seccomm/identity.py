@@ -301,43 +301,13 @@ def make_test_identities(folder, hosts: list, days: float = 1.0) -> TestPKI:
     created exclusively).  For tests and a first try: a real job's certificates come from its
     own CA.  The CA's private key is not kept."""
     folder = Path(folder)
-    now = dt.datetime.now(dt.timezone.utc)
-    start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "seccomm throw-away CA")])
-    ca = (
-        _builder(ca_name, ca_name, ca_key.public_key(), start, end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_usage(cert_sign=True), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca = TestCA(days)
     ca_file = folder / "ca.pem"
-    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    ca_file.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
     certs, keys = [], []
     for i, host in enumerate(hosts):
         key = ec.generate_private_key(ec.SECP256R1())
-        alt = x509.UniformResourceIdentifier(host) if host.startswith(SPIFFE) else x509.DNSName(host)
-        leaf = (
-            _builder(
-                x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]),
-                ca_name,
-                key.public_key(),
-                start,
-                end,
-            )
-            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_usage(sign=True), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
+        leaf = ca.issue(host, key.public_key())
         cert_file, key_file = folder / f"host-{i}.pem", folder / f"host-{i}.key"
         cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
         pem = key.private_bytes(
@@ -349,6 +319,50 @@ def make_test_identities(folder, hosts: list, days: float = 1.0) -> TestPKI:
         certs.append(cert_file)
         keys.append(key_file)
     return TestPKI(ca_file, certs, keys)
+
+
+class TestCA:
+    """A throw-away CA (ECDSA P-256, self-signed, ``cert``), valid from five minutes ago for
+    ``days``: :meth:`issue` signs a host certificate for any public key.  The private key lives
+    only in this object."""
+
+    __test__ = False  # (not a pytest test class)
+
+    def __init__(self, days: float = 1.0):
+        now = dt.datetime.now(dt.timezone.utc)
+        self.start, self.end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "seccomm throw-away CA")])
+        self.cert = (
+            _builder(self.name, self.name, self._key.public_key(), self.start, self.end)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_usage(cert_sign=True), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False)
+            .sign(self._key, hashes.SHA256())
+        )
+
+    def __repr__(self):
+        return f"<TestCA until {self.end:%Y-%m-%d %H:%M}Z>"
+
+    def issue(self, host: str, public_key) -> x509.Certificate:
+        """A leaf for ``public_key`` naming ``host`` (a DNS name, or a ``spiffe://`` ID),
+        ``digitalSignature``, client and server auth."""
+        alt = x509.UniformResourceIdentifier(host) if host.startswith(SPIFFE) else x509.DNSName(host)
+        return (
+            _builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]), self.name, public_key,
+                     self.start, self.end)
+            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_usage(sign=True), critical=True)
+            .add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]),
+                critical=False,
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
+            )
+            .sign(self._key, hashes.SHA256())
+        )  # fmt: skip
 
 
 def _builder(subject, issuer, public_key, start, end) -> x509.CertificateBuilder:

@@ -308,6 +308,7 @@ def test_a_finished_signature_altered_in_transit_names_its_rank(what, edit):
     res = x509_run(3, lambda sc: sc, wraps={0: Alter})
     assert isinstance(res[0], AuthenticationError) and res[0].peer == 1, (what, res)
     assert "does not match the setup transcript of rank 0" in str(res[0])
+    assert res[0].suite == "a signature of its certificate's key", res[0].suite  # (not an HMAC)
 
 
 def test_a_failure_report_in_another_ranks_name_is_refused():
@@ -602,3 +603,146 @@ def test_an_insider_forges_another_ranks_give_up_notice_only_under_psk(identity)
         notice = seal_notice(forger, 0, 0, 0).tobytes()
         got = open_notice(macs0, 1, notice, 3)
         assert (got is not None) == (identity == "psk"), (identity, got)
+
+
+# -- check_identities on a transcript, one rule at a time ------------------------------------------
+def _pki_with(tmp_path, public_keys):
+    """A throw-away CA and one leaf per public key in ``public_keys`` (hosts
+    rank<i>.seccomm.test), any key type: (CA certificates, DER chains, the end of validity)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from seccomm.identity import TestCA
+
+    ca = TestCA()
+    chains = [
+        (ca.issue(f"rank{i}.seccomm.test", pub).public_bytes(serialization.Encoding.DER),)
+        for i, pub in enumerate(public_keys)
+    ]
+    return [ca.cert], chains, ca.end
+
+
+def _transcript(chains, hosts=None):
+    """The transcript of hellos carrying ``chains`` (each rank's host key its certificate's name
+    unless ``hosts`` says otherwise)."""
+    from seccomm.handshake import Hello, Transcript
+    from seccomm.topology import name_key
+
+    rows = np.stack(
+        [
+            encode_hello(
+                Hello(j, bytes(32), hosts[j] if hosts else name_key(f"rank{j}.seccomm.test"), bytes(32),
+                      {"protocol": 4}, None, chain),
+                None,
+            )
+            for j, chain in enumerate(chains)
+        ]
+    )  # fmt: skip
+    return Transcript.from_rows(rows)
+
+
+def _ec():
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1()).public_key()
+
+
+def test_check_identities_names_the_rank_of_an_unreadable_chain(tmp_path):
+    from seccomm.handshake import check_identities
+
+    cas, chains, _ = _pki_with(tmp_path, [_ec(), _ec(), _ec()])
+    chains[1] = (b"\x30\x03not DER",)
+    with pytest.raises(IdentityError) as e:
+        check_identities(_transcript(chains), cas)
+    assert e.value.peer == 1 and "setup: rank 1's certificate chain is not readable DER" in str(e.value)
+
+
+def test_check_identities_judges_validity_at_the_time_it_is_given(tmp_path):
+    import datetime as dt
+
+    from seccomm.handshake import check_identities
+
+    cas, chains, end = _pki_with(tmp_path, [_ec(), _ec()])
+    assert len(check_identities(_transcript(chains), cas, now=end - dt.timedelta(hours=1))) == 2
+    with pytest.raises(IdentityError) as e:
+        check_identities(_transcript(chains), cas, now=end + dt.timedelta(days=1))
+    assert e.value.peer == 0
+
+
+def test_ranks_that_share_a_certificate_keep_their_own_rank(tmp_path):
+    from seccomm.handshake import check_identities
+
+    cas, chains, _ = _pki_with(tmp_path, [_ec()])
+    ids = check_identities(_transcript(chains * 3, hosts=[_name0()] * 3), cas)
+    assert [p.rank for p in ids] == [0, 1, 2] and len({p.fingerprint for p in ids}) == 1
+
+
+def _name0():
+    from seccomm.topology import name_key
+
+    return name_key("rank0.seccomm.test")
+
+
+def test_check_identities_takes_a_4096_bit_rsa_key_and_refuses_one_it_cannot_sign_with(tmp_path):
+    """RSA-4096 signs 512 bytes, the most a finished message holds: taken.  A key seccomm has no
+    signature for (X25519, in a chain the CA signed) is refused naming its rank."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from seccomm.handshake import check_identities
+
+    rsa4096 = rsa.generate_private_key(public_exponent=65537, key_size=4096).public_key()
+    x25519 = X25519PrivateKey.generate().public_key()
+    cas, chains, _ = _pki_with(tmp_path, [_ec(), rsa4096, x25519])
+    assert len(check_identities(_transcript(chains[:2]), cas)) == 2
+    with pytest.raises(IdentityError) as e:
+        check_identities(_transcript(chains), cas)
+    assert e.value.peer == 2 and "setup: rank 2's certificate key is not one seccomm signs with" in str(
+        e.value
+    )
+
+
+class _Chain(TransportWrapper):
+    """This rank's own hello, re-encoded with ``chain`` in place of its own (MACed with ``key``,
+    the hello key of the PSK where one is set)."""
+
+    chain, key = None, None
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        if op_label == "setup: hello":
+            h = decode_hello(np.asarray(sendbuf).tobytes())
+            sendbuf = encode_hello(replace(h, chain=self.chain), self.key)
+        return self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+
+
+def test_a_hello_without_a_chain_under_x509_or_with_one_under_psk_is_refused_naming_its_rank():
+    """The chain is there exactly under identity x509: rank 1's hello without one (x509) or with
+    one (psk) is a ConfigMismatchError on every rank naming rank 1, before any chain is read."""
+    from seccomm.handshake import job_digest
+    from seccomm.keys import hello_key
+    from seccomm.options import job_id_of
+
+    class Bare(_Chain):
+        chain = None
+
+    res = x509_run(3, lambda sc: sc, wraps={1: Bare})
+    assert all(isinstance(r, ConfigMismatchError) and r.peer == 1 for r in res), res
+    assert "setup: the hello from rank 1 has no certificate chain" in str(res[0]), res
+
+    class Carried(_Chain):
+        chain = (b"\x30\x00",)
+        key = hello_key(PSK, job_digest(job_id_of(None)))
+
+    res = run(3, lambda sc: sc, wraps={1: Carried}, psk=PSK)
+    assert all(isinstance(r, ConfigMismatchError) and r.peer == 1 for r in res), res
+    assert "setup: the hello from rank 1 carries a certificate chain under identity 'psk'" in str(res[0]), res
+
+
+def test_an_unauthenticated_excerpt_is_marked_only_when_cut():
+    from seccomm.handshake import EXCERPT_CHARS, unauthenticated_excerpt
+
+    whole = "e" * EXCERPT_CHARS
+    assert unauthenticated_excerpt(whole) == repr(whole)
+    longer = whole + "f"
+    assert unauthenticated_excerpt(longer) == (
+        repr(whole) + f" (first {EXCERPT_CHARS} of {EXCERPT_CHARS + 1} characters)"
+    )
