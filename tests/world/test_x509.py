@@ -260,6 +260,19 @@ def test_ranks_that_disagree_on_the_identity_mode_say_so():
         assert "identity: rank 0 'psk', rank 1 'x509'" in str(e)
 
 
+def test_a_psk_rank_and_an_x509_rank_without_a_psk_disagree_on_the_mode_not_on_a_mac():
+    """Rank 1 runs x509 with no PSK, so its hello carries no MAC; rank 0 runs psk.  The modes are
+    compared before any hello is authenticated (the mode chooses how): every rank names the
+    mode, not a hello that failed its MAC."""
+    world = World(2)
+    trs = world.transports(timeout=3)
+    ids = rank_identities(2)
+    res = world.run(lambda r: SecureComm(trs[r], timeout=2, **({"identity": ids[r]} if r else {"psk": PSK})))
+    for e in res:
+        assert isinstance(e, ConfigMismatchError) and e.peer == 1, res
+        assert "identity: rank 0 'psk', rank 1 'x509'" in str(e), e
+
+
 # -- the keys of a pair, the signatures of a rank -------------------------------------------------
 def test_a_pairs_keys_are_known_to_that_pair_only():
     """Ranks 0 and 1 derive the same direction and control keys; rank 2 (an insider, with the
