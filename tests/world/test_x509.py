@@ -270,7 +270,28 @@ def test_a_psk_rank_and_an_x509_rank_without_a_psk_disagree_on_the_mode_not_on_a
     res = world.run(lambda r: SecureComm(trs[r], timeout=2, **({"identity": ids[r]} if r else {"psk": PSK})))
     for e in res:
         assert isinstance(e, ConfigMismatchError) and e.peer == 1, res
-        assert "identity: rank 0 'psk', rank 1 'x509'" in str(e), e
+        assert "setup: SecureComm settings differ across ranks: identity: rank 0 'psk', rank 1 'x509'" in str(
+            e
+        ), e
+
+
+class _Moved(TransportWrapper):
+    """Hands this rank rank 1's hello in rank 2's place (an on-path attacker)."""
+
+    def allgather(self, sendbuf, recvbuf, op_label, timeout=None):
+        out = self.inner.allgather(sendbuf, recvbuf, op_label, timeout)
+        if op_label == "setup: hello":
+            rows = np.asarray(recvbuf).reshape(self.size, -1)
+            rows[2] = rows[1]
+        return out
+
+
+def test_a_hello_moved_to_another_ranks_place_is_named_under_x509_without_a_psk():
+    """Without a PSK no MAC binds a hello to its place: the rank it says it was sent as must be
+    its place, else rank 0 names the place (before any signature is checked)."""
+    res = x509_run(3, lambda sc: sc, wraps={0: _Moved})
+    assert isinstance(res[0], ConfigMismatchError) and res[0].peer == 2, res
+    assert "setup: the hello in rank 2's place was sent as rank 1" in str(res[0]), res[0]
 
 
 # -- the keys of a pair, the signatures of a rank -------------------------------------------------
