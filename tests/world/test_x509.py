@@ -780,3 +780,17 @@ def test_an_unauthenticated_excerpt_is_marked_only_when_cut():
     assert unauthenticated_excerpt(longer) == (
         repr(whole) + f" (first {EXCERPT_CHARS} of {EXCERPT_CHARS + 1} characters)"
     )
+
+
+@pytest.mark.parametrize("mode", ["psk", "psk-dhe", "x509"])
+def test_the_key_schedule_knows_the_mode_that_chooses_the_origin_proofs(mode):
+    """Origin proofs follow the schedule's mode (seccomm.engine.origin.needed: x509 only): psk-dhe
+    and psk schedules say their own mode, so their group frames carry none."""
+    from seccomm.engine.origin import needed
+
+    body = lambda sc: (sc.session.keys.mode, needed(sc.session.keys, sc.size))  # noqa: E731
+    if mode == "x509":
+        res = ok(x509_run(3, body))
+    else:
+        res = ok(run(3, body, psk=PSK, key_exchange=mode))
+    assert res == [(mode, mode == "x509")] * 3, res
