@@ -536,6 +536,7 @@ def to_html(doc: dict) -> str:
         f"float32 gradients in {sc['buckets']} DDP buckets{e(approx)}; {sc['gpus_per_node']} GPUs per "
         f"node; {e(compute)}. Network: {e(sc['network'])}. CPU crypto threads per rank: "
         f"{sc['crypto_threads']}; network links per node: {sc.get('nics_per_node', 1)}.</p>",
+        *(f'<p class="note"><b>Note:</b> {e(n)}</p>' for n in doc.get("notes", [])),
         "<h2>Step time against node count</h2>",
         f'<img alt="step time relative to plaintext against node count, per option" src="{plot_uri(rows)}">',
         "<h2>Step time and increase over plaintext</h2>",

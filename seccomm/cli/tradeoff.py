@@ -162,12 +162,8 @@ def run(a, argv) -> int:
     _print(a, w, sc, nodes, rows)
     for line in said:
         print(f"# --measure: {line}")
-    if _infiniband(sc):
-        print(
-            "# note: the host tunnels, IPsec offload, MACsec, PSP and UET TSS protect Ethernet/IP traffic; "
-            "over this network's InfiniBand links a job's RDMA traffic bypasses them (their rows show the "
-            "links' time): give an Ethernet preset (--preset roce-200, eth-100) or your calibration"
-        )
+    for line in _notes(sc):
+        print(f"# note: {line}")
     return 0
 
 
@@ -190,9 +186,16 @@ def _measure(figs: dict) -> tuple[dict, list[str]]:
     return figs, said
 
 
-def _infiniband(sc) -> bool:
-    """Whether the network's links are InfiniBand (a preset that says so)."""
-    return "InfiniBand" in sc.network or " NDR" in sc.network
+def _notes(sc) -> list[str]:
+    """What a reader must know of this scenario: over InfiniBand links (a preset that says so),
+    the tunnels and Ethernet options do not carry the job's RDMA traffic."""
+    if "InfiniBand" not in sc.network and " NDR" not in sc.network:
+        return []
+    return [
+        "the host tunnels, IPsec offload, MACsec, PSP and UET TSS protect Ethernet/IP traffic; over this "
+        "network's InfiniBand links a job's RDMA traffic bypasses them (their rows show the links' "
+        "time): give an Ethernet preset (--preset roce-200, eth-100) or your calibration"
+    ]
 
 
 def _network(a) -> tuple:
@@ -236,6 +239,7 @@ def _document(w, sc, nodes, rows) -> dict:
         "threats": d["threats"],
         "protects": {o["name"]: o["protects"] for o in d["options"]},
         "rows": [{c: r[c] for c in COLUMNS} for r in rows],
+        "notes": _notes(sc),
     }
 
 

@@ -297,8 +297,10 @@ def test_calibration_and_infiniband_note(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "calibrated: " in out and "AES-256-GCM's seal rate of that bench run" in out
     assert "# note: the host tunnels" not in out  # (a calibration's links are not known to be IB)
-    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2"]) == 0
+    page = tmp_path / "t.html"
+    assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2", "--html", str(page)]) == 0
     assert "# note: the host tunnels, IPsec offload, MACsec, PSP and UET TSS" in capsys.readouterr().out
+    assert "<b>Note:</b> the host tunnels, IPsec offload" in page.read_text()  # (the page says it too)
     assert cli.main(["tradeoff", "--workload", "resnet50", "--nodes", "2", "--preset", "roce-200"]) == 0
     assert "# note: the host tunnels" not in capsys.readouterr().out
     assert (
