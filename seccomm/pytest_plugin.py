@@ -266,25 +266,18 @@ def throwaway_identities(comm, config=None):
             returncode=2,
         )
     made = None
-    if rank == 0:
-        import tempfile
+    if rank == 0:  # (the launcher's throw-away CA, as seccomm bench makes one: on this host)
+        from .launch import identity_envs
 
-        from .identity import make_test_identities
-        from .launch import _private_dir
-
-        folder = tempfile.mkdtemp(prefix="seccomm-pki-", dir=_private_dir())
         try:
-            t = make_test_identities(folder, [hosts[0]] * comm.Get_size())
-            made = (folder, str(t.ca_file), [str(c) for c in t.cert_files], [str(k) for k in t.key_files])
+            envs, folder = identity_envs(comm.Get_size())
+            made = (folder, [(e[CERT_VAR], e[KEY_VAR], e[CA_VAR]) for e in envs])
         except Exception as e:  # (said on every rank below)
-            import shutil
-
-            shutil.rmtree(folder, ignore_errors=True)
             made = f"could not make a throw-away CA: {type(e).__name__}: {e}"
     made = comm.bcast(made, root=0)
     if isinstance(made, str):
         pytest.exit(f"seccomm: {made}", returncode=2)
-    folder, ca, certs, keys = made
+    folder, files = made
     if rank == 0:
         with _uncaptured(config):
             sys.stderr.write(
@@ -292,7 +285,7 @@ def throwaway_identities(comm, config=None):
                 f"(no SECCOMM_CERT_FILE on any rank), removed when pytest ends\n"
             )
             sys.stderr.flush()
-    return IdentityFiles(certs[rank], keys[rank], ca), folder if rank == 0 else None
+    return IdentityFiles(*files[rank]), folder if rank == 0 else None
 
 
 class _NativeRounds:

@@ -468,13 +468,18 @@ def plot_uri(rows: list[dict]) -> str:
     return _png(fig)
 
 
-def _link(text: str, url: str) -> str:
-    """``text`` linked to ``url`` (an address); a file of this project's docs in parentheses."""
+def _link(text: str, url: str, title: str = "") -> str:
+    """``text`` linked to ``url`` (an address), or followed by it (a file of this project's
+    docs); ``title``: the citation, shown on hover (a threat cell's, whose source is in small
+    type after it)."""
     import html
 
     e = html.escape
+    attr = f' title="{e(title)}"' if title else ""
     if url.startswith("http"):
-        return f'<a href="{e(url)}">{e(text)}</a>'
+        return f'<a href="{e(url)}"{attr}>{e(text)}</a>'
+    if title:
+        return f"<span{attr}>{e(text)} <small>({e(url)})</small></span>"
     return f"{e(text)} ({e(url)})" if url else e(text)
 
 
@@ -523,7 +528,7 @@ def to_html(doc: dict) -> str:
             src = doc["sources"][key]
             word = text.split(":")[0]
             cls = {"yes": "y", "no": "n"}.get(word, "p")
-            tds.append(f'<td class="{cls}">{_cell_link(text, src)}</td>')
+            tds.append(f'<td class="{cls}">{_link(text, src["url"], src["cite"])}</td>')
         matrix.append(f'<tr><th class="l">{e(name)}</th>{"".join(tds)}</tr>')
     compute = f"{sc['compute_ms']:g} ms of compute a step" if sc["compute_ms"] else "communication only"
     compute += sc.get("compute_source", "")
@@ -563,17 +568,6 @@ def to_html(doc: dict) -> str:
         "img{max-width:100%}ol.figs{font-size:12px;list-style:none;padding-left:0}"
         "</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
-
-
-def _cell_link(text: str, src: dict) -> str:
-    """A threat cell linked to its source (an address), or followed by it (a file of this
-    project's docs), the citation in its title."""
-    import html
-
-    e, url = html.escape, src["url"]
-    if url.startswith("http"):
-        return f'<a href="{e(url)}" title="{e(src["cite"])}">{e(text)}</a>'
-    return f'<span title="{e(src["cite"])}">{e(text)} <small>({e(url)})</small></span>'
 
 
 def fig_value(f: dict) -> str:
