@@ -297,28 +297,34 @@ class TestPKI:
 def make_test_identities(folder, hosts: list, days: float = 1.0) -> TestPKI:
     """A new CA (ECDSA P-256, self-signed) and one certificate per name in ``hosts`` (its DNS
     name, or its SPIFFE ID where it starts with ``spiffe://``), valid from five minutes ago for
-    ``days``, written into ``folder``: ``ca.pem``, ``host-<i>.pem``, ``host-<i>.key`` (0600,
-    created exclusively).  For tests and a first try: a real job's certificates come from its
-    own CA.  The CA's private key is not kept."""
+    ``days``, written into ``folder``: ``ca.pem``, ``host-<i>.pem``, ``host-<i>.key`` (0600),
+    each created exclusively (:class:`FileExistsError` where one exists: nothing is written
+    over).  For tests and a first try: a real job's certificates come from its own CA.  The CA's
+    private key is not kept."""
     folder = Path(folder)
     ca = TestCA(days)
     ca_file = folder / "ca.pem"
-    ca_file.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+    _write_new(ca_file, ca.cert.public_bytes(serialization.Encoding.PEM), 0o644)
     certs, keys = [], []
     for i, host in enumerate(hosts):
         key = ec.generate_private_key(ec.SECP256R1())
         leaf = ca.issue(host, key.public_key())
         cert_file, key_file = folder / f"host-{i}.pem", folder / f"host-{i}.key"
-        cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+        _write_new(cert_file, leaf.public_bytes(serialization.Encoding.PEM), 0o644)
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
+        _write_new(key_file, pem, 0o600)
         certs.append(cert_file)
         keys.append(key_file)
     return TestPKI(ca_file, certs, keys)
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    """Create ``path`` with ``mode`` (less the umask) and write ``data``; it must not exist."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 class TestCA:

@@ -6,6 +6,7 @@ from cryptography's builder here)."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 import stat
 
 import pytest
@@ -163,3 +164,189 @@ def test_the_host_is_the_first_dns_name_else_the_spiffe_id():
     assert host_of([spiffe, dns, x509.DNSName("n2.c")]) == "n1.c"
     assert host_of([x509.UniformResourceIdentifier("https://x"), spiffe]) == "spiffe://c/r1"
     assert host_of([]) is None
+
+
+# -- signatures as LocalIdentity.sign makes them and verify_signature reads them -----------------
+def _keys():
+    from cryptography.hazmat.primitives.asymmetric import ed448, ed25519, rsa
+
+    return {
+        "P-256": ec.generate_private_key(ec.SECP256R1()),
+        "P-384": ec.generate_private_key(ec.SECP384R1()),
+        "P-521": ec.generate_private_key(ec.SECP521R1()),
+        "Ed25519": ed25519.Ed25519PrivateKey.generate(),
+        "Ed448": ed448.Ed448PrivateKey.generate(),
+        "RSA-2048": rsa.generate_private_key(public_exponent=65537, key_size=2048),
+    }
+
+
+def _independently_valid(pub, sig: bytes, data: bytes) -> None:
+    """Check ``sig`` with cryptography alone, in the encodings the module names: ECDSA ``r || s``
+    with the curve's hash (JWS, RFC 7518 §3.4), RSASSA-PSS with SHA-256 and a salt as long as the
+    digest (TLS 1.3, RFC 8446 §4.2.3), EdDSA as RFC 8032 gives it."""
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    if isinstance(pub, ec.EllipticCurvePublicKey):
+        n = len(sig) // 2
+        h = {256: hashes.SHA256, 384: hashes.SHA384, 521: hashes.SHA512}[pub.curve.key_size]
+        der = encode_dss_signature(int.from_bytes(sig[:n], "big"), int.from_bytes(sig[n:], "big"))
+        pub.verify(der, data, ec.ECDSA(h()))
+    elif isinstance(pub, rsa.RSAPublicKey):
+        pub.verify(sig, data, padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=32), hashes.SHA256())
+    else:
+        pub.verify(sig, data)
+
+
+def test_signatures_have_the_documented_length_encoding_and_verify_only_as_made():
+    from seccomm.identity import LocalIdentity, signature_bytes, verify_signature
+
+    lengths = {"P-256": 64, "P-384": 96, "P-521": 132, "Ed25519": 64, "Ed448": 114, "RSA-2048": 256}
+    data = b"setup transcript"
+    for name, key in _keys().items():
+        pub = key.public_key()
+        sig = LocalIdentity((), (), None, key).sign(data)
+        assert len(sig) == signature_bytes(pub) == lengths[name], name
+        _independently_valid(pub, sig, data)
+        assert verify_signature(pub, sig, data), name
+        assert not verify_signature(pub, sig, data + b"!"), name
+        bad = bytearray(sig)
+        bad[len(sig) // 3] ^= 0x01
+        assert not verify_signature(pub, bytes(bad), data), name
+        assert not verify_signature(pub, sig[:-1], data), name  # (never reaches the library)
+        assert not verify_signature(pub, sig + b"\0", data), name
+
+
+def test_a_signature_of_another_length_is_refused_before_any_check():
+    from seccomm.identity import verify_signature
+
+    pub = ec.generate_private_key(ec.SECP256R1()).public_key()
+    assert not verify_signature(pub, b"", b"x")
+    assert not verify_signature(pub, bytes(63), b"x")
+
+
+def test_the_identity_variables_unset_are_named(monkeypatch):
+    from seccomm.identity import IdentityFiles
+
+    for v in ("SECCOMM_CERT_FILE", "SECCOMM_KEY_FILE", "SECCOMM_CA_FILE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("SECCOMM_KEY_FILE", "/k")
+    with pytest.raises(
+        IdentityError, match=r"^identity 'x509' needs SECCOMM_CERT_FILE, SECCOMM_CA_FILE set "
+    ):
+        IdentityFiles.from_env()
+    monkeypatch.setenv("SECCOMM_CERT_FILE", "/c")
+    monkeypatch.setenv("SECCOMM_CA_FILE", "/a")
+    assert IdentityFiles.from_env() == IdentityFiles("/c", "/k", "/a")
+
+
+# -- the throw-away CA's certificates, extension by extension ------------------------------------
+def _ext(cert, cls):
+    e = cert.extensions.get_extension_for_class(cls)
+    return e.critical, e.value
+
+
+def _usage_bits(u) -> dict:
+    bits = {
+        k: getattr(u, k)
+        for k in ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+                  "key_agreement", "key_cert_sign", "crl_sign")
+    }  # fmt: skip
+    return {k for k, v in bits.items() if v}
+
+
+def test_the_throwaway_ca_and_its_leaves_have_the_documented_extensions(tmp_path):
+    pki = make_test_identities(tmp_path, ["n1.c", "spiffe://c/r1"])
+    assert pki.ca_file == tmp_path / "ca.pem"
+    assert pki.cert_files == [tmp_path / "host-0.pem", tmp_path / "host-1.pem"]
+    assert pki.key_files == [tmp_path / "host-0.key", tmp_path / "host-1.key"]
+    ca = load(pki.ca_file)[0]
+    assert _ext(ca, x509.BasicConstraints) == (True, x509.BasicConstraints(ca=True, path_length=0))
+    crit, usage = _ext(ca, x509.KeyUsage)
+    assert crit and _usage_bits(usage) == {"key_cert_sign", "crl_sign"}
+    for cert_file, alt in zip(
+        pki.cert_files, [x509.DNSName("n1.c"), x509.UniformResourceIdentifier("spiffe://c/r1")]
+    ):
+        cert = load(cert_file)[0]
+        assert _ext(cert, x509.SubjectAlternativeName) == (False, x509.SubjectAlternativeName([alt]))
+        assert _ext(cert, x509.BasicConstraints) == (True, x509.BasicConstraints(ca=False, path_length=None))
+        crit, usage = _ext(cert, x509.KeyUsage)
+        assert crit and _usage_bits(usage) == {"digital_signature"}
+        assert _ext(cert, x509.ExtendedKeyUsage)[1] == x509.ExtendedKeyUsage(
+            [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
+        )
+
+
+def test_the_throwaway_ca_lasts_a_day_by_default_in_utc_whatever_the_local_zone():
+    import os
+    import time
+
+    from seccomm.identity import TestCA
+
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "Etc/GMT-14"  # (UTC+14: a naive local time would be 14 hours off)
+    time.tzset()
+    try:
+        t0 = now()
+        ca = TestCA()
+    finally:
+        if old is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+    five = dt.timedelta(minutes=5)
+    start = ca.cert.not_valid_before_utc
+    assert t0 - five - dt.timedelta(seconds=1) <= start <= t0 - five + dt.timedelta(seconds=10)
+    assert ca.cert.not_valid_after_utc - start == dt.timedelta(days=1) + five
+
+
+def test_the_throwaway_files_are_never_written_over(tmp_path):
+    pki = make_test_identities(tmp_path, ["n1"])
+    files = [pki.ca_file, pki.cert_files[0], pki.key_files[0]]
+    before = [f.read_bytes() for f in files]
+    with pytest.raises(FileExistsError):
+        make_test_identities(tmp_path, ["n1"])
+    assert [f.read_bytes() for f in files] == before
+    for f in files[:2]:  # (then the key file is the one that exists)
+        f.unlink()
+    with pytest.raises(FileExistsError):
+        make_test_identities(tmp_path, ["n1"])
+    assert pki.key_files[0].read_bytes() == before[2]
+
+
+def test_each_identity_file_is_named_with_its_variable_and_what_it_should_hold(tmp_path):
+    """The rules of seccomm.files applied to each of the three files, each refusal naming the
+    variable that points at the file and what the file should hold."""
+    from seccomm.identity import IdentityFiles, load_identity
+
+    pki = make_test_identities(tmp_path, ["n1"])
+    good = IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), str(pki.ca_file))
+    assert load_identity(good).me.host == "n1"
+    big = tmp_path / "big.pem"
+    big.write_bytes(b"x" * (1 << 17))
+    big.chmod(0o600)
+    for field, variable, kind in [
+        ("cert_file", "SECCOMM_CERT_FILE", "certificate chain"),
+        ("key_file", "SECCOMM_KEY_FILE", "private key"),
+        ("ca_file", "SECCOMM_CA_FILE", "CA bundle"),
+    ]:
+        link = tmp_path / f"link-{field}"
+        link.symlink_to(getattr(good, field))
+        with pytest.raises(
+            IdentityError, match=f"^{variable} '{link}' is a symbolic link, .*: point {variable} at"
+        ):
+            load_identity(replace(good, **{field: str(link)}))
+        with pytest.raises(
+            IdentityError, match=f"^{variable} '{big}' is larger than 65536 bytes: not a {kind} file$"
+        ):
+            load_identity(replace(good, **{field: str(big)}))
+
+
+def test_a_local_identity_shows_its_name_and_never_its_key(tmp_path):
+    from seccomm.identity import IdentityFiles, load_identity
+
+    pki = make_test_identities(tmp_path, ["n1.c"])
+    me = load_identity(IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), str(pki.ca_file)))
+    assert repr(me) == f"<LocalIdentity CN=n1.c host=n1.c sha256={me.me.fingerprint[:16]}>"
+    assert str(me._key.private_numbers().private_value) not in repr(me)
