@@ -241,11 +241,20 @@ def load_identity(files: IdentityFiles | None = None, now: dt.datetime | None = 
     n = signature_bytes(me.public_key)
     if n is None or n > MAX_SIGNATURE_BYTES:
         raise IdentityError(
-            f"{CERT_VAR} {files.cert_file!r}: a {type(me.public_key).__name__} key is not one seccomm "
+            f"{CERT_VAR} {files.cert_file!r}: its key ({_key_name(me.public_key)}) is not one seccomm "
             f"signs with; use ECDSA (P-256, P-384, P-521), Ed25519, Ed448 or RSA of at most "
             f"{8 * MAX_SIGNATURE_BYTES} bits"
         )
     return LocalIdentity(tuple(chain), tuple(cas), me, key)
+
+
+def _key_name(public_key) -> str:
+    """``ECDSA secp224r1``, ``RSA-8192``, or the key's class name."""
+    if isinstance(public_key, ec.EllipticCurvePublicKey):
+        return f"ECDSA {public_key.curve.name}"
+    if isinstance(public_key, rsa.RSAPublicKey):
+        return f"RSA-{public_key.key_size}"
+    return type(public_key).__name__
 
 
 def _own_chain(chain, cas, now) -> PeerIdentity:

@@ -350,3 +350,49 @@ def test_a_local_identity_shows_its_name_and_never_its_key(tmp_path):
     me = load_identity(IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), str(pki.ca_file)))
     assert repr(me) == f"<LocalIdentity CN=n1.c host=n1.c sha256={me.me.fingerprint[:16]}>"
     assert str(me._key.private_numbers().private_value) not in repr(me)
+
+
+def test_an_own_key_is_taken_only_where_its_signature_fits_a_setup_message(tmp_path):
+    """RSA-4096 signs 512 bytes, the most a setup message has room for: taken.  An ECDSA key on
+    P-224, a curve seccomm does not sign with, is refused naming the file and the keys it takes."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from seccomm.identity import IdentityFiles, TestCA, load_identity
+
+    ca = TestCA()
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+    for name, key in [
+        ("rsa", rsa.generate_private_key(public_exponent=65537, key_size=4096)),
+        ("p224", ec.generate_private_key(ec.SECP224R1())),
+    ]:
+        cert, key_file = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+        cert.write_bytes(ca.issue("n1", key.public_key()).public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        key_file.chmod(0o600)
+        files = IdentityFiles(str(cert), str(key_file), str(ca_file))
+        if name == "rsa":
+            assert load_identity(files).sign(b"x") and load_identity(files).me.host == "n1"
+        else:
+            with pytest.raises(IdentityError) as e:
+                load_identity(files)
+            assert str(e.value) == (
+                f"SECCOMM_CERT_FILE '{cert}': its key (ECDSA secp224r1) is not one seccomm signs with; "
+                f"use ECDSA (P-256, P-384, P-521), Ed25519, Ed448 or RSA of at most 4096 bits"
+            )
+
+
+def test_an_own_certificate_is_checked_at_the_time_given(tmp_path):
+    from seccomm.identity import IdentityFiles, load_identity
+
+    pki = make_test_identities(tmp_path, ["n1"])
+    files = IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), str(pki.ca_file))
+    assert load_identity(files, now=now() + dt.timedelta(hours=23)).me.host == "n1"
+    with pytest.raises(
+        IdentityError, match="^this rank's own certificate did not verify: .*not valid at validation"
+    ):
+        load_identity(files, now=now() + dt.timedelta(days=2))
