@@ -396,3 +396,41 @@ def test_an_own_certificate_is_checked_at_the_time_given(tmp_path):
         IdentityError, match="^this rank's own certificate did not verify: .*not valid at validation"
     ):
         load_identity(files, now=now() + dt.timedelta(days=2))
+
+
+def test_an_unreadable_identity_file_is_named_with_the_fix(tmp_path):
+    from seccomm.identity import IdentityFiles, load_identity
+
+    pki = make_test_identities(tmp_path, ["n1"])
+    good = IdentityFiles(str(pki.cert_files[0]), str(pki.key_files[0]), str(pki.ca_file))
+    missing = str(tmp_path / "missing.pem")
+    with pytest.raises(IdentityError) as e:
+        load_identity(replace(good, ca_file=missing))
+    assert str(e.value) == (
+        f"SECCOMM_CA_FILE '{missing}' cannot be opened: No such file or directory; make one with: "
+        f"seccomm identity --out DIR HOST... (a test CA), or your CA's tools"
+    )
+    text = tmp_path / "text.pem"
+    text.write_text("not PEM\n")
+    text.chmod(0o600)
+    with pytest.raises(IdentityError) as e:
+        load_identity(replace(good, cert_file=str(text)))
+    assert (
+        str(e.value) == f"SECCOMM_CERT_FILE '{text}' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+    )
+    with pytest.raises(IdentityError) as e:
+        load_identity(replace(good, key_file=str(text)))
+    assert str(e.value) == f"SECCOMM_KEY_FILE '{text}' holds no PEM private key this version can read"
+    key = serialization.load_pem_private_key(pki.key_files[0].read_bytes(), None)
+    locked = tmp_path / "locked.key"
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    )
+    locked.chmod(0o600)
+    with pytest.raises(IdentityError) as e:
+        load_identity(replace(good, key_file=str(locked)))
+    assert str(e.value) == f"SECCOMM_KEY_FILE '{locked}' is encrypted: give the key unencrypted (mode 0600)"
