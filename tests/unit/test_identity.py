@@ -206,7 +206,7 @@ def test_signatures_have_the_documented_length_encoding_and_verify_only_as_made(
     for name, key in _keys().items():
         pub = key.public_key()
         sig = LocalIdentity((), (), None, key).sign(data)
-        assert len(sig) == signature_bytes(pub) == lengths[name], name
+        assert len(sig) == signature_bytes(pub) == lengths[name] and type(signature_bytes(pub)) is int, name
         _independently_valid(pub, sig, data)
         assert verify_signature(pub, sig, data), name
         assert not verify_signature(pub, sig, data + b"!"), name
@@ -277,24 +277,23 @@ def test_the_throwaway_ca_and_its_leaves_have_the_documented_extensions(tmp_path
         )
 
 
-def test_the_throwaway_ca_lasts_a_day_by_default_in_utc_whatever_the_local_zone():
-    import os
+@pytest.fixture
+def far_east(monkeypatch):
+    """The local zone UTC+14 for the test: a naive local time would be 14 hours off."""
     import time
 
+    monkeypatch.setenv("TZ", "Etc/GMT-14")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_throwaway_ca_lasts_a_day_by_default_in_utc_whatever_the_local_zone(far_east):
     from seccomm.identity import TestCA
 
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "Etc/GMT-14"  # (UTC+14: a naive local time would be 14 hours off)
-    time.tzset()
-    try:
-        t0 = now()
-        ca = TestCA()
-    finally:
-        if old is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = old
-        time.tzset()
+    t0 = now()
+    ca = TestCA()
     five = dt.timedelta(minutes=5)
     start = ca.cert.not_valid_before_utc
     assert t0 - five - dt.timedelta(seconds=1) <= start <= t0 - five + dt.timedelta(seconds=10)
@@ -434,3 +433,83 @@ def test_an_unreadable_identity_file_is_named_with_the_fix(tmp_path):
     with pytest.raises(IdentityError) as e:
         load_identity(replace(good, key_file=str(locked)))
     assert str(e.value) == f"SECCOMM_KEY_FILE '{locked}' is encrypted: give the key unencrypted (mode 0600)"
+
+
+def test_each_refusal_of_a_chain_names_the_rank(pki, ca):
+    cas = load(pki.ca_file)
+    with pytest.raises(IdentityError) as e:
+        verify_chain([], cas, 5)
+    assert (str(e.value), e.value.peer) == ("rank 5 gave no certificate", 5)
+    with pytest.raises(IdentityError) as e:
+        verify_chain(load(pki.cert_files[0]), [], 6)
+    assert (str(e.value), e.value.peer) == ("no CA certificate to verify against (SECCOMM_CA_FILE)", 6)
+    with pytest.raises(IdentityError) as e:
+        verify_chain([leaf(ca, [x509.DNSName("n1")], sign=False)], [ca[0]], 7)
+    assert e.value.peer == 7
+    assert str(e.value) == "rank 7's certificate may not sign (keyUsage without digitalSignature)"
+
+
+def test_a_leaf_without_key_usage_may_sign(ca):
+    """RFC 5280 §4.2.1.3: without the extension the key's use is not restricted."""
+    cert, ca_key = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    bare = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bare")]))
+        .issuer_name(cert.subject)
+        .public_key(key.public_key())
+        .serial_number(3)
+        .not_valid_before(now() - dt.timedelta(minutes=5))
+        .not_valid_after(now() + dt.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("bare.c")]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    assert verify_chain([bare], [cert], 0).host == "bare.c"
+
+
+def test_a_chain_through_an_intermediate_ca_verifies_with_the_intermediate_only():
+    """Leaf, then the intermediate that issued it, against the root alone; without the
+    intermediate there is no path."""
+    from seccomm.identity import TestCA
+
+    root_key = ec.generate_private_key(ec.SECP256R1())
+    root_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "root")])
+    inter = TestCA()  # (its self-signed certificate is replaced by one the root issues)
+    start, end = now() - dt.timedelta(minutes=5), now() + dt.timedelta(days=1)
+
+    def ca_cert(subject, issuer, public_key, sign_key, path_length):
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(issuer)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+            .add_extension(
+                x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(sign_key.public_key()), critical=False
+            )
+            .sign(sign_key, hashes.SHA256())
+        )
+
+    root = ca_cert(root_name, root_name, root_key.public_key(), root_key, 1)
+    inter_cert = ca_cert(inter.name, root_name, inter._key.public_key(), root_key, 0)
+    leaf_cert = inter.issue("n9.c", ec.generate_private_key(ec.SECP256R1()).public_key())
+    got = verify_chain([leaf_cert, inter_cert], [root], 9)
+    assert (got.host, got.issuer) == ("n9.c", "CN=seccomm throw-away CA")
+    with pytest.raises(IdentityError, match="rank 9's certificate did not verify"):
+        verify_chain([leaf_cert], [root], 9)
+
+
+def test_the_check_is_at_the_current_utc_time_whatever_the_local_zone(tmp_path, far_east):
+    pki = make_test_identities(tmp_path, ["n1"], days=1 / 24)  # (valid for an hour)
+    assert verify_chain(load(pki.cert_files[0]), load(pki.ca_file), 0).host == "n1"
