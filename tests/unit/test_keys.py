@@ -491,6 +491,10 @@ def test_key_schedule_as_documented():
     for o, r in ((0, 2), (1, 1)):
         with pytest.raises(ValueError, match="a pair of this rank"):
             ks.origin_key(0, o, r)
+    assert ks.origin_key(4, 0, 1) is ks.origin_key(4, 0, 1)  # cached: no HKDF per group frame
+    old = ks.origin_key(4, 0, 1)
+    ks.forget_before(5)  # (a rotation: the key of epoch 4 is dropped, then made again)
+    assert ks.origin_key(4, 0, 1) is not old
     ks0 = KeySchedule(secret, get_suite("aes-256-gcm"), salt, th, rank=0)
     ks0.use_dhe({2: pair[2]})
     assert ks0.wrap_key(2) == ref(secret + pair[2], b"group-wrap", 2)
