@@ -129,12 +129,12 @@ def leaf(ca, alt=None, sign=True, eku=(ExtendedKeyUsageOID.CLIENT_AUTH,)):
         .not_valid_after(now() + dt.timedelta(hours=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(sign, False, not sign, False, False, False, False, False, False), critical=True
-        )
-        .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
     )
+    if sign is not None:  # (None: no keyUsage at all)
+        usage = x509.KeyUsage(sign, False, not sign, False, False, False, False, False, False)
+        b = b.add_extension(usage, critical=True)
     if alt is not None:
         b = b.add_extension(x509.SubjectAlternativeName(alt), critical=False)
     if eku:
@@ -451,30 +451,13 @@ def test_each_refusal_of_a_chain_names_the_rank(pki, ca):
 
 def test_a_leaf_without_key_usage_may_sign(ca):
     """RFC 5280 §4.2.1.3: without the extension the key's use is not restricted."""
-    cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    bare = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bare")]))
-        .issuer_name(cert.subject)
-        .public_key(key.public_key())
-        .serial_number(3)
-        .not_valid_before(now() - dt.timedelta(minutes=5))
-        .not_valid_after(now() + dt.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("bare.c")]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    assert verify_chain([bare], [cert], 0).host == "bare.c"
+    assert verify_chain([leaf(ca, [x509.DNSName("bare.c")], sign=None)], [ca[0]], 0).host == "bare.c"
 
 
 def test_a_chain_through_an_intermediate_ca_verifies_with_the_intermediate_only():
     """Leaf, then the intermediate that issued it, against the root alone; without the
     intermediate there is no path."""
-    from seccomm.identity import TestCA
+    from seccomm.identity import TestCA, _builder, _usage
 
     root_key = ec.generate_private_key(ec.SECP256R1())
     root_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "root")])
@@ -483,17 +466,9 @@ def test_a_chain_through_an_intermediate_ca_verifies_with_the_intermediate_only(
 
     def ca_cert(subject, issuer, public_key, sign_key, path_length):
         return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(issuer)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(end)
+            _builder(subject, issuer, public_key, start, end)
             .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
-            .add_extension(
-                x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-            )
+            .add_extension(_usage(cert_sign=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(sign_key.public_key()), critical=False
