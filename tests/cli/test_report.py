@@ -611,6 +611,11 @@ def test_the_trust_model_says_who_holds_which_key():
     assert ok and "Identity psk: a rank is whoever holds the job secret" in trust
     assert "| insider-forge-origin | 0 | 0 | 0 | not protected: shared secret |" in trust
     assert "seccomm report --identity x509 runs them" in trust
+    shown = [
+        dict(r, trials=50, silently_accepted=50) if r.get("expected") == NOT_PROTECTED else r
+        for r in ev["attacks"]
+    ]
+    assert review({**ev, "attacks": shown}, CFG, None, None).verdicts["attacks"] is True  # (not counted)
     x509 = {**CFG, "identity": "x509"}
     ev = evidence(cfg=x509)
     ev["attacks"] += [{**ev["attacks"][0], "class": c, "expected": "detected"} for c in INSIDER_CLASSES]
