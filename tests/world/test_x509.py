@@ -554,6 +554,29 @@ def test_device_backend_under_x509_on_three_ranks_is_refused_on_every_rank():
     assert ok(x509_run(2, lambda sc: sc.size, device_backend=object())) == [2, 2]
 
 
+def test_device_buffers_under_x509_on_three_ranks_are_staged_through_the_host_engine(monkeypatch):
+    """The device engine computes no origin MACs: under x509 on three ranks or more a call on
+    device buffers is staged (the host engine checks every group frame against its origin),
+    without probing the device; on two ranks (no origin MACs) it goes to the device engine."""
+    from seccomm.gpu import engine, staging
+
+    class Dev:  # a device buffer as seccomm.gpu.staging.is_device recognises one
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "version": 3}
+
+    probes = []
+    monkeypatch.setattr(
+        engine, "device_ready", lambda sc, *bufs, probe=True: probes.append(sc.size) or "backend"
+    )
+    monkeypatch.setattr(staging, "as_cupy", lambda buf: buf)
+
+    def routed(sc):
+        a = Dev()
+        return sc.devices.route(sc, a, a)[0]
+
+    assert ok(x509_run(3, routed)) == ["staged"] * 3 and probes == []
+    assert ok(x509_run(2, routed)) == ["device"] * 2 and probes == [2, 2]
+
+
 def test_a_failed_op_cancels_the_origin_macs_it_still_waits_for(monkeypatch):
     """4 ranks: rank 2 refuses origin 0's forged block (step 1) while rank 3's MACs, for the
     block that would come last, are still posted: the op's failure cancels that receive with the
