@@ -105,7 +105,7 @@ class Options:
             small_bytes=small_default if small is None else small,
             bcast_chain_bytes=kw["bcast_chain_bytes"],
             node_ids=kw["node_ids"],
-            identity=kw.get("identity", "psk"),
+            identity=kw["identity"],
         )
         try:
             return opts._checked(size, kw["timeout"]), None
