@@ -155,6 +155,7 @@ def test_collective_registration_checks_name_and_wire_code(monkeypatch):
         (dict(algorithm="tree"), "unknown algorithm 'tree'; allowed: auto, ring"),
         (dict(encrypt="some"), "unknown encrypt 'some'; allowed: all, inter-node"),
         (dict(key_exchange="rsa"), "unknown key_exchange 'rsa'; allowed: psk, psk-dhe"),
+        (dict(identity="tls"), "unknown identity 'tls'; allowed: psk, x509"),
         (dict(chunk_bytes=8), r"chunk_bytes must be an integer in \[16"),
         (dict(timeout=0), "timeout must be a number of seconds > 0"),
         (dict(rotate_after_frames=2**40), "above aes-256-gcm's usage limit of 11862016 frames"),
