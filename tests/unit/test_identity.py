@@ -66,6 +66,20 @@ def test_the_private_keys_are_0600_and_match_their_certificates(pki):
         assert key.public_key() == load(cert_file)[0].public_key()
 
 
+def test_the_public_files_are_0644_whatever_the_umask(tmp_path):
+    """0644: readable by anyone, writable by the owner only (seccomm.files' rule for public
+    files), executable by nobody; with a umask of 0 too."""
+    import os
+
+    old = os.umask(0)
+    try:
+        pki = make_test_identities(tmp_path, ["n1"])
+    finally:
+        os.umask(old)
+    modes = [stat.S_IMODE(f.stat().st_mode) for f in (pki.ca_file, pki.cert_files[0], pki.key_files[0])]
+    assert modes == [0o644, 0o644, 0o600]
+
+
 def test_a_chain_from_another_ca_is_refused_naming_the_rank(pki, tmp_path):
     (tmp_path / "other").mkdir()
     other = make_test_identities(tmp_path / "other", ["x"])
@@ -353,17 +367,20 @@ def test_a_local_identity_shows_its_name_and_never_its_key(tmp_path):
 
 def test_an_own_key_is_taken_only_where_its_signature_fits_a_setup_message(tmp_path):
     """RSA-4096 signs 512 bytes, the most a setup message has room for: taken.  An ECDSA key on
-    P-224, a curve seccomm does not sign with, is refused naming the file and the keys it takes."""
-    from cryptography.hazmat.primitives.asymmetric import rsa
+    P-224, a curve seccomm does not sign with, and an X25519 key (agreement only) are refused
+    naming the file, the key and the keys it takes."""
+    from cryptography.hazmat.primitives.asymmetric import rsa, x25519
 
     from seccomm.identity import IdentityFiles, TestCA, load_identity
 
     ca = TestCA()
     ca_file = tmp_path / "ca.pem"
     ca_file.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+    shown = {"p224": "ECDSA secp224r1", "x25519": "X25519PublicKey"}
     for name, key in [
         ("rsa", rsa.generate_private_key(public_exponent=65537, key_size=4096)),
         ("p224", ec.generate_private_key(ec.SECP224R1())),
+        ("x25519", x25519.X25519PrivateKey.generate()),
     ]:
         cert, key_file = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
         cert.write_bytes(ca.issue("n1", key.public_key()).public_bytes(serialization.Encoding.PEM))
@@ -380,7 +397,7 @@ def test_an_own_key_is_taken_only_where_its_signature_fits_a_setup_message(tmp_p
             with pytest.raises(IdentityError) as e:
                 load_identity(files)
             assert str(e.value) == (
-                f"SECCOMM_CERT_FILE '{cert}': its key (ECDSA secp224r1) is not one seccomm signs with; "
+                f"SECCOMM_CERT_FILE '{cert}': its key ({shown[name]}) is not one seccomm signs with; "
                 f"use ECDSA (P-256, P-384, P-521), Ed25519, Ed448 or RSA of at most 4096 bits"
             )
 
