@@ -20,6 +20,7 @@
 //   open   sc_mac_prep, sc_units_*(MAC), sc_mac_finish(set ok), sc_units_*(OPEN, only ok chunks)
 //   hop    open's first three on the incoming frames, then sc_mac_prep(outgoing key),
 //          sc_units_*(HOP, only ok chunks), sc_mac_finish(write tag, only ok chunks)
+//   macs   (GMAC) sc_mac_prep, sc_units_gcm(MAC_CONCAT), sc_mac_finish(write or compare tags[j])
 // Nothing unauthenticated is written: OPEN and HOP skip a chunk whose ok[j] is 0.
 #include "sc_crypto.cuh"
 
@@ -345,11 +346,11 @@ template <class F, int AES>
 __device__ __forceinline__ void sc_finish(int gmac, const uint8_t *aads, int aad_stride, int aad_len,
                                           const uint32_t *pw, const uint32_t *parts, const uint32_t *tails,
                                           const long long *lens, uint8_t *frames, const long long *fr_offs,
-                                          int *ok, const int *gate, int n, int max_seg) {
+                                          uint8_t *tags, int *ok, const int *gate, int n, int max_seg) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n || (gate && !gate[j])) return;
     const long long len = lens[j], A = gmac ? 0 : aad_len, S = gmac ? len + aad_len : len;
-    uint8_t *dst = frames + fr_offs[j] + len;
+    uint8_t *dst = tags ? tags + 16LL * j : frames + fr_offs[j] + len;  // (tags: a MAC alone)
     if ((S + SC_SEG - 1) / SC_SEG > max_seg) {  // the caller's max_len was short: segments unMACed
         if (ok) ok[j] = 0;
         else for (int q = 0; q < 16; q++) dst[q] = 0;  // a tag that will not verify
@@ -434,14 +435,16 @@ __global__ void sc_mac_prep(int suite, const uint8_t *keys, const uint8_t *nonce
     else sc_prep<sc_ghash_f, 1>(keys, nonces, pw, n);
 }
 
-// Seal (ok == NULL): write each tag after its body in `frames`; verify: set ok[j].  gate (may be
-// NULL): skip chunks whose gate[j] is 0.  gmac: the units MACed aad || body (SC_MAC_CONCAT).
+// Seal (ok == NULL): write each tag after its body in `frames`; verify: set ok[j].  tags (may be
+// NULL): chunk j's tag is tags[16 j .. 16 j + 15] instead, written or compared (frames unused: the
+// MAC of a chunk alone).  gate (may be NULL): skip chunks whose gate[j] is 0.  gmac: the units
+// MACed aad || body (SC_MAC_CONCAT).
 __global__ void sc_mac_finish(int suite, int gmac, const uint8_t *aads, int aad_stride, int aad_len,
                               const uint32_t *pw, const uint32_t *parts, const uint32_t *tails,
-                              const long long *lens, uint8_t *frames, const long long *fr_offs, int *ok,
-                              const int *gate, int n, int max_seg) {
-    if (suite == 0) sc_finish<sc_poly_f, 0>(gmac, aads, aad_stride, aad_len, pw, parts, tails, lens, frames, fr_offs, ok, gate, n, max_seg);
-    else sc_finish<sc_ghash_f, 1>(gmac, aads, aad_stride, aad_len, pw, parts, tails, lens, frames, fr_offs, ok, gate, n, max_seg);
+                              const long long *lens, uint8_t *frames, const long long *fr_offs, uint8_t *tags,
+                              int *ok, const int *gate, int n, int max_seg) {
+    if (suite == 0) sc_finish<sc_poly_f, 0>(gmac, aads, aad_stride, aad_len, pw, parts, tails, lens, frames, fr_offs, tags, ok, gate, n, max_seg);
+    else sc_finish<sc_ghash_f, 1>(gmac, aads, aad_stride, aad_len, pw, parts, tails, lens, frames, fr_offs, tags, ok, gate, n, max_seg);
 }
 
 }  // extern "C"

@@ -188,7 +188,7 @@ class SecureComm:
         if local_error is not None:
             secret = _secret_or_none(psk)  # the error's hello is then MACed: others can trust it
         elif opts.identity == "x509":
-            secret, me, local_error = self._x509(psk, identity, device_backend)
+            secret, me, local_error = self._x509(psk, identity)
         else:
             try:
                 secret, self.secret_source = load_secret(psk)
@@ -230,17 +230,10 @@ class SecureComm:
         self.built = next(_BUILT)  # its place in this process's order of construction
         _OPEN.add(self)
 
-    def _x509(self, psk, identity, device_backend) -> tuple:
+    def _x509(self, psk, identity) -> tuple:
         """``(secret, identity, error)`` under identity x509: the PSK to mix in (``b""`` where
         none is set), this rank's :class:`~seccomm.identity.LocalIdentity`, or the error that
-        stops its setup (a ``device_backend`` on 3 or more ranks is one)."""
-        if device_backend is not None and self.size >= 3:
-            error = ValueError(
-                "device_backend with identity 'x509' on 3 or more ranks: the device engine does not check "
-                "group frames against their origin yet; leave device_backend unset (device buffers are "
-                "then staged through host memory)"
-            )
-            return None, None, error
+        stops its setup."""
         try:
             me = load_identity(identity if isinstance(identity, IdentityFiles) else None)
             self.secret_source = "none (identity x509, no PSK mixed in)"

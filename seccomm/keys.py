@@ -251,18 +251,27 @@ class KeySchedule:
 
     def origin_key(self, epoch: int, origin: int, receiver: int):
         """The AES-GMAC key (an ``AESGCM`` object) of the origin MACs of group frames from
-        ``origin`` to ``receiver`` in ``epoch`` (:mod:`seccomm.engine.origin`): HKDF of the job
-        secret (if any) and the pair's X25519 secret, which only those two ranks hold, label
-        "origin", the epoch and the two ranks.  Only under psk-dhe or x509, for a pair of this rank."""
+        ``origin`` to ``receiver`` in ``epoch`` (:mod:`seccomm.engine.origin`), over
+        :meth:`origin_key_bytes`."""
         k = ("O", epoch, origin, receiver)
         keyed = self._cache.get(k)
         if keyed is None:
+            keyed = self._cache[k] = AESGCM(self.origin_key_bytes(epoch, origin, receiver))
+        return keyed
+
+    def origin_key_bytes(self, epoch: int, origin: int, receiver: int) -> bytes:
+        """The 32 key bytes of :meth:`origin_key` (for the GPU kernels, which take raw keys): HKDF
+        of the job secret (if any) and the pair's X25519 secret, which only those two ranks hold,
+        label "origin", the epoch and the two ranks.  Only under psk-dhe or x509, for a pair of
+        this rank (``ValueError`` else)."""
+        k = ("o", epoch, origin, receiver)
+        key = self._cache.get(k)
+        if key is None:
             if self.rank not in (origin, receiver) or origin == receiver:
                 raise ValueError(f"origin_key({origin}, {receiver}): a pair of this rank ({self.rank})")
             ikm = self._secret + self._pair[receiver if origin == self.rank else origin]
-            key = hkdf(ikm, self._salt, self._info(b"origin", epoch, origin, receiver))
-            keyed = self._cache[k] = AESGCM(key)
-        return keyed
+            key = self._cache[k] = hkdf(ikm, self._salt, self._info(b"origin", epoch, origin, receiver))
+        return key
 
     def direction_key(self, epoch: int, src: int, dst: int) -> bytes:
         """The 32 key bytes for frames sealed by ``src`` for ``dst`` in ``epoch`` (for the GPU

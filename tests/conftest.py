@@ -4,6 +4,7 @@ helpers behind them: tests/helpers.py); ``world``: the ranks a test body runs on
 
 from __future__ import annotations
 
+import shutil
 import signal
 
 import pytest
@@ -21,6 +22,17 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def mpi_results(tmp_path_factory):
     return cached_launches(tmp_path_factory, PLAN)
+
+
+@pytest.fixture(scope="session")
+def host_backend(tmp_path_factory):
+    """seccomm.gpu.engine's backend over numpy and the host build of the kernel core
+    (tests/hostcore.py): the device engine on real or thread ranks without a GPU."""
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler for the host build of the kernel core")
+    from hostcore import HostBackend, build
+
+    return HostBackend(build(tmp_path_factory.mktemp("hostcore")))
 
 
 def pytest_generate_tests(metafunc):

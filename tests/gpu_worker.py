@@ -2,7 +2,8 @@
 
 ``staged`` (MPI): collectives on CuPy arrays run on the device engine (seccomm's kernels seal and
 open on the GPU; frames cross a non-CUDA-aware MPI through host copies), torch bfloat16 CUDA
-tensors (DLPack) are staged through pinned host memory -- ranks may share one GPU.  ``nccl``: the
+tensors (DLPack) are staged through pinned host memory -- ranks may share one GPU; then the same
+under identity x509 (origin MACs on the device from 3 ranks on).  ``nccl``: the
 same over NCCLTransport (one GPU per rank: NCCL refuses two ranks on one device), plus a tampered
 frame.  Prints ``OK <n>`` or ``FAIL <what>`` lines from rank 0.
 """
@@ -75,6 +76,16 @@ if mode == "staged":
 
     check("CuPy arrays ran on the device engine", isinstance(sc.devices.auto, CupyBackend))
     sc.close()
+    # identity x509 (one throw-away CA, made by rank 0): CuPy arrays still run on the device
+    # engine, which from 3 ranks on computes and checks the group frames' origin MACs
+    from identities import rank_identities
+
+    ids = c.bcast(rank_identities(c.size) if c.rank == 0 else None, root=0)
+    sc = SecureComm(c, "aes-256-gcm", identity=ids[c.rank], chunk_bytes=1 << 18)
+    collectives(sc, "device engine/MPI x509")
+    check("x509: CuPy arrays ran on the device engine", isinstance(sc.devices.auto, CupyBackend))
+    sc.close()
+    c.Barrier()  # (rank 0 removes the identities' folder as it exits)
 else:
     from seccomm.transports.nccl import NCCLTransport
 

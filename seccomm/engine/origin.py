@@ -25,10 +25,11 @@ key (GHASH is linear in the ciphertext).
 Cost per op (``n_o`` bytes of origin ``o``'s data in ``f_o`` frames, ``p`` ranks): the origin
 computes ``p - 1`` GMACs over its data and sends ``p - 1`` messages of ``16 (f_o + 1)`` bytes; a
 receiver computes one GMAC over every group frame it opens, and receives one such message per
-origin (:mod:`seccomm.identitycost` projects it).  On two ranks there is no third rank to forge
-a frame, so nothing is sent; nor under ``psk`` (any rank derives every pair key) or ``psk-dhe``
-(an on-path insider can replace the X25519 shares at setup), nor where the group frames go in
-the clear (``encrypt="inter-node"`` inside one node)."""
+origin (:mod:`seccomm.identitycost` projects it).  The device engine computes the same MACs
+with the GMAC kernels, over device memory (:mod:`seccomm.gpu.origin`).  On two ranks there is
+no third rank to forge a frame, so nothing is sent; nor under ``psk`` (any rank derives every
+pair key) or ``psk-dhe`` (an on-path insider can replace the X25519 shares at setup), nor where
+the group frames go in the clear (``encrypt="inter-node"`` inside one node)."""
 
 from __future__ import annotations
 
@@ -90,11 +91,17 @@ class OriginProofs:
             run.pending.append(req)
         if pieces:
             epoch = run.frame.epoch
-            for r in range(run.size):
-                if r != run.rank:
-                    tags = b"".join(self._mac(epoch, run.rank, r, j, p) for j, p in enumerate(pieces))
-                    seal = self._mac(epoch, run.rank, r, _ALL, tags, _SEAL)
-                    run.send_control(np.frombuffer(tags + seal, np.uint8).copy(), r)
+            others = [r for r in range(run.size) if r != run.rank]
+            for r, tags in zip(others, self.frame_macs(epoch, others, pieces)):
+                seal = self._mac(epoch, run.rank, r, _ALL, tags, _SEAL)
+                run.send_control(np.frombuffer(tags + seal, np.uint8).copy(), r)
+
+    def frame_macs(self, epoch: int, receivers: list, pieces: list) -> list:
+        """This rank's origin MACs of ``pieces`` (its group frames' plaintexts, in order) for
+        each rank of ``receivers``: bytes, 16 per frame, frame 0 first.  (The device engine's
+        :class:`~seccomm.gpu.origin.DeviceOriginProofs` computes them in one kernel launch.)"""
+        me = self.run.rank
+        return [b"".join(self._mac(epoch, me, r, j, p) for j, p in enumerate(pieces)) for r in receivers]
 
     def ready(self, origin: int) -> None:
         """Wait for ``origin``'s MACs (once per op; on the thread that waits for frames, before a
@@ -132,11 +139,16 @@ class OriginProofs:
         if not hmac.compare_digest(mine, tags[TAG_BYTES * j : TAG_BYTES * (j + 1)]):
             if box.key.suite.confidential:
                 np.frombuffer(pt, np.uint8).fill(0)
-            via = "" if box.peer == origin else f" (forwarded by rank {box.peer})"
-            raise frame_error(
-                self.run,
-                box,
-                j,
-                f"group frame of origin {origin}{via} does not match the MAC its origin sent this rank: "
-                f"altered or made up by a rank that holds the group key, or the origin's MAC was altered",
-            )
+            raise self.mismatch(box, j, origin)
+
+    def mismatch(self, box, j: int, origin: int):
+        """The :class:`~seccomm.errors.AuthenticationError` for frame j of ``origin``'s group
+        frames in ``box`` whose origin MAC did not match, naming the rank it came from."""
+        via = "" if box.peer == origin else f" (forwarded by rank {box.peer})"
+        return frame_error(
+            self.run,
+            box,
+            j,
+            f"group frame of origin {origin}{via} does not match the MAC its origin sent this rank: "
+            f"altered or made up by a rank that holds the group key, or the origin's MAC was altered",
+        )

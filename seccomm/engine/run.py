@@ -59,6 +59,8 @@ class OpRun:
     #: clear frames may land in the caller's host memory (``Recv.direct``) and go out from it
     #: (``Send.lend``)
     receives_direct = True
+    #: the origin proofs' class (the device engine's computes them on the device)
+    origin_proofs = OriginProofs
 
     def __init__(self, ctx: OpContext, frame: FrameContext, itemsize: int, collective: str):
         self.t, self.ws, self.rank, self.size = ctx.transport, ctx.workspace, ctx.rank, ctx.size
@@ -72,7 +74,7 @@ class OpRun:
         self.lent = False  # a frame from a lending Send's pieces is out, not yet waited for
         self.first = FirstMessage(ctx.transport, self.record_room)
         self.receipts = Receipts(ctx.transport.receipt_after, ctx.control)
-        self.origins = OriginProofs(self) if needed(ctx.keys, ctx.size) else None
+        self.origins = self.origin_proofs(self) if needed(ctx.keys, ctx.size) else None
 
     def restart(self, epoch: int, seq: int, op_index: int) -> None:
         """Ready for the next op of the same call (a repeated call's plan keeps its run): its

@@ -238,6 +238,30 @@ class GPUAEAD:
             self._finish(h.n, segs, h.aads_out, mac, h.lens, h.frames_out, h.out_offs, gate=ok)
             return ok
 
+    def macs(self, b: Batch, tags, check: bool = False):
+        """AES-GMAC of each chunk of ``b.src`` with its AAD header as the AAD, nothing encrypted
+        or copied: with ``aads`` (n, 0), ``AESGCM(keys[j]).encrypt(nonces[j], b"", chunk j)``
+        (NIST SP 800-38D GMAC; the origin MACs of :mod:`seccomm.engine.origin`).  Writes chunk
+        j's 16-byte tag to ``tags[j]`` (``tags``: (n, 16) uint8), or with ``check`` compares it
+        with ``tags[j]`` and returns ``ok`` (n,) int32 on the device, 1 where they are equal
+        (``b.dst``, ``b.dst_offs``: unused).  aes-256-gmac only; raises ValueError for another
+        suite and TypeError/ValueError for a wrong dtype, shape or layout, before any launch."""
+        if not self.gmac:
+            raise ValueError(f"macs: the GMAC kernels (aes-256-gmac), not {self.suite}")
+        n = b.n
+        _need_keyed(n, b.keys, b.nonces, b.aads)
+        _need_span(n, "src", b.src, "src_offs", b.src_offs)
+        _need("lens", b.lens, np.int64, (n,))
+        _need("tags", tags, np.uint8, (n, 16))
+        with self._on():
+            ok = self.xp.zeros(n, self.xp.int32) if check else _NULL
+            if n:
+                segs = self._segments(b.lens, b.max_len, b.aads.shape[1])
+                mac = self._mac_setup(b.keys, b.nonces, n, segs)
+                self._pass(_MAC_CONCAT, b, segs, mac)
+                self._finish(n, segs, b.aads, mac, b.lens, _NULL, _NULL, ok=ok, tags=tags)
+            return ok if check else None
+
     # ---- launches ------------------------------------------------------------------------------
     def _on(self):
         """Run on this object's device and stream: allocations, fills and launches alike."""
@@ -296,14 +320,16 @@ class GPUAEAD:
             ),
         )  # fmt: skip
 
-    def _finish(self, n, segs, aads, mac: _Mac, lens, frames, fr_offs, ok=_NULL, gate=_NULL):
-        """sc_mac_finish: write tags (ok NULL) or set ok; chunks with gate[j] == 0 are skipped."""
+    def _finish(self, n, segs, aads, mac: _Mac, lens, frames, fr_offs, ok=_NULL, gate=_NULL, tags=_NULL):
+        """sc_mac_finish: write tags (ok NULL) or set ok; chunks with gate[j] == 0 are skipped;
+        ``tags`` given: chunk j's tag is ``tags[j]`` (not after its body in ``frames``)."""
         a = aads.shape[1]
         self._go(
             self._fin,
             -(-n // THREADS),
             (
                 np.int32(self.code), np.int32(self.gmac), aads, np.int32(a), np.int32(a),
-                mac.pw, mac.parts, mac.tails, lens, frames, fr_offs, ok, gate, np.int32(n), np.int32(segs),
+                mac.pw, mac.parts, mac.tails, lens, frames, fr_offs, tags, ok, gate, np.int32(n),
+                np.int32(segs),
             ),
         )  # fmt: skip

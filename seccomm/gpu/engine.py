@@ -34,6 +34,7 @@ from ..engine.land import frame_error
 from ..suites import SUITES
 from ..framing import AAD_BYTES, ANY_RANK, GROUP_STEP, SLOT_ALIGN, Slot
 from .aead import Batch, Hop
+from .origin import DeviceOriginProofs
 from ..suites import NONCE_BYTES, TAG_BYTES
 
 _ROW = NONCE_BYTES + AAD_BYTES + TAG_BYTES
@@ -163,12 +164,11 @@ class DeviceOpRun(OpRun):
 
     record_room = False  # (device slots keep no room after a frame: the transport copies)
     receives_direct = False  # (device frames always go through device slots)
+    origin_proofs = DeviceOriginProofs
 
     def __init__(self, ctx, frame, itemsize, collective):
-        super().__init__(ctx, frame, itemsize, collective)
-        if self.origins is not None:  # (routed around: Devices.route stages such calls)
-            raise ValueError("the device engine does not check group frames against their origin")
         self.backend = ctx.workspace.backend
+        super().__init__(ctx, frame, itemsize, collective)
 
     def _key(self, group: bool, a: int, b: int):
         """(suite, raw 32-byte key or None for the clear ``none`` suite): the kernels take raw keys."""
@@ -238,15 +238,32 @@ class DeviceOpRun(OpRun):
     def _open_into(self, box, wsname, group, sender, elems, outs):
         """Open ``box``'s frames (each landed: :func:`~seccomm.engine.land.land`) into ``outs``
         in one batched kernel: :class:`~seccomm.errors.AuthenticationError` for the first whose
-        tag fails (:func:`~seccomm.engine.land.frame_error`)."""
+        tag fails (:func:`~seccomm.engine.land.frame_error`).  Group frames with origin proofs
+        are opened into private device memory and copied to ``outs`` only once every one matched
+        its origin's MAC (:meth:`~seccomm.gpu.origin.DeviceOriginProofs.check_opened`)."""
         slots = box.slots
         suite, key = self._key(group, sender, self.rank)
         dst = ANY_RANK if group else self.rank
         self._fill_all(slots, suite, group, GROUP_STEP if group else box.step, sender, dst, elems)
-        ok = self._crypt(False, suite, key, wsname, slots, outs)
+        proofs = group and self.origins is not None and self.origins.on
+        into = self._private(outs) if proofs else outs
+        ok = self._crypt(False, suite, key, wsname, slots, into)
         bad = np.flatnonzero(np.asarray(ok) == 0)
         if bad.size:
             raise frame_error(self, box, int(bad[0]))
+        if proofs:
+            self.origins.check_opened(box, sender, into)
+            for o, v in zip(outs, into):
+                o[...] = v
+
+    def _private(self, outs) -> list:
+        """Views of private device memory laid out like ``outs`` (uint8 views), one allocation."""
+        buf = self.ws.get("origin", sum(o.nbytes for o in outs))
+        views, off = [], 0
+        for o in outs:
+            views.append(buf[off : off + o.nbytes])
+            off += o.nbytes
+        return views
 
     # -- ring reduce-scatter with the fused hop ----------------------------------------------
     def ring_rs_fused(self, send, dest, ufunc, blocks) -> bool:

@@ -10,8 +10,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..engine.origin import needed
-
 
 class Devices:
     """The device routing of one communicator.  ``backend``: the array module and batch AEAD
@@ -41,8 +39,6 @@ class Devices:
         if not (da or db):
             return "host", a, b
         if not (da and db):  # one buffer on the host: the staged path writes it in place
-            return "staged", a, b
-        if needed(sc.session.keys, sc.size):  # identity x509: origin MACs, on the host engine only
             return "staged", a, b
         from .engine import device_ready
 

@@ -68,6 +68,33 @@ def test_gpu_seal_opens_on_cpu_and_back(suite):
             assert ok[j] == 1 and (seg == src[offs[j] : offs[j] + n]).all()
 
 
+def test_gpu_macs_are_gmac_and_check_each_tag():
+    """The origin MACs' launch on the device: each chunk's GMAC alone (``aads`` of width 0) is
+    ``cryptography``'s; with ``check``, ok 0 exactly for an altered chunk or tag."""
+    import cupy as cp
+
+    from seccomm.gpu import GPUAEAD, Batch
+
+    keys, nonces, aads, offs, _ = batch(LENS, aad_len=0)
+    src = np.frombuffer(os.urandom(sum(LENS)), np.uint8)
+    d = [cp.asarray(a) for a in (keys, nonces, aads, src, offs, np.array(LENS, np.int64))]
+    tags = cp.zeros((len(LENS), 16), cp.uint8)
+    g = GPUAEAD("aes-256-gmac")
+    g.macs(Batch(*d, None, None), tags)
+    host = cp.asnumpy(tags)
+    for j, n in enumerate(LENS):
+        want = AESGCM(keys[j].tobytes()).encrypt(
+            nonces[j].tobytes(), b"", src[offs[j] : offs[j] + n].tobytes()
+        )
+        assert host[j].tobytes() == want, n
+    host[4, 0] ^= 1  # chunk 4's tag
+    bad = src.copy()
+    bad[offs[9] + 12345] ^= 2  # chunk 9's data
+    d[3] = cp.asarray(bad)
+    ok = cp.asnumpy(g.macs(Batch(*d, None, None), cp.asarray(host), check=True))
+    assert [j for j in range(len(LENS)) if ok[j] == 0] == [4, 9], ok
+
+
 @pytest.mark.parametrize("suite", ["chacha20-poly1305", "aes-256-gcm"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_fused_hop_equals_cpu(suite, dtype):
@@ -139,8 +166,9 @@ def _run_worker(mode, ranks=2):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_secure_comm_on_device_buffers(ranks):
     """CuPy arrays on the device engine and torch bfloat16 CUDA tensors (staged) in every
-    collective, over MPI, ranks sharing the GPU; from 3 ranks on, the ring allreduce's middle hops
-    run the fused kernel."""
+    collective, over MPI, ranks sharing the GPU, under psk and under x509; from 3 ranks on, the
+    ring allreduce's middle hops run the fused kernel, and under x509 the origin MACs are
+    computed and checked on the device."""
     _run_worker("staged", ranks)
 
 

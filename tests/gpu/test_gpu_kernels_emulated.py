@@ -416,3 +416,131 @@ def test_bad_arguments_are_refused_before_any_launch(mod):
             Hop(keys, nonces, aads, frames, fr, src, offs, keys, nonces, aads, frames, fr, lens, "int64")
         )
     assert {k: v.launches for k, v in mod._kernels.items()} == before
+
+
+@pytest.mark.parametrize("width", [0, 89], ids=["alone", "header"])
+def test_macs_are_gmac_bit_exact_and_check_each_tag(mod, width):
+    """``macs``: the GMAC of each chunk (with its header as AAD, or alone: the origin MACs) into a
+    tags array, bit for bit ``AESGCM(key).encrypt(nonce, b"", header + chunk)``; with ``check``,
+    ok 1 exactly where the given tag is the chunk's.  Nothing is written but the tags."""
+    rng = np.random.default_rng(31 + width)
+    lens = np.array(LENGTHS, np.int64)
+    n = len(lens)
+    keys, nonces, _ = batch(lens, rng)
+    aads = rng.integers(0, 256, (n, width), dtype=np.uint8)
+    src_offs, src_size = layout(lens, 3)
+    src = rng.integers(0, 256, src_size, dtype=np.uint8)
+    before = src.copy()
+    tags = np.full((n, 16), POISON, np.uint8)
+    g = GPUAEAD("aes-256-gmac", module=mod)
+    assert g.macs(Batch(keys, nonces, aads, src, src_offs, lens, None, None), tags) is None
+    for j, m in enumerate(lens):
+        chunk = bytes(src[src_offs[j] : src_offs[j] + m])
+        want = AESGCM(bytes(keys[j])).encrypt(bytes(nonces[j]), b"", bytes(aads[j]) + chunk)
+        assert tags[j].tobytes() == want, (width, int(m))
+    assert (src == before).all()
+    bad = {1: "tag", 6: "tag", 13: "body", 15: "body"}
+    given = tags.copy()
+    given[1, 0] ^= 1
+    given[6, 15] ^= 0x80
+    src[src_offs[13]] ^= 2
+    src[src_offs[15] + 3 * SEG // 2] ^= 4  # in the middle segment of a multi-segment chunk
+    ok = g.macs(Batch(keys, nonces, aads, src, src_offs, lens, None, None), given, check=True)
+    assert ok.dtype == np.int32 and ok.shape == (n,)
+    assert [j for j in range(n) if ok[j] == 0] == sorted(bad), ok
+    assert (
+        given[[j for j in range(n) if j not in (1, 6)]] == tags[[j for j in range(n) if j not in (1, 6)]]
+    ).all()
+
+
+def test_macs_take_the_gmac_kernels_and_refuse_bad_arguments_before_any_launch(mod):
+    rng = np.random.default_rng(5)
+    lens = np.array([10, 20], np.int64)
+    keys, nonces, _ = batch(lens, rng)
+    aads, src, offs = np.zeros((2, 0), np.uint8), np.zeros(30, np.uint8), np.array([0, 10], np.int64)
+    before = {k: v.launches for k, v in mod._kernels.items()}
+    with pytest.raises(ValueError, match="macs: the GMAC kernels"):
+        GPUAEAD("aes-256-gcm", module=mod).macs(Batch(keys, nonces, aads, src, offs, lens, None, None), None)
+    g = GPUAEAD("aes-256-gmac", module=mod)
+    with pytest.raises(ValueError, match=r"tags: shape \(2, 8\), expected \(2, 16\)"):
+        g.macs(Batch(keys, nonces, aads, src, offs, lens, None, None), np.zeros((2, 8), np.uint8))
+    with pytest.raises(TypeError, match="src: dtype float32"):
+        g.macs(
+            Batch(keys, nonces, aads, np.zeros(30, np.float32), offs, lens, None, None),
+            np.zeros((2, 16), np.uint8),
+        )
+    with pytest.raises(TypeError, match="lens: dtype int32"):
+        g.macs(
+            Batch(keys, nonces, aads, src, offs, lens.astype(np.int32), None, None),
+            np.zeros((2, 16), np.uint8),
+        )
+    assert {k: v.launches for k, v in mod._kernels.items()} == before
+    empty = np.zeros(0, np.int64)
+    ok = g.macs(
+        Batch(keys[:0], nonces[:0], aads[:0], src, empty, empty, None, None),
+        np.zeros((0, 16), np.uint8),
+        check=True,
+    )
+    assert ok.shape == (0,) and {k: v.launches for k, v in mod._kernels.items()} == before
+
+
+def test_the_device_engine_under_x509_computes_and_checks_origin_macs_on_the_kernels(mod):
+    """Three thread ranks under x509, rank 1 on the device engine with the emulated kernels: its
+    allgather and bcast give the CPU ranks' bits (its origin MACs, made by ``macs``, check on
+    the CPU ranks; theirs check on the kernels), and a block forged by its forwarder is refused
+    on the kernel rank."""
+    from hostcore import HostBackend
+    from identities import rank_identities
+    from seccomm import AuthenticationError, SecureComm
+    from insider import allgathered, forge_forwarded_block
+    from threadworld import World
+
+    class Kernels(HostBackend):
+        def aead(self, suite):
+            if suite not in self._aeads:
+                self._aeads[suite] = GPUAEAD(suite, module=mod)
+            return self._aeads[suite]
+
+    ids = rank_identities(3)
+
+    def world_run(body):
+        world = World(3)
+        trs = world.transports(timeout=5)
+        return world.run(
+            lambda r: body(
+                SecureComm(
+                    trs[r], identity=ids[r], timeout=4, crypto_threads=1, chunk_bytes=64,
+                    device_backend=Kernels(None) if r == 1 else None,
+                ),
+            )
+        )  # fmt: skip
+
+    def both(sc):
+        ag = np.zeros(3 * 40, np.float32)
+        sc.allgather(np.arange(40, dtype=np.float32) * (sc.rank + 1), ag)
+        bc = np.arange(50, dtype=np.float32) + sc.rank
+        sc.bcast(bc, root=1)
+        bc2 = np.arange(50, dtype=np.float32) + sc.rank
+        sc.bcast(bc2, root=0)
+        return ag.tobytes() + bc.tobytes() + bc2.tobytes()
+
+    got = world_run(both)
+    assert all(isinstance(g, bytes) for g in got) and got[0] == got[1] == got[2], got
+    mp = pytest.MonkeyPatch()
+    try:
+        forge_forwarded_block(mp, forger=0)  # rank 0 forwards origin 2's block to rank 1
+        res = world_run(lambda sc: caught(allgathered, sc))
+    finally:
+        mp.undo()
+    assert isinstance(res[1], AuthenticationError) and res[1].peer == 0, res
+    assert "group frame of origin 2 (forwarded by rank 0) does not match the MAC" in str(res[1])
+
+
+def caught(fn, *args):
+    """``fn(*args)``, or the SecCommError it raised."""
+    from seccomm import SecCommError
+
+    try:
+        return fn(*args)
+    except SecCommError as e:
+        return e

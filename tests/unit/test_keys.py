@@ -488,13 +488,17 @@ def test_key_schedule_as_documented():
         key = ref(secret + pair[r if o == 1 else o], b"origin", e, o, r)
         want = AESGCM(key).encrypt(bytes(12), b"", b"m")
         assert ks.origin_key(e, o, r).encrypt(bytes(12), b"", b"m") == want, (e, o, r)
+        assert ks.origin_key_bytes(e, o, r) == key, (e, o, r)  # (the device engine's kernels take these)
     for o, r in ((0, 2), (1, 1)):
         with pytest.raises(ValueError, match="a pair of this rank"):
             ks.origin_key(0, o, r)
+        with pytest.raises(ValueError, match="a pair of this rank"):
+            ks.origin_key_bytes(0, o, r)
     assert ks.origin_key(4, 0, 1) is ks.origin_key(4, 0, 1)  # cached: no HKDF per group frame
-    old = ks.origin_key(4, 0, 1)
-    ks.forget_before(5)  # (a rotation: the key of epoch 4 is dropped, then made again)
-    assert ks.origin_key(4, 0, 1) is not old
+    assert ks.origin_key_bytes(4, 0, 1) is ks.origin_key_bytes(4, 0, 1)
+    old, old_bytes = ks.origin_key(4, 0, 1), ks.origin_key_bytes(4, 0, 1)
+    ks.forget_before(5)  # (a rotation: the keys of epoch 4 are dropped, then made again)
+    assert ks.origin_key(4, 0, 1) is not old and ks.origin_key_bytes(4, 0, 1) is not old_bytes
     ks0 = KeySchedule(secret, get_suite("aes-256-gcm"), salt, th, rank=0)
     ks0.use_dhe({2: pair[2]})
     assert ks0.wrap_key(2) == ref(secret + pair[2], b"group-wrap", 2)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import math
-import shutil
 import time
 import weakref
 
@@ -497,16 +496,6 @@ class CudaArray(DevArray):
     """A device buffer as seccomm.gpu.staging.is_device recognises one."""
 
     __cuda_array_interface__ = property(lambda s: s.a.__array_interface__)
-
-
-@pytest.fixture(scope="module")
-def host_backend(tmp_path_factory):
-    """seccomm.gpu.engine's backend over numpy and the host build of the kernel core."""
-    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
-        pytest.skip("no C compiler for the host build of the kernel core")
-    from hostcore import HostBackend, build
-
-    return HostBackend(build(tmp_path_factory.mktemp("hostcore")))
 
 
 class Counted:

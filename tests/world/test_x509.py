@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from identities import rank_identities
+from insider import allgathered, forge_forwarded_block
 from seccomm import AuthenticationError, SecureComm
 from seccomm.errors import ConfigMismatchError, IdentityError, KeyScheduleError
 from seccomm.handshake import FINISHED_BYTES, HELLO_BYTES, decode_hello, encode_hello
@@ -397,29 +398,6 @@ def test_another_ranks_hello_replayed_from_an_earlier_setup_is_refused():
 
 
 # -- group frames: checked against their origin ---------------------------------------------------
-def forge_forwarded_block(monkeypatch, forger: int = 1):
-    """Rank ``forger`` (an insider, holding the group key) forwards, in place of the group frames
-    it received, frames it sealed itself in their origin's name (0x41 bytes of the same sizes)."""
-    from seccomm.collectives import allgather as ag
-    from seccomm.engine import Send
-
-    real = ag._forward
-
-    def forward(run, nxt, prev, recv):
-        if run.rank != forger:
-            return real(run, nxt, prev, recv)
-        pieces = [memoryview(np.full(n, 0x41, np.uint8)) for n in prev.sizes]
-        run.exchange(Send(dst=nxt, group=True, origin=prev.origin, pieces=pieces, ws="forged"), recv)
-
-    monkeypatch.setattr(ag, "_forward", forward)
-
-
-def allgathered(sc, n=40):
-    out = np.zeros(sc.size * n, np.float32)
-    sc.allgather(np.full(n, sc.rank + 1.0, np.float32), out)
-    return out
-
-
 @pytest.mark.parametrize("n", [40, 3])  # (3 float32: a body of 12 bytes, not a multiple of 8)
 @pytest.mark.parametrize("suite", ["aes-256-gcm", "chacha20-poly1305", "aes-256-gmac"])
 def test_a_group_frame_forged_by_its_forwarder_is_refused_under_x509_only(monkeypatch, suite, n):
@@ -545,19 +523,130 @@ def test_origin_macs_altered_on_their_way_name_their_origin(how):
     assert str(err) == want
 
 
-def test_device_backend_under_x509_on_three_ranks_is_refused_on_every_rank():
-    res = x509_run(3, lambda sc: sc, device_backend=object())
-    assert isinstance(res[0], ValueError) and "does not check group frames against their origin" in str(
-        res[0]
+@pytest.mark.parametrize("p", [3, 4])
+def test_device_engine_ranks_compute_and_check_origin_macs_with_the_cpu_ranks(host_backend, p):
+    """Under x509 the device engine computes and checks the origin MACs itself (the GMAC kernels'
+    ``macs``, here their host build): even ranks on the device engine, odd ranks on the CPU
+    engine, every collective gives the bits it gives under psk, and the device ranks ran one
+    ``macs`` launch per origin's send and per origin's opened block."""
+    calls = []
+
+    class Gmac:  # the GMAC kernels, their macs launches counted (True: a check, False: a send)
+        def __init__(self, inner):
+            self.inner = inner
+
+        def macs(self, b, tags, check=False):
+            calls.append(check)
+            return self.inner.macs(b, tags, check)
+
+    class Backend:
+        def __getattr__(self, name):
+            return getattr(host_backend, name)
+
+        def aead(self, suite):
+            a = host_backend.aead(suite)
+            return Gmac(a) if suite == "aes-256-gmac" else a
+
+    kw = {"chunk_bytes": 48, "suite": "aes-256-gcm"}
+    psk = ok(run(p, every_collective, psk=PSK, **kw))
+    ids = rank_identities(p)
+
+    def rank_kw(r):
+        return {"device_backend": Backend()} if r % 2 == 0 else {}
+
+    world = World(p)
+    trs = world.transports(timeout=3)
+    res = world.run(
+        lambda r: every_collective(
+            SecureComm(trs[r], identity=ids[r], timeout=2, crypto_threads=1, **kw, **rank_kw(r))
+        )
     )
-    assert all(isinstance(e, ValueError) for e in res), res
-    assert ok(x509_run(2, lambda sc: sc.size, device_backend=object())) == [2, 2]
+    assert ok(res) == psk
+    assert True in calls and False in calls, calls  # (checks and sends: both on device ranks)
 
 
-def test_device_buffers_under_x509_on_three_ranks_are_staged_through_the_host_engine(monkeypatch):
-    """The device engine computes no origin MACs: under x509 on three ranks or more a call on
-    device buffers is staged (the host engine checks every group frame against its origin),
-    without probing the device; on two ranks (no origin MACs) it goes to the device engine."""
+def test_a_group_frame_forged_by_its_forwarder_is_refused_on_a_device_engine_rank(monkeypatch, host_backend):
+    """Rank 2 on the device engine: origin 0's block forged by its forwarder, rank 1, is refused
+    with the CPU engine's error, word for word; rank 2's buffer is not written and the private
+    device memory it was opened into is zeroed."""
+    forge_forwarded_block(monkeypatch)
+    ids = rank_identities(3)
+    world = World(3)
+    trs = world.transports(timeout=3)
+    kept = {}
+
+    def body(r):
+        sc = SecureComm(
+            trs[r],
+            identity=ids[r],
+            timeout=2,
+            crypto_threads=1,
+            device_backend=host_backend if r == 2 else None,
+        )
+        out = np.zeros(3 * 40, np.float32)
+        try:
+            sc.allgather(np.full(40, r + 1.0, np.float32), out)
+        except AuthenticationError as e:
+            if r == 2:
+                kept["out"] = out.copy()
+                kept["private"] = bytes(sc.devices._ctx[id(host_backend)].workspace.get("origin", 160)[:160])
+            return e
+        return out
+
+    res = world.run(body)
+    assert isinstance(res[2], AuthenticationError) and res[2].peer == 1, res
+    assert str(res[2]) == (
+        "aes-256-gcm authentication failed on a frame from rank 1 (allgather #1, chunk 0/1, epoch 0): group "
+        "frame of origin 0 (forwarded by rank 1) does not match the MAC its origin sent this rank: altered "
+        "or made up by a rank that holds the group key, or the origin's MAC was altered"
+    )
+    assert (kept["out"][:40] == 0).all() and kept["private"] == bytes(160)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "bcast"])
+def test_a_device_engine_origin_whose_frames_do_not_match_its_macs_is_named(
+    monkeypatch, host_backend, collective
+):
+    """Rank 0 on the device engine makes its MACs over other data than it seals: the CPU ranks
+    name rank 0 (and no forwarder where it sent the frames itself); a device rank's MACs are
+    what a CPU rank checks."""
+    from seccomm.gpu.origin import DeviceOriginProofs
+
+    real = DeviceOriginProofs.frame_macs
+
+    def frame_macs(self, epoch, receivers, pieces):
+        return real(self, epoch, receivers, [p * 0 for p in pieces])
+
+    monkeypatch.setattr(DeviceOriginProofs, "frame_macs", frame_macs)
+    ids = rank_identities(3)
+    world = World(3)
+    trs = world.transports(timeout=3)
+
+    def body(r):
+        sc = SecureComm(
+            trs[r],
+            identity=ids[r],
+            timeout=2,
+            crypto_threads=1,
+            device_backend=host_backend if r == 0 else None,
+        )
+        x = np.full(40, r + 1.0, np.float32)
+        try:
+            if collective == "allgather":
+                sc.allgather(x, np.zeros(120, np.float32))
+            else:
+                sc.bcast(x, root=0)
+        except AuthenticationError as e:
+            return e
+
+    res = world.run(body)
+    assert isinstance(res[1], AuthenticationError) and res[1].peer == 0, res
+    assert "group frame of origin 0 does not match the MAC its origin sent this rank" in str(res[1])
+
+
+def test_device_buffers_under_x509_go_to_the_device_engine(monkeypatch):
+    """Device buffers under x509 run on the device engine on any number of ranks (it computes
+    the origin MACs), probed once per comm like under psk."""
     from seccomm.gpu import engine, staging
 
     class Dev:  # a device buffer as seccomm.gpu.staging.is_device recognises one
@@ -573,8 +662,8 @@ def test_device_buffers_under_x509_on_three_ranks_are_staged_through_the_host_en
         a = Dev()
         return sc.devices.route(sc, a, a)[0]
 
-    assert ok(x509_run(3, routed)) == ["staged"] * 3 and probes == []
-    assert ok(x509_run(2, routed)) == ["device"] * 2 and probes == [2, 2]
+    assert ok(x509_run(3, routed)) == ["device"] * 3 and probes == [3, 3, 3]
+    assert ok(x509_run(2, routed)) == ["device"] * 2 and probes[3:] == [2, 2]
 
 
 def test_a_failed_op_cancels_the_origin_macs_it_still_waits_for(monkeypatch):
