@@ -963,7 +963,8 @@ def soak(comm, rec):
 def device_engine(comm, rec):
     """the device engine (seccomm.gpu.engine) on the host build of the kernel core: even ranks
     seal and open in batches on it, odd ranks use the CPU engine; every frame must interoperate
-    and every result match the reference; a tampered frame is caught on a device-engine rank"""
+    and every result match the reference, under psk and under x509 (origin MACs); a tampered
+    frame is caught on a device-engine rank"""
     import tempfile
     from pathlib import Path
 
@@ -1001,6 +1002,21 @@ def device_engine(comm, rec):
     for dname, n in (("uint8", 3030), ("float64", 126), ("float64", 379), ("float64", 126)):
         check_allreduce(comm, sc, rec, dname, n, tag=" device-engine growing rows")
     sc.close()
+    # identity x509 (one throw-away CA, made by rank 0): from 3 ranks on, the device-engine ranks
+    # make and check the group frames' origin MACs with the kernels' macs, the CPU ranks theirs
+    from identities import rank_identities
+
+    ids = comm.bcast(rank_identities(comm.size) if comm.rank == 0 else None, root=0)
+    sc = SecureComm(
+        comm, "aes-256-gcm", identity=ids[comm.rank], algorithm="ring", chunk_bytes=4096, device_backend=mine
+    )
+    for dname in ("float32", "int64"):
+        for n in (1001, 2**16 + 3):
+            check_allreduce(comm, sc, rec, dname, n, tag=" device-engine x509")
+            check_allgather(comm, sc, rec, dname, n)
+            check_bcast(comm, sc, rec, dname, n, root=comm.size - 1)
+    sc.close()
+    comm.Barrier()  # (rank 0 removes the identities' folder as it exits)
     check_tamper_caught_on_rank0(comm, rec, "chacha20-poly1305", 4096, 10, mine, "device engine")
 
 

@@ -523,12 +523,24 @@ def test_origin_macs_altered_on_their_way_name_their_origin(how):
     assert str(err) == want
 
 
+def device_run(p, body, backends, **kw):
+    """``body(r, sc)`` on ``p`` thread ranks under x509, rank r with ``device_backend=backends.get(r)``
+    (the device engine there; the CPU engine elsewhere)."""
+    ids = rank_identities(p)
+    world = World(p)
+    trs = world.transports(timeout=3)
+    kw = {"timeout": 2, "crypto_threads": 1, **kw}
+    return world.run(
+        lambda r: body(r, SecureComm(trs[r], identity=ids[r], device_backend=backends.get(r), **kw))
+    )
+
+
 @pytest.mark.parametrize("p", [3, 4])
 def test_device_engine_ranks_compute_and_check_origin_macs_with_the_cpu_ranks(host_backend, p):
     """Under x509 the device engine computes and checks the origin MACs itself (the GMAC kernels'
     ``macs``, here their host build): even ranks on the device engine, odd ranks on the CPU
-    engine, every collective gives the bits it gives under psk, and the device ranks ran one
-    ``macs`` launch per origin's send and per origin's opened block."""
+    engine, every collective gives the bits it gives under psk, and the device ranks made their
+    MACs as origins and checked others' as receivers with ``macs``."""
     calls = []
 
     class Gmac:  # the GMAC kernels, their macs launches counted (True: a check, False: a send)
@@ -549,18 +561,7 @@ def test_device_engine_ranks_compute_and_check_origin_macs_with_the_cpu_ranks(ho
 
     kw = {"chunk_bytes": 48, "suite": "aes-256-gcm"}
     psk = ok(run(p, every_collective, psk=PSK, **kw))
-    ids = rank_identities(p)
-
-    def rank_kw(r):
-        return {"device_backend": Backend()} if r % 2 == 0 else {}
-
-    world = World(p)
-    trs = world.transports(timeout=3)
-    res = world.run(
-        lambda r: every_collective(
-            SecureComm(trs[r], identity=ids[r], timeout=2, crypto_threads=1, **kw, **rank_kw(r))
-        )
-    )
+    res = device_run(p, lambda r, sc: every_collective(sc), {r: Backend() for r in range(0, p, 2)}, **kw)
     assert ok(res) == psk
     assert True in calls and False in calls, calls  # (checks and sends: both on device ranks)
 
@@ -570,19 +571,9 @@ def test_a_group_frame_forged_by_its_forwarder_is_refused_on_a_device_engine_ran
     with the CPU engine's error, word for word; rank 2's buffer is not written and the private
     device memory it was opened into is zeroed."""
     forge_forwarded_block(monkeypatch)
-    ids = rank_identities(3)
-    world = World(3)
-    trs = world.transports(timeout=3)
     kept = {}
 
-    def body(r):
-        sc = SecureComm(
-            trs[r],
-            identity=ids[r],
-            timeout=2,
-            crypto_threads=1,
-            device_backend=host_backend if r == 2 else None,
-        )
+    def body(r, sc):
         out = np.zeros(3 * 40, np.float32)
         try:
             sc.allgather(np.full(40, r + 1.0, np.float32), out)
@@ -593,7 +584,7 @@ def test_a_group_frame_forged_by_its_forwarder_is_refused_on_a_device_engine_ran
             return e
         return out
 
-    res = world.run(body)
+    res = device_run(3, body, {2: host_backend})
     assert isinstance(res[2], AuthenticationError) and res[2].peer == 1, res
     assert str(res[2]) == (
         "aes-256-gcm authentication failed on a frame from rank 1 (allgather #1, chunk 0/1, epoch 0): group "
@@ -614,22 +605,14 @@ def test_a_device_engine_origin_whose_frames_do_not_match_its_macs_is_named(
 
     real = DeviceOriginProofs.frame_macs
 
-    def frame_macs(self, epoch, receivers, pieces):
-        return real(self, epoch, receivers, [p * 0 for p in pieces])
+    def frame_macs(self, epoch, receivers, pieces):  # (zeros of the pieces' sizes, one allocation)
+        zeros = np.zeros(sum(p.nbytes for p in pieces), np.uint8)
+        cuts = np.cumsum([0] + [p.nbytes for p in pieces])
+        return real(self, epoch, receivers, [zeros[a:b] for a, b in zip(cuts[:-1], cuts[1:])])
 
     monkeypatch.setattr(DeviceOriginProofs, "frame_macs", frame_macs)
-    ids = rank_identities(3)
-    world = World(3)
-    trs = world.transports(timeout=3)
 
-    def body(r):
-        sc = SecureComm(
-            trs[r],
-            identity=ids[r],
-            timeout=2,
-            crypto_threads=1,
-            device_backend=host_backend if r == 0 else None,
-        )
+    def body(r, sc):
         x = np.full(40, r + 1.0, np.float32)
         try:
             if collective == "allgather":
@@ -639,7 +622,7 @@ def test_a_device_engine_origin_whose_frames_do_not_match_its_macs_is_named(
         except AuthenticationError as e:
             return e
 
-    res = world.run(body)
+    res = device_run(3, body, {0: host_backend})
     assert isinstance(res[1], AuthenticationError) and res[1].peer == 0, res
     assert "group frame of origin 0 does not match the MAC its origin sent this rank" in str(res[1])
 
