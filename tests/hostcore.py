@@ -198,7 +198,9 @@ class BatchAEAD:
         return ok
 
     def macs(self, b, tags, check=False):
-        """:meth:`seccomm.gpu.aead.GPUAEAD.macs` on the host core: the GMAC of each chunk."""
+        """:meth:`seccomm.gpu.aead.GPUAEAD.macs` on the host core: the GMAC of each chunk (its
+        arguments checked as the kernels' are)."""
+        b.check_macs(tags)
         ok = np.zeros(b.lens.size, np.int32)
         for j in range(b.lens.size):
             tag = np.empty(16, np.uint8)

@@ -86,6 +86,14 @@ class Batch:
         _need("lens", self.lens, np.int64, (self.n,))
         _need_span(self.n, dst, self.dst, f"{dst}_offs" if dst != "frames" else "fr_offs", self.dst_offs)
 
+    def check_macs(self, tags) -> None:
+        """As :meth:`check`, for :meth:`GPUAEAD.macs`: ``src`` and ``tags`` ((n, 16) uint8; the
+        argument is called ``tags``); ``dst`` is unused."""
+        _need_keyed(self.n, self.keys, self.nonces, self.aads)
+        _need_span(self.n, "src", self.src, "src_offs", self.src_offs)
+        _need("lens", self.lens, np.int64, (self.n,))
+        _need("tags", tags, np.uint8, (self.n, 16))
+
 
 @dataclass(frozen=True)
 class Hop:
@@ -248,11 +256,8 @@ class GPUAEAD:
         suite and TypeError/ValueError for a wrong dtype, shape or layout, before any launch."""
         if not self.gmac:
             raise ValueError(f"macs: the GMAC kernels (aes-256-gmac), not {self.suite}")
+        b.check_macs(tags)
         n = b.n
-        _need_keyed(n, b.keys, b.nonces, b.aads)
-        _need_span(n, "src", b.src, "src_offs", b.src_offs)
-        _need("lens", b.lens, np.int64, (n,))
-        _need("tags", tags, np.uint8, (n, 16))
         with self._on():
             ok = self.xp.zeros(n, self.xp.int32) if check else _NULL
             if n:

@@ -52,9 +52,8 @@ class DeviceOriginProofs(OriginProofs):
         """``origin``'s group frames of ``box``, opened into ``views`` (private device memory,
         frame j in ``views[j]``): each one's MAC must be the one ``origin`` sent this rank (one
         launch, after :meth:`ready`), else :class:`~seccomm.errors.AuthenticationError` for the
-        first that does not (:meth:`mismatch`), with ``views`` zeroed first."""
-        if not self.on or not views:
-            return
+        first that does not (:meth:`mismatch`), with ``views`` zeroed first.  Called where the
+        op's group frames carry proofs (:attr:`on`), for an origin with frames (one at least)."""
         self.ready(origin)
         run, n = self.run, len(views)
         be = run.backend

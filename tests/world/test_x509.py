@@ -889,3 +889,16 @@ def test_the_key_schedule_knows_the_mode_that_chooses_the_origin_proofs(mode):
     else:
         res = ok(run(3, body, psk=PSK, key_exchange=mode))
     assert res == [(mode, mode == "x509")] * 3, res
+
+
+def test_with_a_psk_mixed_in_a_bad_identity_is_reported_authenticated(tmp_path):
+    """Under x509 with a PSK set, the hello of a rank whose identity failed carries its error
+    under the PSK's MAC: its peers give the reason as authenticated, not as an excerpt."""
+    ids = list(rank_identities(3))
+    ids[1] = bad_identity(tmp_path, "key readable by others")
+    res = x509_run(3, lambda sc: sc, ids=ids, psk=PSK)
+    assert isinstance(res[1], IdentityError), res
+    for r in (0, 2):
+        assert isinstance(res[r], ConfigMismatchError) and res[r].peer == 1, res
+        msg = str(res[r])
+        assert "not authenticated" not in msg and "(mode 644); run: chmod 600" in msg, msg
