@@ -6,6 +6,7 @@ must come back untouched."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -388,10 +389,18 @@ def test_short_max_len_never_verifies(mod, suite):
     out[:] = POISON
     assert g.open(Batch(keys, nonces, aads, frames, zero, lens, out, zero, max_len=100))[0] == 0
     assert (out == POISON).all()
-    short = np.zeros_like(frames)
+    short = np.full_like(frames, POISON)
     g.seal(Batch(keys, nonces, aads, src, zero, lens, short, zero, max_len=100))
-    assert (short[-16:] == 0).all()
+    assert (short[-16:] == 0).all()  # (written: the buffer held POISON)
     assert g.open(Batch(keys, nonces, aads, short, zero, lens, out, zero))[0] == 0
+    if suite == "aes-256-gmac":  # the origin MACs' launch: the same all-zero tag, never equal
+        tags = np.full((1, 16), POISON, np.uint8)
+        alone = Batch(keys, nonces, aads[:, :0], src, zero, lens, None, None, max_len=100)
+        g.macs(alone, tags)
+        assert (tags == 0).all()
+        good = np.zeros((1, 16), np.uint8)
+        g.macs(replace(alone, max_len=None), good)
+        assert (good != 0).any() and g.macs(alone, good, check=True)[0] == 0
 
 
 def test_bad_arguments_are_refused_before_any_launch(mod):
