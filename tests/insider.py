@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def forge_forwarded_block(monkeypatch, forger: int = 1):
-    """Rank ``forger`` (an insider, holding the group key) forwards, in place of the group frames
-    it received, frames it sealed itself in their origin's name (0x41 bytes of the same sizes)."""
+def forge_forwarded_block(monkeypatch, forger: int = 1, pick=None):
+    """Rank ``forger`` (an insider, holding the group key, on the CPU engine) forwards, in place
+    of the group frames it received, frames it sealed itself in their origin's name (0x41 bytes
+    of the same sizes); with ``pick(j, real, forged)``, frame j is what it returns (of the frames
+    it received and those it sealed, as uint8 arrays)."""
     from seccomm.collectives import allgather as ag
     from seccomm.engine import Send
 
@@ -19,9 +21,33 @@ def forge_forwarded_block(monkeypatch, forger: int = 1):
         if run.rank != forger:
             return real(run, nxt, prev, recv)
         pieces = [memoryview(np.full(n, 0x41, np.uint8)) for n in prev.sizes]
-        run.exchange(Send(dst=nxt, group=True, origin=prev.origin, pieces=pieces, ws="forged"), recv)
+        forged = Send(dst=nxt, group=True, origin=prev.origin, pieces=pieces, ws="forged")
+        if pick is None:
+            return run.exchange(forged, recv)
+        got = [np.array(f, np.uint8) for f in run.frames_of(prev)]
+        made = [np.array(f, np.uint8) for f in run.sealed_frames(forged)]
+        send = Send(nxt, frames=[pick(j, got, made) for j in range(len(got))])
+        send.sizes, send.clear = prev.sizes, prev.clear
+        run.exchange(send, recv)
 
     monkeypatch.setattr(ag, "_forward", forward)
+
+
+def flipped(frame, at: int = 3):
+    """A copy of ``frame`` (uint8) with one bit of byte ``at`` flipped."""
+    frame = frame.copy()
+    frame[at] ^= 1
+    return frame
+
+
+def caught(fn, *args):
+    """``fn(*args)``, or the SecCommError it raised."""
+    from seccomm import SecCommError
+
+    try:
+        return fn(*args)
+    except SecCommError as e:
+        return e
 
 
 def allgathered(sc, n=40):

@@ -240,7 +240,9 @@ class DeviceOpRun(OpRun):
         in one batched kernel: :class:`~seccomm.errors.AuthenticationError` for the first whose
         tag fails (:func:`~seccomm.engine.land.frame_error`).  Group frames with origin proofs
         are opened into private device memory and copied to ``outs`` only once every one matched
-        its origin's MAC (:meth:`~seccomm.gpu.origin.DeviceOriginProofs.check_opened`)."""
+        its origin's MAC (:meth:`~seccomm.gpu.origin.DeviceOriginProofs.check_opened`); the
+        error names the first chunk that fails either check, as the CPU engine's does (it checks
+        chunk by chunk)."""
         slots = box.slots
         suite, key = self._key(group, sender, self.rank)
         dst = ANY_RANK if group else self.rank
@@ -249,10 +251,12 @@ class DeviceOpRun(OpRun):
         into = self._private(outs) if proofs else outs
         ok = self._crypt(False, suite, key, wsname, slots, into)
         bad = np.flatnonzero(np.asarray(ok) == 0)
+        upto = int(bad[0]) if bad.size else len(slots)
+        if proofs and upto:  # (the CPU engine's order: the first chunk that fails either check)
+            self.origins.check_opened(box, sender, into[:upto])
         if bad.size:
-            raise frame_error(self, box, int(bad[0]))
+            raise frame_error(self, box, upto)
         if proofs:
-            self.origins.check_opened(box, sender, into)
             for o, v in zip(outs, into):
                 o[...] = v
 
@@ -394,7 +398,8 @@ class DeviceOpRun(OpRun):
             frames = [self.clear_frame(s) for s in slots]
         else:
             frames = [s.frame for s in slots]
-        box = Inbox(parent, GROUP_STEP, key, frames, slots)
+        fill = None if key.suite.clear else (True, origin, elems)  # (box.origin: land waits for its MACs)
+        box = Inbox(parent, GROUP_STEP, key, frames, slots, None, None, fill)
         rreqs = [t.irecv(f, parent) for f in frames]
         self.pending += rreqs
 

@@ -49,16 +49,17 @@ class DeviceOriginProofs(OriginProofs):
         return [raw[step * i : step * (i + 1)] for i in range(n)]
 
     def check_opened(self, box, origin: int, views: list) -> None:
-        """``origin``'s group frames of ``box``, opened into ``views`` (private device memory,
-        frame j in ``views[j]``): each one's MAC must be the one ``origin`` sent this rank (one
-        launch, after :meth:`ready`), else :class:`~seccomm.errors.AuthenticationError` for the
-        first that does not (:meth:`mismatch`), with ``views`` zeroed first.  Called where the
-        op's group frames carry proofs (:attr:`on`), for an origin with frames (one at least)."""
+        """``origin``'s first ``len(views)`` group frames of ``box``, opened into ``views``
+        (private device memory, frame j in ``views[j]``): each one's MAC must be the one
+        ``origin`` sent this rank (one launch, after :meth:`ready`), else
+        :class:`~seccomm.errors.AuthenticationError` for the first that does not
+        (:meth:`mismatch`), with ``views`` zeroed first.  Called where the op's group frames
+        carry proofs (:attr:`on`), with one view at least."""
         self.ready(origin)
         run, n = self.run, len(views)
         be = run.backend
         key = run.keys.origin_key_bytes(run.frame.epoch, origin, run.rank)
-        want = be.asarray(np.frombuffer(self.got[origin], np.uint8).reshape(n, TAG_BYTES))
+        want = be.asarray(np.frombuffer(self.got[origin], np.uint8)[: TAG_BYTES * n].reshape(n, TAG_BYTES))
         ok = be.aead("aes-256-gmac").macs(self._batch([key] * n, list(range(n)), views), want, check=True)
         bad = np.flatnonzero(np.asarray(be.to_host(ok)) == 0)
         if bad.size:

@@ -501,7 +501,7 @@ def test_the_device_engine_under_x509_computes_and_checks_origin_macs_on_the_ker
     from hostcore import HostBackend
     from identities import rank_identities
     from seccomm import AuthenticationError, SecureComm
-    from insider import allgathered, forge_forwarded_block
+    from insider import allgathered, caught, forge_forwarded_block
     from threadworld import World
 
     class Kernels(HostBackend):
@@ -543,13 +543,3 @@ def test_the_device_engine_under_x509_computes_and_checks_origin_macs_on_the_ker
         mp.undo()
     assert isinstance(res[1], AuthenticationError) and res[1].peer == 0, res
     assert "group frame of origin 2 (forwarded by rank 0) does not match the MAC" in str(res[1])
-
-
-def caught(fn, *args):
-    """``fn(*args)``, or the SecCommError it raised."""
-    from seccomm import SecCommError
-
-    try:
-        return fn(*args)
-    except SecCommError as e:
-        return e

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from identities import rank_identities
-from insider import allgathered, forge_forwarded_block
+from insider import allgathered, caught, flipped, forge_forwarded_block
 from seccomm import AuthenticationError, SecureComm
 from seccomm.errors import ConfigMismatchError, IdentityError, KeyScheduleError
 from seccomm.handshake import FINISHED_BYTES, HELLO_BYTES, decode_hello, encode_hello
@@ -523,16 +523,22 @@ def test_origin_macs_altered_on_their_way_name_their_origin(how):
     assert str(err) == want
 
 
-def device_run(p, body, backends, **kw):
+def device_run(p, body, backends, wraps=None, **kw):
     """``body(r, sc)`` on ``p`` thread ranks under x509, rank r with ``device_backend=backends.get(r)``
-    (the device engine there; the CPU engine elsewhere)."""
+    (the device engine there; the CPU engine elsewhere); ``wraps[r]``: rank r's wrapper."""
     ids = rank_identities(p)
     world = World(p)
     trs = world.transports(timeout=3)
     kw = {"timeout": 2, "crypto_threads": 1, **kw}
     return world.run(
-        lambda r: body(r, SecureComm(trs[r], identity=ids[r], device_backend=backends.get(r), **kw))
-    )
+        lambda r: body(
+            r,
+            SecureComm(
+                trs[r], identity=ids[r], device_backend=backends.get(r),
+                wrap_transport=(wraps or {}).get(r), **kw,
+            ),
+        )
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("p", [3, 4])
@@ -902,3 +908,51 @@ def test_with_a_psk_mixed_in_a_bad_identity_is_reported_authenticated(tmp_path):
         assert isinstance(res[r], ConfigMismatchError) and res[r].peer == 1, res
         msg = str(res[r])
         assert "not authenticated" not in msg and "(mode 644); run: chmod 600" in msg, msg
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_device_rank_names_the_first_chunk_that_fails_either_check_as_the_cpu_engine(
+    monkeypatch, host_backend, k
+):
+    """Forwarder rank 1 sends origin 0's block (4 frames) to rank 2 with frame k forged under the
+    group key (its origin MAC fails) and frame k + 1 with a bad group tag.  The CPU engine checks
+    chunk by chunk and names frame k; a device-engine rank 2, which opens the block in one
+    launch, names the same chunk with the same text."""
+
+    def pick(j, got, made):
+        return made[j] if j == k else flipped(got[j]) if j == k + 1 else got[j]
+
+    forge_forwarded_block(monkeypatch, pick=pick)
+
+    def rank2(backends):
+        return device_run(3, lambda r, sc: caught(allgathered, sc), backends, chunk_bytes=48)[2]
+
+    cpu, dev = rank2({}), rank2({2: host_backend})
+    assert isinstance(cpu, AuthenticationError) and cpu.peer == 1, cpu
+    assert f"chunk {k}/4" in str(cpu) and "does not match the MAC its origin sent" in str(cpu), cpu
+    assert type(dev) is type(cpu) and dev.peer == 1 and str(dev) == str(cpu)
+
+
+def test_a_device_relay_checks_its_origins_macs_when_the_first_frame_lands_as_the_cpu_engine(host_backend):
+    """Binomial bcast from rank 0 on 3 ranks (rank 0 sends to rank 2 itself): on the way to rank
+    2, origin 0's MACs and its first frame are both altered.  The CPU engine checks the MACs as
+    the first frame lands and names rank 0's MACs; so does a device-engine rank 2 (its relay
+    waits for them in the same place), not the frame."""
+
+    class Both(OnTheWay):
+        def irecv(self, buf, peer):
+            req = super().irecv(buf, peer)
+            if peer == 0 and len(np.asarray(buf)) == 160 + 16:  # (its one frame)
+                self.mine[id(req)] = buf
+            return req
+
+        def edit(self, op, buf):
+            np.asarray(buf)[3] ^= 4
+
+    def body(r, sc):
+        sc.bcast_chain_bytes = 1 << 30  # (binomial)
+        return caught(sc.bcast, np.full(40, 7.0 if r == 0 else 0.0, np.float32), 0)
+
+    cpu, dev = (device_run(3, body, backends, wraps={2: Both})[2] for backends in ({}, {2: host_backend}))
+    assert isinstance(cpu, AuthenticationError) and cpu.peer == 0 and "origin MACs" in str(cpu), cpu
+    assert type(dev) is type(cpu) and dev.peer == 0 and str(dev) == str(cpu)
