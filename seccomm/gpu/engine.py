@@ -256,7 +256,18 @@ class DeviceOpRun(OpRun):
             self.origins.check_opened(box, sender, into[:upto])
         if bad.size:
             raise frame_error(self, box, upto)
-        if proofs:
+        if proofs and outs:
+            self._copy_out(outs, into)
+
+    def _copy_out(self, outs, into) -> None:
+        """Copy ``into`` (views laid out like ``outs``, one after another) to ``outs``: one copy
+        where ``outs`` lie one after another too (a block of the caller's buffer), else one per
+        chunk."""
+        dst, dst_offs = self.backend.span(outs)
+        src, src_offs = self.backend.span(into)
+        if dst.nbytes == src.nbytes and np.array_equal(dst_offs, src_offs):
+            dst[...] = src
+        else:
             for o, v in zip(outs, into):
                 o[...] = v
 
